@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what building and testing cudatrace needs. Idempotent, and quiet once everything is there.
+#   - nightly rust-src (for -Z build-std=core on bpfel-unknown-none)
+#   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
+#   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux)
+# Set CUDATRACE_SKIP_APT=1 to skip the Debian packages (e.g. on a non-Debian host).
+set -euo pipefail
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+NIGHTLY=${CUDATRACE_NIGHTLY:-nightly}
+BPF_LINKER_VERSION=0.13.0
+
+command -v rustup >/dev/null || { say "rustup not found: install it from rustup.rs, then rerun"; exit 1; }
+rustup toolchain list | grep -q "^${NIGHTLY}" || { say "installing toolchain ${NIGHTLY}"; rustup toolchain install "${NIGHTLY}" --profile minimal; }
+
+SYSROOT=$(rustc +"${NIGHTLY}" --print sysroot)
+if [ ! -d "${SYSROOT}/lib/rustlib/src/rust/library/core" ]; then
+    say "adding rust-src to ${NIGHTLY}"
+    rustup component add rust-src --toolchain "${NIGHTLY}"
+fi
+
+# bpf-linker must use the same LLVM as rustc's bitcode; build it against the nightly's libLLVM.
+have_linker() {
+    command -v bpf-linker >/dev/null || return 1
+    bpf-linker --version 2>/dev/null | grep -q "${BPF_LINKER_VERSION}" || return 1
+    # A linker built against another toolchain's libLLVM fails to start; make sure this one runs.
+    bpf-linker --help >/dev/null 2>&1
+}
+if ! have_linker; then
+    LLVM_SO=$(ls "${SYSROOT}"/lib/libLLVM.so.* 2>/dev/null | head -n1 || true)
+    [ -n "${LLVM_SO}" ] || { say "no libLLVM in ${SYSROOT}/lib: add the llvm-tools or use a nightly that ships libLLVM"; exit 1; }
+    LLVM_MAJOR=$(basename "${LLVM_SO}" | sed -E 's/^libLLVM\.so\.([0-9]+).*/\1/')
+    PREFIX=${CARGO_HOME:-$HOME/.cargo}/bpf-linker-llvm
+    mkdir -p "${PREFIX}/lib"
+    ln -sf "${LLVM_SO}" "${PREFIX}/lib/libLLVM.so"
+    ln -sf "${LLVM_SO}" "${PREFIX}/lib/$(basename "${LLVM_SO}")"
+    say "building bpf-linker ${BPF_LINKER_VERSION} against $(basename "${LLVM_SO}") (about 2 minutes)"
+    LLVM_PREFIX="${PREFIX}" cargo +"${NIGHTLY}" install --quiet --locked --force "bpf-linker@${BPF_LINKER_VERSION}" \
+        --no-default-features --features "llvm-${LLVM_MAJOR}"
+    have_linker || { say "bpf-linker built but does not run"; exit 1; }
+fi
+
+if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
+    need=()
+    for pair in bpftrace:bpftrace prometheus:prometheus promtool:prometheus \
+                prometheus-alertmanager:prometheus-alertmanager cc:gcc unshare:util-linux curl:curl; do
+        cmd=${pair%%:*}; pkg=${pair#*:}
+        case "$cmd" in
+            prometheus-alertmanager) [ -x /usr/bin/prometheus-alertmanager ] || need+=("$pkg") ;;
+            *) command -v "$cmd" >/dev/null || need+=("$pkg") ;;
+        esac
+    done
+    if [ ${#need[@]} -gt 0 ]; then
+        mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+        say "installing Debian packages: ${need[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    fi
+fi

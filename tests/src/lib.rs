@@ -1,0 +1,203 @@
+//! Helpers for the end-to-end tests: find the binaries `cargo xtask test` built, start and stop
+//! `cudatrace` as a user would, run the stand-in workload, and parse what both printed.
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// Paths of what the tests run.
+pub struct Env {
+    /// The cudatrace binary.
+    pub bin: PathBuf,
+    /// Folder with libcuda.so.1, libpartial.so and cuda-workload.
+    pub standin: PathBuf,
+}
+
+impl Env {
+    /// The stand-in libcuda.
+    pub fn libcuda(&self) -> PathBuf {
+        self.standin.join("libcuda.so.1")
+    }
+}
+
+fn has_bpf_privileges() -> Result<(), String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .ok_or("no CapEff in /proc/self/status")?;
+    let has = |c: u32| caps & (1 << c) != 0;
+    if has(21) || (has(38) && has(39)) { Ok(()) } else { Err(format!("capabilities {caps:#x} lack CAP_BPF/CAP_PERFMON")) }
+}
+
+/// The test environment, or `None` (after saying why) when BPF is not available outside CI.
+/// Under `CI=true` a missing privilege fails the test: CI runs as root and must run these.
+pub fn env() -> Option<Env> {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    if let Err(why) = has_bpf_privileges() {
+        if ci {
+            panic!("CI=true but BPF is not available to the tests: {why}");
+        }
+        eprintln!("SKIPPED: privileged end-to-end test needs root or CAP_BPF+CAP_PERFMON ({why})");
+        return None;
+    }
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| panic!("{name} is not set: run the end-to-end tests with `cargo xtask test`"))
+    };
+    Some(Env { bin: var("CUDATRACE_BIN"), standin: var("CUDATRACE_STANDIN_DIR") })
+}
+
+/// A running `cudatrace trace`.
+pub struct Tracer {
+    child: Child,
+    stdout: JoinHandle<Vec<String>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    stderr_done: JoinHandle<()>,
+}
+
+/// What a stopped tracer printed.
+pub struct Traced {
+    /// Parsed JSON events from stdout.
+    pub events: Vec<Value>,
+    /// Stderr lines.
+    pub stderr: Vec<String>,
+    /// Exit status code.
+    pub code: Option<i32>,
+}
+
+impl Traced {
+    /// Events of one process.
+    pub fn of_pid(&self, pid: u64) -> Vec<&Value> {
+        self.events.iter().filter(|e| e["pid"].as_u64() == Some(pid)).collect()
+    }
+
+    /// `key=value` fields of the `summary:` line.
+    pub fn summary(&self) -> HashMap<String, u64> {
+        let line = self.stderr.iter().find(|l| l.starts_with("summary:")).expect("no summary line");
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.parse().expect("numeric summary field")))
+            .collect()
+    }
+}
+
+impl Tracer {
+    /// Starts `cudatrace trace ARGS` and waits for its `ready:` line (panics after 60 s).
+    pub fn start(env: &Env, args: &[&str]) -> Tracer {
+        Self::try_start(env, args).unwrap_or_else(|t| {
+            panic!("cudatrace did not become ready; stderr:\n{}", t.stderr.join("\n"))
+        })
+    }
+
+    /// Starts the tracer; on failure to become ready, returns what it printed.
+    pub fn try_start(env: &Env, args: &[&str]) -> Result<Tracer, Traced> {
+        let mut child = Command::new(&env.bin)
+            .arg("trace")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start cudatrace");
+        let out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        let err = child.stderr.take().unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let lines = stderr.clone();
+        let stderr_done = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if line.starts_with("ready:") {
+                    let _ = ready_tx.send(());
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let tracer = Tracer { child, stdout, stderr, stderr_done };
+        match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(()) => Ok(tracer),
+            Err(_) => Err(tracer.wait()),
+        }
+    }
+
+    /// Stops the tracer with SIGINT and collects its output.
+    pub fn stop(self) -> Traced {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        self.wait()
+    }
+
+    /// Waits for the tracer to exit on its own (panics after 60 s).
+    pub fn wait(mut self) -> Traced {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = self.child.kill();
+                panic!("cudatrace did not exit within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let lines = self.stdout.join().unwrap();
+        self.stderr_done.join().unwrap();
+        let events = lines
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
+            .collect();
+        let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
+        Traced { events, stderr, code: status.code() }
+    }
+}
+
+/// Runs the workload to completion and returns its JSON report.
+pub fn workload(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Value {
+    let out = Command::new(env.standin.join("cuda-workload"))
+        .arg("--lib")
+        .arg(env.libcuda())
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .expect("cannot run cuda-workload");
+    assert!(out.status.success(), "workload failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(text.lines().last().expect("workload printed nothing")).expect("workload JSON")
+}
+
+/// Starts the workload without waiting for it.
+pub fn spawn_workload(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Child {
+    Command::new(env.standin.join("cuda-workload"))
+        .arg("--lib")
+        .arg(env.libcuda())
+        .args(args)
+        .envs(vars.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cannot run cuda-workload")
+}
+
+/// Waits for a spawned workload and returns its JSON report.
+pub fn finish_workload(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "workload failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(text.lines().last().expect("workload printed nothing")).expect("workload JSON")
+}
+
+/// A unique shared-device file, so that each test has its own simulated GPU.
+pub fn device_file(name: &str) -> String {
+    let path = format!("/dev/shm/cudatrace-test-{}-{name}", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    path
+}

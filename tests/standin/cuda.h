@@ -1,0 +1,79 @@
+/* The subset of the CUDA driver API (cuda.h, CUDA 12/13) that the stand-in library exports and
+ * the workload calls, with the real types and prototypes. Only what cudatrace's tests need. */
+#ifndef CUDATRACE_STANDIN_CUDA_H
+#define CUDATRACE_STANDIN_CUDA_H
+#include <stddef.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_NOT_FOUND 500
+
+typedef struct CUlaunchAttribute_st {
+    int id;
+    char pad[4];
+    char value[64];
+} CUlaunchAttribute;
+
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;            /* offset 32 */
+    CUlaunchAttribute *attrs;    /* offset 40 */
+    unsigned int numAttrs;       /* offset 48 */
+} CUlaunchConfig;
+
+/* Function-pointer types, as the CUDA runtime holds them after cuGetProcAddress. */
+typedef CUresult (*PFN_cuInit)(unsigned int);
+typedef CUresult (*PFN_cuDeviceGet)(CUdevice *, int);
+typedef CUresult (*PFN_cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
+typedef CUresult (*PFN_cuModuleLoadData)(CUmodule *, const void *);
+typedef CUresult (*PFN_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+typedef CUresult (*PFN_cuLibraryLoadData)(CUlibrary *, const void *, void *, void *, unsigned int, void *, void *, unsigned int);
+typedef CUresult (*PFN_cuLibraryGetKernel)(CUkernel *, CUlibrary, const char *);
+typedef CUresult (*PFN_cuKernelGetFunction)(CUfunction *, CUkernel);
+typedef CUresult (*PFN_cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                       unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+typedef CUresult (*PFN_cuLaunchCooperativeKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
+                                                  unsigned int, unsigned int, unsigned int, unsigned int,
+                                                  CUstream, void **);
+typedef CUresult (*PFN_cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*PFN_cuGraphLaunch)(CUgraphExec, CUstream);
+typedef CUresult (*PFN_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+typedef CUresult (*PFN_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+typedef CUresult (*PFN_cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+typedef CUresult (*PFN_cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+typedef CUresult (*PFN_cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+typedef CUresult (*PFN_cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+typedef CUresult (*PFN_cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+typedef CUresult (*PFN_cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+typedef CUresult (*PFN_cuMemcpyPeer)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
+typedef CUresult (*PFN_cuMemcpyPeerAsync)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
+typedef CUresult (*PFN_cuStreamSynchronize)(CUstream);
+typedef CUresult (*PFN_cuCtxSynchronize)(void);
+typedef CUresult (*PFN_cuEventSynchronize)(CUevent);
+typedef CUresult (*PFN_cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
+typedef CUresult (*PFN_cuEventCreate)(CUevent *, unsigned int);
+typedef CUresult (*PFN_cuEventRecord)(CUevent, CUstream);
+typedef CUresult (*PFN_cuStreamCreate)(CUstream *, unsigned int);
+typedef CUresult (*PFN_cuMemAlloc)(CUdeviceptr *, size_t);
+typedef CUresult (*PFN_cuMemFree)(CUdeviceptr);
+typedef CUresult (*PFN_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*PFN_cuMemFreeAsync)(CUdeviceptr, CUstream);
+
+#endif

@@ -1,0 +1,460 @@
+/* Stand-in libcuda.so.1 for cudatrace's tests: the driver entry points cudatrace probes, with the
+ * real prototypes, over a simulated device.
+ *
+ * The device: launches enqueue simulated kernel time and return at once; waits and synchronous
+ * copies block until the work they wait for is done. One device is shared by every process on
+ * the host through a shared-memory file, so a busy second process makes the first one wait.
+ *
+ * Every exported function is its own body and calls only static helpers, never another exported
+ * function, so that one call is one probe hit (as in NVIDIA's library).
+ *
+ * Environment (read once):
+ *   CUDA_STANDIN_CALL_NS          CPU time each call spends before returning (default 1000)
+ *   CUDA_STANDIN_NS_PER_BLOCK     device time per launched block, grid x*y*z (default 100)
+ *   CUDA_STANDIN_GRAPH_NS         device time of a graph launch (default 10000)
+ *   CUDA_STANDIN_COPY_BYTES_PER_US copy-engine bandwidth (default 10000, i.e. 10 GB/s)
+ *   CUDA_STANDIN_DEVICE           shared device file (default /dev/shm/cudatrace-standin-device)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda.h"
+
+#define EXPORT __attribute__((visibility("default"), noinline))
+
+/* ---- configuration and clock ---------------------------------------------------------------- */
+
+static uint64_t cfg_call_ns = 1000, cfg_ns_per_block = 100, cfg_graph_ns = 10000, cfg_bytes_per_us = 10000;
+
+struct device {
+    uint64_t compute_busy_until; /* CLOCK_MONOTONIC ns when queued kernels finish */
+    uint64_t copy_busy_until;    /* same for the copy engine */
+    uint64_t launches;           /* launches by every process, ever */
+};
+static struct device *dev;
+static struct device local_dev; /* used when the shared file cannot be opened */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 10);
+    return *end ? dflt : (uint64_t)x;
+}
+
+static void init_once(void) {
+    cfg_call_ns = env_u64("CUDA_STANDIN_CALL_NS", cfg_call_ns);
+    cfg_ns_per_block = env_u64("CUDA_STANDIN_NS_PER_BLOCK", cfg_ns_per_block);
+    cfg_graph_ns = env_u64("CUDA_STANDIN_GRAPH_NS", cfg_graph_ns);
+    cfg_bytes_per_us = env_u64("CUDA_STANDIN_COPY_BYTES_PER_US", cfg_bytes_per_us);
+    if (cfg_bytes_per_us == 0) cfg_bytes_per_us = 1;
+    const char *path = getenv("CUDA_STANDIN_DEVICE");
+    if (!path || !*path) path = "/dev/shm/cudatrace-standin-device";
+    dev = &local_dev;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return;
+    if (ftruncate(fd, 4096) == 0) {
+        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) dev = p;
+    }
+    close(fd);
+}
+
+static void init(void) { pthread_once(&once, init_once); }
+
+/* Spends `ns` of CPU time, as the driver's own work in a call would. */
+static void spin(uint64_t ns) {
+    uint64_t end = now_ns() + ns;
+    while (now_ns() < end) __asm__ volatile("pause");
+}
+
+/* Blocks until CLOCK_MONOTONIC reaches `t`: sleeps, then spins the last stretch for precision. */
+static void wait_until(uint64_t t) {
+    for (;;) {
+        uint64_t n = now_ns();
+        if (n >= t) return;
+        if (t - n > 200000) {
+            struct timespec ts = {.tv_sec = (time_t)((t - 100000) / 1000000000ull),
+                                  .tv_nsec = (long)((t - 100000) % 1000000000ull)};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        } else {
+            __asm__ volatile("pause");
+        }
+    }
+}
+
+/* Queues `ns` of work on an engine no earlier than `after`; returns when it will be done. */
+static uint64_t enqueue(uint64_t *busy_until, uint64_t after, uint64_t ns) {
+    uint64_t old = __atomic_load_n(busy_until, __ATOMIC_ACQUIRE), done;
+    do {
+        uint64_t start = old;
+        uint64_t n = now_ns();
+        if (start < n) start = n;
+        if (start < after) start = after;
+        done = start + ns;
+    } while (!__atomic_compare_exchange_n(busy_until, &old, done, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    return done;
+}
+
+/* ---- per-process streams --------------------------------------------------------------------- */
+
+#define STREAM_LEGACY ((uintptr_t)1)
+#define STREAM_PER_THREAD ((uintptr_t)2)
+#define STREAM_SLOTS 256
+
+struct stream_tail {
+    uintptr_t handle;
+    uint64_t tail; /* when the last work queued on the stream is done */
+};
+static struct stream_tail tails[STREAM_SLOTS];
+static uint64_t process_tail;
+static pthread_mutex_t tails_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uintptr_t stream_key(CUstream s, int per_thread) {
+    uintptr_t h = (uintptr_t)s;
+    if (h == 0) return per_thread ? STREAM_PER_THREAD : STREAM_LEGACY;
+    return h;
+}
+
+static struct stream_tail *slot(uintptr_t key) {
+    size_t i = (key * 0x9E3779B97F4A7C15ull) >> 56;
+    for (size_t n = 0; n < STREAM_SLOTS; n++, i = (i + 1) % STREAM_SLOTS) {
+        if (tails[i].handle == key || tails[i].handle == 0) {
+            tails[i].handle = key;
+            return &tails[i];
+        }
+    }
+    return &tails[0]; /* full: share a slot, which only makes waits longer */
+}
+
+static uint64_t stream_tail(uintptr_t key) {
+    pthread_mutex_lock(&tails_lock);
+    uint64_t t = slot(key)->tail;
+    pthread_mutex_unlock(&tails_lock);
+    return t;
+}
+
+static void stream_push(uintptr_t key, uint64_t done) {
+    pthread_mutex_lock(&tails_lock);
+    struct stream_tail *s = slot(key);
+    if (done > s->tail) s->tail = done;
+    if (done > process_tail) process_tail = done;
+    pthread_mutex_unlock(&tails_lock);
+}
+
+static uint64_t all_tail(void) {
+    pthread_mutex_lock(&tails_lock);
+    uint64_t t = process_tail;
+    pthread_mutex_unlock(&tails_lock);
+    return t;
+}
+
+/* ---- objects ------------------------------------------------------------------------------------ */
+
+struct CUctx_st { int device; };
+struct CUmod_st { int is_library; };
+struct CUfunc_st { char name[256]; };
+struct CUkern_st { char name[256]; struct CUfunc_st *function; };
+struct CUstream_st { int id; };
+struct CUevent_st { uint64_t done_at; };
+struct CUgraphExec_st { int id; };
+
+static int initialized;
+static struct CUctx_st the_ctx;
+static uint64_t next_dptr = 0x700000000000ull;
+
+/* Handles returned for one name are stable, as the driver's are. */
+#define MAX_FUNCS 1024
+static struct CUfunc_st funcs[MAX_FUNCS];
+static struct CUkern_st kerns[MAX_FUNCS];
+static size_t nfuncs, nkerns;
+static pthread_mutex_t objs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct CUfunc_st *function_named(const char *name) {
+    pthread_mutex_lock(&objs_lock);
+    struct CUfunc_st *f = NULL;
+    for (size_t i = 0; i < nfuncs; i++)
+        if (strcmp(funcs[i].name, name) == 0) f = &funcs[i];
+    if (!f && nfuncs < MAX_FUNCS) {
+        f = &funcs[nfuncs++];
+        strncpy(f->name, name, sizeof f->name - 1);
+    }
+    pthread_mutex_unlock(&objs_lock);
+    return f;
+}
+
+static struct CUkern_st *kernel_named(const char *name) {
+    pthread_mutex_lock(&objs_lock);
+    struct CUkern_st *k = NULL;
+    for (size_t i = 0; i < nkerns; i++)
+        if (strcmp(kerns[i].name, name) == 0) k = &kerns[i];
+    if (!k && nkerns < MAX_FUNCS) {
+        k = &kerns[nkerns++];
+        strncpy(k->name, name, sizeof k->name - 1);
+    }
+    pthread_mutex_unlock(&objs_lock);
+    return k;
+}
+
+/* ---- shared bodies -------------------------------------------------------------------------- */
+
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, CUstream s, int per_thread) {
+    init();
+    spin(cfg_call_ns);
+    if (!f || !gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t key = stream_key(s, per_thread);
+    uint64_t blocks = (uint64_t)gx * gy * gz;
+    uint64_t done = enqueue(&dev->compute_busy_until, stream_tail(key), blocks * cfg_ns_per_block);
+    stream_push(key, done);
+    __atomic_add_fetch(&dev->launches, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+static CUresult graph_launch(CUgraphExec g, CUstream s, int per_thread) {
+    init();
+    spin(cfg_call_ns);
+    if (!g) return CUDA_ERROR_INVALID_HANDLE;
+    uintptr_t key = stream_key(s, per_thread);
+    stream_push(key, enqueue(&dev->compute_busy_until, stream_tail(key), cfg_graph_ns));
+    return CUDA_SUCCESS;
+}
+
+/* A copy: queued on the copy engine after the stream's earlier work; synchronous ones wait. */
+static CUresult copy(size_t bytes, CUstream s, int per_thread, int synchronous) {
+    init();
+    spin(cfg_call_ns);
+    uintptr_t key = stream_key(s, per_thread);
+    uint64_t done = enqueue(&dev->copy_busy_until, stream_tail(key), (uint64_t)bytes * 1000 / cfg_bytes_per_us);
+    stream_push(key, done);
+    if (synchronous) wait_until(done);
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_sync(CUstream s, int per_thread) {
+    init();
+    spin(cfg_call_ns);
+    wait_until(stream_tail(stream_key(s, per_thread)));
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_wait_event(CUstream s, CUevent e, int per_thread) {
+    init();
+    spin(cfg_call_ns);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    stream_push(stream_key(s, per_thread), e->done_at);
+    return CUDA_SUCCESS;
+}
+
+static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes) {
+    init();
+    spin(cfg_call_ns);
+    if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t rounded = (bytes + 255) & ~(uint64_t)255;
+    *dptr = __atomic_fetch_add(&next_dptr, rounded, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+static CUresult mem_free(CUdeviceptr p) {
+    init();
+    spin(cfg_call_ns);
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- set-up entry points (not probed) ------------------------------------------------------- */
+
+EXPORT CUresult cuInit(unsigned int flags) { (void)flags; init(); initialized = 1; return CUDA_SUCCESS; }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    if (!d || ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
+    *d = 0;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
+    (void)flags; (void)d;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    *c = &the_ctx;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+    if (!m || !image) return CUDA_ERROR_INVALID_VALUE;
+    *m = calloc(1, sizeof **m);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void *jv, unsigned int nj,
+                                  void *lo, void *lv, unsigned int nl) {
+    (void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl;
+    if (!l || !code) return CUDA_ERROR_INVALID_VALUE;
+    *l = (CUlibrary)calloc(1, sizeof(struct CUmod_st));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+    static int ids;
+    (void)flags;
+    if (!s) return CUDA_ERROR_INVALID_VALUE;
+    *s = calloc(1, sizeof **s);
+    (*s)->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags) {
+    (void)flags;
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    *e = calloc(1, sizeof **e);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    e->done_at = stream_tail(stream_key(s, 0));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphInstantiateStandin(CUgraphExec *g) {
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    *g = calloc(1, sizeof **g);
+    return CUDA_SUCCESS;
+}
+
+/* ---- launches ----------------------------------------------------------------------------- */
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                               unsigned int by, unsigned int bz, unsigned int smem, CUstream s, void **params,
+                               void **extra) {
+    (void)smem; (void)params; (void)extra;
+    return launch(f, gx, gy, gz, bx, by, bz, s, 0);
+}
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                    unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
+                                    CUstream s, void **params, void **extra) {
+    (void)smem; (void)params; (void)extra;
+    return launch(f, gx, gy, gz, bx, by, bz, s, 1);
+}
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
+                                          CUstream s, void **params) {
+    (void)smem; (void)params;
+    return launch(f, gx, gy, gz, bx, by, bz, s, 0);
+}
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                               unsigned int bx, unsigned int by, unsigned int bz,
+                                               unsigned int smem, CUstream s, void **params) {
+    (void)smem; (void)params;
+    return launch(f, gx, gy, gz, bx, by, bz, s, 1);
+}
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    (void)params; (void)extra;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream, 0);
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+    (void)params; (void)extra;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, c->hStream, 1);
+}
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return graph_launch(g, s, 0); }
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return graph_launch(g, s, 1); }
+
+/* ---- copies --------------------------------------------------------------------------------- */
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { (void)d; (void)h; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { (void)d; (void)h; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { (void)d; (void)h; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { (void)d; (void)h; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr x, size_t n) { (void)d; (void)x; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr x, size_t n) { (void)d; (void)x; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, 0, 0, 1);
+}
+EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, 0, 1, 1);
+}
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n, CUstream s) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, s, 0, 0);
+}
+EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n,
+                                       CUstream s) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, s, 1, 0);
+}
+
+/* ---- waits ---------------------------------------------------------------------------------- */
+
+EXPORT CUresult cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync(s, 1); }
+EXPORT CUresult cuCtxSynchronize(void) {
+    init();
+    spin(cfg_call_ns);
+    wait_until(all_tail());
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventSynchronize(CUevent e) {
+    init();
+    spin(cfg_call_ns);
+    if (!e) return CUDA_ERROR_INVALID_HANDLE;
+    wait_until(e->done_at);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 0); }
+EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 1); }
+
+/* ---- kernel names ----------------------------------------------------------------------------- */
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
+    init();
+    spin(cfg_call_ns);
+    if (!out || !m || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
+    *out = function_named(name);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary l, const char *name) {
+    init();
+    spin(cfg_call_ns);
+    if (!out || !l || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
+    *out = kernel_named(name);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuKernelGetFunction(CUfunction *out, CUkernel k) {
+    init();
+    spin(cfg_call_ns);
+    if (!out || !k) return CUDA_ERROR_INVALID_VALUE;
+    *out = function_named(k->name);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return mem_alloc(p, n); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return mem_free(p); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }

@@ -1,0 +1,361 @@
+/* cuda-workload: drives a libcuda (the stand-in, or NVIDIA's with --real) through function pointers
+ * from dlsym, as the CUDA runtime does after cuGetProcAddress, with known arguments, and prints
+ * what it did as one JSON line on stdout so that tests can compare it with what was traced.
+ *
+ *   cuda-workload [--lib PATH] [--real] [--threads T] SCENARIO [ARGS]
+ *     basic LAUNCHES COPIES     launches and copies split over T threads (see below for arguments)
+ *     each N                    every entry point the library exports, N calls each
+ *     loop SECONDS GRID SYNC_EVERY [CALL_LIMIT]
+ *                               launches of GRID blocks, a cuStreamSynchronize every SYNC_EVERY
+ *     wait-for-lib N            dlopen, then call cuLaunchKernel N times once stdin closes
+ *
+ * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
+ * sharedMemBytes i, and thread t's stream; its copy j moves 1024 + 16 * j + t bytes, host to device
+ * when j is even, device to host when odd.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda.h"
+
+#define MAX_THREADS 64
+static const char *MANGLED = "_Z11hidden_gemmPfS_i";
+static const char *LIB_KERNEL = "_Z8lib_axpyfPKfPf";
+/* A kernel with the signature of MANGLED that does nothing: enough for a real driver to launch. */
+static const char *PTX =
+    ".version 7.0\n.target sm_50\n.address_size 64\n"
+    ".visible .entry _Z11hidden_gemmPfS_i(.param .u64 a, .param .u64 b, .param .u32 n) { ret; }\n";
+
+static void *lib;
+static int real_driver;
+
+static void *sym(const char *name, int required) {
+    void *p = dlsym(lib, name);
+    if (!p && required) {
+        fprintf(stderr, "cuda-workload: %s does not export %s\n", "the library", name);
+        exit(2);
+    }
+    return p;
+}
+
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        CUresult rc_ = (call);                                                         \
+        if (rc_ != CUDA_SUCCESS) {                                                     \
+            fprintf(stderr, "cuda-workload: %s failed with %d\n", #call, (int)rc_);    \
+            exit(3);                                                                   \
+        }                                                                              \
+    } while (0)
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- shared set-up ---------------------------------------------------------------------------- */
+
+static CUcontext ctx;
+static CUmodule module;
+static CUfunction function;
+static CUdeviceptr dev_a, dev_b;
+static char *host_buf;
+static void *kernel_params[3];
+static unsigned int kernel_n = 1;
+
+static void setup(size_t buf_bytes) {
+    CUdevice d;
+    CHECK(((PFN_cuInit)sym("cuInit", 1))(0));
+    CHECK(((PFN_cuDeviceGet)sym("cuDeviceGet", 1))(&d, 0));
+    CHECK(((PFN_cuCtxCreate)sym("cuCtxCreate_v2", 1))(&ctx, 0, d));
+    CHECK(((PFN_cuModuleLoadData)sym("cuModuleLoadData", 1))(&module, PTX));
+    CHECK(((PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1))(&function, module, MANGLED));
+    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
+    CHECK(alloc(&dev_a, buf_bytes));
+    CHECK(alloc(&dev_b, buf_bytes));
+    host_buf = calloc(1, buf_bytes);
+    kernel_params[0] = &dev_a;
+    kernel_params[1] = &dev_b;
+    kernel_params[2] = &kernel_n;
+}
+
+static CUstream new_stream(void) {
+    CUstream s;
+    CHECK(((PFN_cuStreamCreate)sym("cuStreamCreate", 1))(&s, 0));
+    return s;
+}
+
+/* ---- basic ------------------------------------------------------------------------------------ */
+
+struct basic_args {
+    int t;
+    long launches, copies;
+    CUstream stream;
+};
+
+static void *basic_thread(void *p) {
+    struct basic_args *a = p;
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
+    PFN_cuMemcpyDtoH dtoh = (PFN_cuMemcpyDtoH)sym("cuMemcpyDtoH_v2", 1);
+    long copies_done = 0;
+    for (long i = 0; i < a->launches; i++) {
+        CHECK(launch(function, 1 + i % 1000, 2 + a->t, 3, 32, 1 + i % 8, 2, (unsigned)i, a->stream, kernel_params,
+                     NULL));
+        /* Spread the copies among the launches. */
+        long due = a->launches ? (i + 1) * a->copies / a->launches : a->copies;
+        for (; copies_done < due; copies_done++) {
+            size_t bytes = 1024 + 16 * copies_done + a->t;
+            if (copies_done % 2 == 0) CHECK(htod(dev_a, host_buf, bytes));
+            else CHECK(dtoh(host_buf, dev_a, bytes));
+        }
+    }
+    for (; copies_done < a->copies; copies_done++) {
+        size_t bytes = 1024 + 16 * copies_done + a->t;
+        if (copies_done % 2 == 0) CHECK(htod(dev_a, host_buf, bytes));
+        else CHECK(dtoh(host_buf, dev_a, bytes));
+    }
+    return NULL;
+}
+
+static void run_basic(int threads, long launches, long copies) {
+    setup(1 << 20);
+    pthread_t th[MAX_THREADS];
+    struct basic_args args[MAX_THREADS];
+    printf("{\"pid\":%d,\"function\":%llu,\"streams\":[", getpid(), (unsigned long long)(uintptr_t)function);
+    for (int t = 0; t < threads; t++) {
+        args[t] = (struct basic_args){t, launches / threads + (t < launches % threads),
+                                      copies / threads + (t < copies % threads), new_stream()};
+        printf("%s%llu", t ? "," : "", (unsigned long long)(uintptr_t)args[t].stream);
+    }
+    printf("],\"launches_per_thread\":[");
+    for (int t = 0; t < threads; t++) printf("%s%ld", t ? "," : "", args[t].launches);
+    printf("],\"copies_per_thread\":[");
+    for (int t = 0; t < threads; t++) printf("%s%ld", t ? "," : "", args[t].copies);
+    printf("]}\n");
+    fflush(stdout);
+    for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, basic_thread, &args[t]);
+    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    CHECK(((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))());
+}
+
+/* ---- each ------------------------------------------------------------------------------------- */
+
+static int first_count = 1;
+static void count(const char *api, long n) {
+    printf("%s\"%s\":%ld", first_count ? "" : ",", api, n);
+    first_count = 0;
+}
+
+static void run_each(long n) {
+    setup(1 << 20);
+    CUstream s = new_stream();
+    CUevent e;
+    CHECK(((PFN_cuEventCreate)sym("cuEventCreate", 1))(&e, 0));
+    CUlibrary library = NULL;
+    CUkernel kernel = NULL;
+    CUfunction kernel_fn = NULL;
+    CUgraphExec graph = NULL;
+    PFN_cuLibraryLoadData libload = (PFN_cuLibraryLoadData)sym("cuLibraryLoadData", 0);
+    if (libload) CHECK(libload(&library, PTX, NULL, NULL, 0, NULL, NULL, 0));
+    if (!real_driver) {
+        CUresult (*inst)(CUgraphExec *) = (CUresult(*)(CUgraphExec *))sym("cuGraphInstantiateStandin", 0);
+        if (inst) CHECK(inst(&graph));
+    }
+
+    printf("{\"pid\":%d,\"stream\":%llu,\"event\":%llu,\"calls\":{", getpid(), (unsigned long long)(uintptr_t)s,
+           (unsigned long long)(uintptr_t)e);
+
+    /* Name lookups first, so that every launch below is of a named handle. setup() made one. */
+    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
+    for (long i = 1; i < n; i++) CHECK(getfn(&function, module, MANGLED));
+    count("cuModuleGetFunction", n);
+    PFN_cuLibraryGetKernel getk = (PFN_cuLibraryGetKernel)sym("cuLibraryGetKernel", 0);
+    PFN_cuKernelGetFunction kgetf = (PFN_cuKernelGetFunction)sym("cuKernelGetFunction", 0);
+    if (getk && library) {
+        for (long i = 0; i < n; i++) CHECK(getk(&kernel, library, LIB_KERNEL));
+        count("cuLibraryGetKernel", n);
+        if (kgetf) {
+            for (long i = 0; i < n; i++) CHECK(kgetf(&kernel_fn, kernel));
+            count("cuKernelGetFunction", n);
+        }
+    }
+    if (!kernel_fn) kernel_fn = function;
+    CUfunction kernel_as_fn = kernel ? (CUfunction)kernel : function;
+
+    /* Launches: launch i of every variant uses grid (1 + i, 2, 3), block (4, 5, 6), sharedMem 7 + i. */
+    static const struct { const char *name; int kind; } launches[] = {
+        {"cuLaunchKernel", 0}, {"cuLaunchKernel_ptsz", 0}, {"cuLaunchCooperativeKernel", 1},
+        {"cuLaunchCooperativeKernel_ptsz", 1}, {"cuLaunchKernelEx", 2}, {"cuLaunchKernelEx_ptsz", 2}};
+    for (size_t v = 0; v < sizeof launches / sizeof *launches; v++) {
+        void *p = sym(launches[v].name, 0);
+        if (!p) continue;
+        /* _ptsz launches run the handle from cuKernelGetFunction; cooperative ones a CUkernel cast. */
+        CUfunction f = strstr(launches[v].name, "_ptsz") ? kernel_fn : function;
+        if (launches[v].kind == 1 && !real_driver) f = kernel_as_fn;
+        for (long i = 0; i < n; i++) {
+            unsigned smem = real_driver ? 0 : (unsigned)(7 + i);
+            if (launches[v].kind == 0)
+                CHECK(((PFN_cuLaunchKernel)p)(f, 1 + i, 2, 3, 4, 5, 6, smem, s, kernel_params, NULL));
+            else if (launches[v].kind == 1)
+                CHECK(((PFN_cuLaunchCooperativeKernel)p)(f, 1 + i, 2, 3, 4, 5, 6, smem, s, kernel_params));
+            else {
+                CUlaunchConfig c = {(unsigned)(1 + i), 2, 3, 4, 5, 6, smem, s, NULL, 0};
+                CHECK(((PFN_cuLaunchKernelEx)p)(&c, f, kernel_params, NULL));
+            }
+        }
+        count(launches[v].name, n);
+    }
+    if (graph) {
+        static const char *graphs[] = {"cuGraphLaunch", "cuGraphLaunch_ptsz"};
+        for (size_t v = 0; v < 2; v++) {
+            PFN_cuGraphLaunch p = (PFN_cuGraphLaunch)sym(graphs[v], 0);
+            if (!p) continue;
+            for (long i = 0; i < n; i++) CHECK(p(graph, s));
+            count(graphs[v], n);
+        }
+    }
+
+    /* Copies: copy i of every variant moves 100 + i bytes. */
+    static const struct { const char *name; int kind; } copies[] = {
+        {"cuMemcpyHtoD_v2", 0}, {"cuMemcpyHtoD_v2_ptds", 0}, {"cuMemcpyDtoH_v2", 1}, {"cuMemcpyDtoH_v2_ptds", 1},
+        {"cuMemcpyDtoD_v2", 2}, {"cuMemcpyDtoD_v2_ptds", 2}, {"cuMemcpyHtoDAsync_v2", 3},
+        {"cuMemcpyHtoDAsync_v2_ptsz", 3}, {"cuMemcpyDtoHAsync_v2", 4}, {"cuMemcpyDtoHAsync_v2_ptsz", 4},
+        {"cuMemcpyDtoDAsync_v2", 5}, {"cuMemcpyDtoDAsync_v2_ptsz", 5}, {"cuMemcpy", 2}, {"cuMemcpy_ptds", 2},
+        {"cuMemcpyAsync", 5}, {"cuMemcpyAsync_ptsz", 5}, {"cuMemcpyPeer", 6}, {"cuMemcpyPeer_ptds", 6},
+        {"cuMemcpyPeerAsync", 7}, {"cuMemcpyPeerAsync_ptsz", 7}};
+    for (size_t v = 0; v < sizeof copies / sizeof *copies; v++) {
+        void *p = sym(copies[v].name, 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) {
+            size_t b = 100 + i;
+            switch (copies[v].kind) {
+            case 0: CHECK(((PFN_cuMemcpyHtoD)p)(dev_a, host_buf, b)); break;
+            case 1: CHECK(((PFN_cuMemcpyDtoH)p)(host_buf, dev_a, b)); break;
+            case 2: CHECK(((PFN_cuMemcpyDtoD)p)(dev_b, dev_a, b)); break;
+            case 3: CHECK(((PFN_cuMemcpyHtoDAsync)p)(dev_a, host_buf, b, s)); break;
+            case 4: CHECK(((PFN_cuMemcpyDtoHAsync)p)(host_buf, dev_a, b, s)); break;
+            case 5: CHECK(((PFN_cuMemcpyDtoDAsync)p)(dev_b, dev_a, b, s)); break;
+            case 6: CHECK(((PFN_cuMemcpyPeer)p)(dev_b, ctx, dev_a, ctx, b)); break;
+            case 7: CHECK(((PFN_cuMemcpyPeerAsync)p)(dev_b, ctx, dev_a, ctx, b, s)); break;
+            }
+        }
+        count(copies[v].name, n);
+    }
+
+    /* Waits. */
+    CHECK(((PFN_cuEventRecord)sym("cuEventRecord", 1))(e, s));
+    static const char *stream_waits[] = {"cuStreamSynchronize", "cuStreamSynchronize_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuStreamSynchronize p = (PFN_cuStreamSynchronize)sym(stream_waits[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) CHECK(p(v ? NULL : s));
+        count(stream_waits[v], n);
+    }
+    PFN_cuCtxSynchronize ctxsync = (PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1);
+    for (long i = 0; i < n; i++) CHECK(ctxsync());
+    count("cuCtxSynchronize", n);
+    PFN_cuEventSynchronize evsync = (PFN_cuEventSynchronize)sym("cuEventSynchronize", 1);
+    for (long i = 0; i < n; i++) CHECK(evsync(e));
+    count("cuEventSynchronize", n);
+    static const char *event_waits[] = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuStreamWaitEvent p = (PFN_cuStreamWaitEvent)sym(event_waits[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) CHECK(p(s, e, 0));
+        count(event_waits[v], n);
+    }
+
+    /* Memory: allocation i of every variant is 4096 * (i + 1) bytes, freed by the matching free. */
+    CUdeviceptr *ptrs = calloc((size_t)n, sizeof *ptrs);
+    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
+    PFN_cuMemFree mfree = (PFN_cuMemFree)sym("cuMemFree_v2", 1);
+    for (long i = 0; i < n; i++) CHECK(alloc(&ptrs[i], 4096 * (size_t)(i + 1)));
+    for (long i = 0; i < n; i++) CHECK(mfree(ptrs[i]));
+    count("cuMemAlloc_v2", n + 2); /* setup() allocated two buffers */
+    count("cuMemFree_v2", n);
+    static const char *async_allocs[][2] = {{"cuMemAllocAsync", "cuMemFreeAsync"},
+                                            {"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz"}};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuMemAllocAsync a = (PFN_cuMemAllocAsync)sym(async_allocs[v][0], 0);
+        PFN_cuMemFreeAsync f = (PFN_cuMemFreeAsync)sym(async_allocs[v][1], 0);
+        if (!a || !f) continue;
+        for (long i = 0; i < n; i++) CHECK(a(&ptrs[i], 4096 * (size_t)(i + 1), s));
+        for (long i = 0; i < n; i++) CHECK(f(ptrs[i], s));
+        count(async_allocs[v][0], n);
+        count(async_allocs[v][1], n);
+    }
+    CHECK(ctxsync());
+    count("cuCtxSynchronize(final)", 1);
+    printf("},\"function\":%llu,\"kernel\":%llu,\"kernel_function\":%llu,\"graph\":%llu}\n",
+           (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)kernel,
+           (unsigned long long)(uintptr_t)kernel_fn, (unsigned long long)(uintptr_t)graph);
+}
+
+/* ---- loop ------------------------------------------------------------------------------------- */
+
+static void run_loop(double seconds, unsigned grid, long sync_every, long limit) {
+    setup(1 << 20);
+    CUstream s = new_stream();
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    PFN_cuStreamSynchronize ssync = (PFN_cuStreamSynchronize)sym("cuStreamSynchronize", 1);
+    uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+    long launches = 0, syncs = 0;
+    while (now_ns() < end && (limit <= 0 || launches < limit)) {
+        CHECK(launch(function, grid, 1, 1, 128, 1, 1, 0, s, kernel_params, NULL));
+        launches++;
+        if (sync_every > 0 && launches % sync_every == 0) {
+            CHECK(ssync(s));
+            syncs++;
+        }
+    }
+    CHECK(ssync(s));
+    syncs++;
+    printf("{\"pid\":%d,\"function\":%llu,\"stream\":%llu,\"launches\":%ld,\"syncs\":%ld}\n", getpid(),
+           (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)s, launches, syncs);
+}
+
+/* ---- main ------------------------------------------------------------------------------------- */
+
+static void usage(void) {
+    fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N\n");
+    exit(64);
+}
+
+int main(int argc, char **argv) {
+    const char *path = "libcuda.so.1";
+    int threads = 1, i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+        if (!strcmp(argv[i], "--lib") && i + 1 < argc) path = argv[++i];
+        else if (!strcmp(argv[i], "--real")) real_driver = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else usage();
+    }
+    if (i >= argc || threads < 1 || threads > MAX_THREADS) usage();
+    const char *scenario = argv[i++];
+    if (!strcmp(scenario, "wait-for-lib")) {
+        /* Maps the library only after stdin closes, to test tracing of libraries loaded later. */
+        char c;
+        while (read(0, &c, 1) > 0) {}
+    }
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "cuda-workload: cannot load %s: %s\n", path, dlerror());
+        return 2;
+    }
+    if (!strcmp(scenario, "basic") && i + 2 == argc) run_basic(threads, atol(argv[i]), atol(argv[i + 1]));
+    else if (!strcmp(scenario, "each") && i + 1 == argc) run_each(atol(argv[i]));
+    else if (!strcmp(scenario, "loop") && (i + 3 == argc || i + 4 == argc))
+        run_loop(atof(argv[i]), (unsigned)atoi(argv[i + 1]), atol(argv[i + 2]), i + 4 == argc ? atol(argv[i + 3]) : 0);
+    else if (!strcmp(scenario, "wait-for-lib") && i + 1 == argc) run_basic(1, atol(argv[i]), 0);
+    else usage();
+    return 0;
+}

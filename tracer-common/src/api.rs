@@ -1,0 +1,279 @@
+//! Every probed driver entry point, with the facts both sides need about it.
+//!
+//! The id of an [`Api`] travels in the uprobe's attach cookie, so one eBPF program serves every
+//! symbol of the same argument layout and each record names the exact symbol that was called.
+
+/// What a call does, as reported in `kind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A kernel launch (asynchronous: the duration is CPU-side launch latency).
+    Launch,
+    /// A CUDA graph launch.
+    GraphLaunch,
+    /// A memory copy.
+    Memcpy,
+    /// A host wait on a stream, context or event.
+    Sync,
+    /// A device allocation.
+    Alloc,
+    /// A device free.
+    Free,
+    /// A kernel-handle lookup by name, or kernel-to-function conversion.
+    Lookup,
+}
+
+impl Kind {
+    /// The name used in JSON and metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Launch => "launch",
+            Kind::GraphLaunch => "graph_launch",
+            Kind::Memcpy => "memcpy",
+            Kind::Sync => "sync",
+            Kind::Alloc => "alloc",
+            Kind::Free => "free",
+            Kind::Lookup => "lookup",
+        }
+    }
+}
+
+/// Which entry program reads the arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `cuLaunchKernel`-shaped: six register arguments plus blockZ, sharedMem and stream on the stack.
+    Launch,
+    /// `cuLaunchKernelEx`: dimensions read from the `CUlaunchConfig` the first argument points to.
+    LaunchEx,
+    /// The six register arguments, kept as they are.
+    Regs,
+}
+
+/// How the arguments of a call are to be read (see [`crate::CallEvent`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Launch record: function, grid, block, shared memory, stream.
+    Launch,
+    /// `(CUgraphExec, CUstream)`.
+    Graph,
+    /// `(dst, src, bytes[, stream])`.
+    Copy,
+    /// `(dst, dstCtx, src, srcCtx, bytes[, stream])`.
+    CopyPeer,
+    /// `(CUstream)`.
+    StreamSync,
+    /// `(void)`.
+    CtxSync,
+    /// `(CUevent)`.
+    EventSync,
+    /// `(CUstream, CUevent, flags)`.
+    StreamWaitEvent,
+    /// `(CUdeviceptr *dptr, bytes[, stream])`.
+    Alloc,
+    /// `(CUdeviceptr[, stream])`.
+    Free,
+    /// `(CUfunction *out, CUmodule, const char *name)`.
+    ModuleGetFunction,
+    /// `(CUkernel *out, CUlibrary, const char *name)`.
+    LibraryGetKernel,
+    /// `(CUfunction *out, CUkernel)`.
+    KernelGetFunction,
+}
+
+/// Direction of a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Host to device.
+    HtoD,
+    /// Device to host.
+    DtoH,
+    /// Device to device.
+    DtoD,
+    /// Between two devices' contexts.
+    Peer,
+    /// Unified addressing: the driver works it out from the pointers.
+    Default,
+}
+
+impl Direction {
+    /// The name used in JSON and metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Direction::HtoD => "htod",
+            Direction::DtoH => "dtoh",
+            Direction::DtoD => "dtod",
+            Direction::Peer => "peer",
+            Direction::Default => "default",
+        }
+    }
+}
+
+/// Cookie flag: at return, read the out-parameter the first argument points to.
+pub const COOKIE_READ_OUT: u64 = 1 << 16;
+/// Cookie flag: at return, read the NUL-terminated name the third argument points to.
+pub const COOKIE_READ_NAME: u64 = 1 << 17;
+/// Mask of the api id inside a cookie.
+pub const COOKIE_API_MASK: u64 = 0xffff;
+
+/// Static facts about one entry point.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiInfo {
+    /// The exported symbol.
+    pub symbol: &'static str,
+    /// What the call does.
+    pub kind: Kind,
+    /// Which entry program reads it.
+    pub layout: Layout,
+    /// How to read its arguments.
+    pub shape: Shape,
+    /// Whether the call takes a stream argument.
+    pub has_stream: bool,
+    /// Whether this is a per-thread default-stream (`_ptsz`/`_ptds`) variant.
+    pub per_thread: bool,
+    /// Copy direction, for copies.
+    pub direction: Option<Direction>,
+}
+
+macro_rules! apis {
+    ($( $variant:ident = $sym:literal : $kind:ident, $layout:ident, $shape:ident, $stream:literal, $dir:expr; )*) => {
+        /// A probed driver entry point; the discriminant is its id in cookies and records.
+        #[repr(u16)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types)]
+        pub enum Api { $( $variant, )* }
+
+        impl Api {
+            /// Every entry point, in id order.
+            pub const ALL: &'static [Api] = &[ $( Api::$variant, )* ];
+
+            /// Static facts about this entry point.
+            pub const fn info(self) -> ApiInfo {
+                match self {
+                    $( Api::$variant => ApiInfo {
+                        symbol: $sym,
+                        kind: Kind::$kind,
+                        layout: Layout::$layout,
+                        shape: Shape::$shape,
+                        has_stream: $stream,
+                        per_thread: ends_with($sym.as_bytes(), b"_ptsz") || ends_with($sym.as_bytes(), b"_ptds"),
+                        direction: $dir,
+                    }, )*
+                }
+            }
+        }
+    };
+}
+
+const fn ends_with(s: &[u8], suffix: &[u8]) -> bool {
+    if s.len() < suffix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < suffix.len() {
+        if s[s.len() - suffix.len() + i] != suffix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+use Direction::*;
+apis! {
+    LaunchKernel = "cuLaunchKernel": Launch, Launch, Launch, true, None;
+    LaunchKernelPtsz = "cuLaunchKernel_ptsz": Launch, Launch, Launch, true, None;
+    LaunchCooperativeKernel = "cuLaunchCooperativeKernel": Launch, Launch, Launch, true, None;
+    LaunchCooperativeKernelPtsz = "cuLaunchCooperativeKernel_ptsz": Launch, Launch, Launch, true, None;
+    LaunchKernelEx = "cuLaunchKernelEx": Launch, LaunchEx, Launch, true, None;
+    LaunchKernelExPtsz = "cuLaunchKernelEx_ptsz": Launch, LaunchEx, Launch, true, None;
+    GraphLaunch = "cuGraphLaunch": GraphLaunch, Regs, Graph, true, None;
+    GraphLaunchPtsz = "cuGraphLaunch_ptsz": GraphLaunch, Regs, Graph, true, None;
+    MemcpyHtoD = "cuMemcpyHtoD_v2": Memcpy, Regs, Copy, false, Some(HtoD);
+    MemcpyHtoDPtds = "cuMemcpyHtoD_v2_ptds": Memcpy, Regs, Copy, false, Some(HtoD);
+    MemcpyDtoH = "cuMemcpyDtoH_v2": Memcpy, Regs, Copy, false, Some(DtoH);
+    MemcpyDtoHPtds = "cuMemcpyDtoH_v2_ptds": Memcpy, Regs, Copy, false, Some(DtoH);
+    MemcpyDtoD = "cuMemcpyDtoD_v2": Memcpy, Regs, Copy, false, Some(DtoD);
+    MemcpyDtoDPtds = "cuMemcpyDtoD_v2_ptds": Memcpy, Regs, Copy, false, Some(DtoD);
+    MemcpyHtoDAsync = "cuMemcpyHtoDAsync_v2": Memcpy, Regs, Copy, true, Some(HtoD);
+    MemcpyHtoDAsyncPtsz = "cuMemcpyHtoDAsync_v2_ptsz": Memcpy, Regs, Copy, true, Some(HtoD);
+    MemcpyDtoHAsync = "cuMemcpyDtoHAsync_v2": Memcpy, Regs, Copy, true, Some(DtoH);
+    MemcpyDtoHAsyncPtsz = "cuMemcpyDtoHAsync_v2_ptsz": Memcpy, Regs, Copy, true, Some(DtoH);
+    MemcpyDtoDAsync = "cuMemcpyDtoDAsync_v2": Memcpy, Regs, Copy, true, Some(DtoD);
+    MemcpyDtoDAsyncPtsz = "cuMemcpyDtoDAsync_v2_ptsz": Memcpy, Regs, Copy, true, Some(DtoD);
+    Memcpy = "cuMemcpy": Memcpy, Regs, Copy, false, Some(Default);
+    MemcpyPtds = "cuMemcpy_ptds": Memcpy, Regs, Copy, false, Some(Default);
+    MemcpyAsync = "cuMemcpyAsync": Memcpy, Regs, Copy, true, Some(Default);
+    MemcpyAsyncPtsz = "cuMemcpyAsync_ptsz": Memcpy, Regs, Copy, true, Some(Default);
+    MemcpyPeer = "cuMemcpyPeer": Memcpy, Regs, CopyPeer, false, Some(Peer);
+    MemcpyPeerPtds = "cuMemcpyPeer_ptds": Memcpy, Regs, CopyPeer, false, Some(Peer);
+    MemcpyPeerAsync = "cuMemcpyPeerAsync": Memcpy, Regs, CopyPeer, true, Some(Peer);
+    MemcpyPeerAsyncPtsz = "cuMemcpyPeerAsync_ptsz": Memcpy, Regs, CopyPeer, true, Some(Peer);
+    StreamSynchronize = "cuStreamSynchronize": Sync, Regs, StreamSync, true, None;
+    StreamSynchronizePtsz = "cuStreamSynchronize_ptsz": Sync, Regs, StreamSync, true, None;
+    CtxSynchronize = "cuCtxSynchronize": Sync, Regs, CtxSync, false, None;
+    EventSynchronize = "cuEventSynchronize": Sync, Regs, EventSync, false, None;
+    StreamWaitEvent = "cuStreamWaitEvent": Sync, Regs, StreamWaitEvent, true, None;
+    StreamWaitEventPtsz = "cuStreamWaitEvent_ptsz": Sync, Regs, StreamWaitEvent, true, None;
+    ModuleGetFunction = "cuModuleGetFunction": Lookup, Regs, ModuleGetFunction, false, None;
+    LibraryGetKernel = "cuLibraryGetKernel": Lookup, Regs, LibraryGetKernel, false, None;
+    KernelGetFunction = "cuKernelGetFunction": Lookup, Regs, KernelGetFunction, false, None;
+    MemAlloc = "cuMemAlloc_v2": Alloc, Regs, Alloc, false, None;
+    MemFree = "cuMemFree_v2": Free, Regs, Free, false, None;
+    MemAllocAsync = "cuMemAllocAsync": Alloc, Regs, Alloc, true, None;
+    MemAllocAsyncPtsz = "cuMemAllocAsync_ptsz": Alloc, Regs, Alloc, true, None;
+    MemFreeAsync = "cuMemFreeAsync": Free, Regs, Free, true, None;
+    MemFreeAsyncPtsz = "cuMemFreeAsync_ptsz": Free, Regs, Free, true, None;
+}
+
+impl Api {
+    /// The api with this id, if any.
+    pub fn from_id(id: u32) -> Option<Api> {
+        Api::ALL.get(id as usize).copied()
+    }
+
+    /// The attach cookie for this api: its id plus what the return probe must read.
+    pub const fn cookie(self) -> u64 {
+        let flags = match self.info().shape {
+            Shape::Alloc | Shape::KernelGetFunction => COOKIE_READ_OUT,
+            Shape::ModuleGetFunction | Shape::LibraryGetKernel => COOKIE_READ_OUT | COOKIE_READ_NAME,
+            _ => 0,
+        };
+        self as u64 | flags
+    }
+
+    /// The exported symbol.
+    pub const fn symbol(self) -> &'static str {
+        self.info().symbol
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn ids_are_positions() {
+        for (i, api) in Api::ALL.iter().enumerate() {
+            assert_eq!(*api as usize, i);
+            assert_eq!(Api::from_id(i as u32), Some(*api));
+        }
+        assert_eq!(Api::from_id(Api::ALL.len() as u32), None);
+    }
+
+    #[test]
+    fn per_thread_variants_are_named() {
+        assert!(Api::LaunchKernelPtsz.info().per_thread);
+        assert!(Api::MemcpyHtoDPtds.info().per_thread);
+        assert!(!Api::LaunchKernel.info().per_thread);
+        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 18);
+    }
+
+    #[test]
+    fn cookies_round_trip() {
+        assert_eq!(Api::ModuleGetFunction.cookie() & COOKIE_API_MASK, Api::ModuleGetFunction as u64);
+        assert_ne!(Api::ModuleGetFunction.cookie() & COOKIE_READ_NAME, 0);
+        assert_eq!(Api::MemAlloc.cookie() & COOKIE_READ_NAME, 0);
+        assert_ne!(Api::MemAlloc.cookie() & COOKIE_READ_OUT, 0);
+        assert_eq!(Api::LaunchKernel.cookie(), 0);
+    }
+}

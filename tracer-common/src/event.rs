@@ -1,0 +1,91 @@
+//! Ring-buffer records. Every record starts with a `u32` tag ([`EventTag`]) so the reader can tell
+//! a plain call from a kernel-name lookup, which carries the looked-up name.
+
+/// Bytes of a kernel name carried by a lookup record (C++ names longer than this are cut).
+pub const NAME_MAX: usize = 256;
+
+/// First field of every ring-buffer record.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventTag {
+    /// A [`CallEvent`].
+    Call = 1,
+    /// A [`LookupEvent`].
+    Lookup = 2,
+}
+
+/// One completed driver call, written at the uretprobe.
+///
+/// `args` holds the call's arguments as the entry probe saw them; their meaning depends on the
+/// [`crate::Layout`] of `api`:
+/// - `Launch`: `[function, grid_x | grid_y << 32, grid_z | block_x << 32, block_y | block_z << 32,
+///   shared_mem_bytes, stream]` (for `cuLaunchKernelEx` read from its `CUlaunchConfig`);
+/// - every other layout: the first six register arguments (`rdi rsi rdx rcx r8 r9`) as they were.
+///
+/// `out` is the value an out-parameter held after a successful return (`*dptr` of an allocation,
+/// `*hfunc` of a lookup), else 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallEvent {
+    /// Always [`EventTag::Call`] or [`EventTag::Lookup`] as `u32`.
+    pub tag: u32,
+    /// The [`crate::Api`] id.
+    pub api: u32,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `bpf_ktime_get_ns` at entry (CLOCK_MONOTONIC).
+    pub start_ns: u64,
+    /// Time from entry to return.
+    pub duration_ns: u64,
+    /// The `CUresult` returned (0 is success).
+    pub result: i32,
+    /// Padding; always 0.
+    pub _pad: u32,
+    /// Arguments, see the type's documentation.
+    pub args: [u64; 6],
+    /// Out-parameter value after return, or 0.
+    pub out: u64,
+    /// The calling thread's `comm`.
+    pub comm: [u8; 16],
+}
+
+/// A kernel-name lookup (`cuModuleGetFunction`, `cuLibraryGetKernel`) with the name read at return.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LookupEvent {
+    /// The call itself; `call.tag` is [`EventTag::Lookup`].
+    pub call: CallEvent,
+    /// The name, NUL-terminated unless it filled the buffer.
+    pub name: [u8; NAME_MAX],
+}
+
+impl CallEvent {
+    /// Grid dimensions of a launch record.
+    pub fn grid(&self) -> [u32; 3] {
+        [lo(self.args[1]), hi(self.args[1]), lo(self.args[2])]
+    }
+    /// Block dimensions of a launch record.
+    pub fn block(&self) -> [u32; 3] {
+        [hi(self.args[2]), lo(self.args[3]), hi(self.args[3])]
+    }
+}
+
+/// Packs two `u32` into one slot the way launch records do.
+pub const fn pack(lo: u32, hi: u32) -> u64 {
+    lo as u64 | (hi as u64) << 32
+}
+const fn lo(v: u64) -> u32 {
+    v as u32
+}
+const fn hi(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `#[repr(C)]` integers and arrays with explicit padding; any bit pattern is valid.
+    unsafe impl aya::Pod for super::CallEvent {}
+    unsafe impl aya::Pod for super::LookupEvent {}
+}

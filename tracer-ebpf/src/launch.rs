@@ -1,0 +1,27 @@
+//! Entry program for `cuLaunchKernel`-shaped calls: `(f, gridX, gridY, gridZ, blockX, blockY,
+//! blockZ, sharedMemBytes, hStream, ...)`. blockZ, sharedMemBytes and hStream are arguments 6-8,
+//! on the user stack at rsp+8, rsp+16, rsp+24 (rsp points at the return address at entry).
+use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
+use tracer_common::event::pack;
+
+use crate::entry::{arg, save};
+
+#[uprobe]
+pub fn cuda_launch(ctx: ProbeContext) -> u32 {
+    // SAFETY: the context's registers are valid for the duration of the program.
+    let sp = unsafe { (*ctx.regs).rsp };
+    // One read for the three stack slots; a fault leaves them 0 rather than losing the call.
+    let stack: [u64; 3] = unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    save(
+        &ctx,
+        [
+            arg(&ctx, 0),
+            pack(arg(&ctx, 1) as u32, arg(&ctx, 2) as u32),
+            pack(arg(&ctx, 3) as u32, arg(&ctx, 4) as u32),
+            pack(arg(&ctx, 5) as u32, stack[0] as u32),
+            stack[1] as u32 as u64,
+            stack[2],
+        ],
+    );
+    0
+}

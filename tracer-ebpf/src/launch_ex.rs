@@ -1,0 +1,19 @@
+//! Entry program for `cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, ...)`.
+//! `CUlaunchConfig` starts with seven `unsigned int` (grid x/y/z, block x/y/z, sharedMemBytes),
+//! then `CUstream hStream` at offset 32: its first 40 bytes, read as five u64, already hold the
+//! packed launch layout of tracer-common.
+use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
+
+use crate::entry::{arg, save};
+
+#[uprobe]
+pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
+    let config = arg(&ctx, 0);
+    let words: [u64; 5] = if config == 0 {
+        [0; 5]
+    } else {
+        unsafe { bpf_probe_read_user(config as *const [u64; 5]) }.unwrap_or([0; 5])
+    };
+    save(&ctx, [arg(&ctx, 1), words[0], words[1], words[2], words[3] as u32 as u64, words[4]]);
+    0
+}

@@ -1,0 +1,23 @@
+//! eBPF programs of cudatrace: one entry program per argument layout (the api id arrives in the
+//! attach cookie), and one return program that turns the saved entry into a ring-buffer record.
+#![no_std]
+#![no_main]
+
+mod entry;
+mod launch;
+mod launch_ex;
+mod maps;
+mod regs;
+mod ret;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects any reachable panic path, so this is never executed.
+    loop {}
+}
+
+// bpf_probe_read_user and bpf_get_current_comm are GPL-only helpers.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,103 @@
+//! Kernel names for launches: handles returned by `cuModuleGetFunction`, `cuLibraryGetKernel` and
+//! `cuKernelGetFunction` are remembered per process, so that every later launch of that handle
+//! carries the kernel's name. A process's table is dropped when the process exits.
+use std::{collections::HashMap, sync::Arc};
+
+use tracer_common::api::Shape;
+
+use crate::events::{Detail, Event};
+
+/// A kernel's name as the module declares it and as a person reads it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KernelName {
+    /// The symbol as looked up (C++-mangled for C++ kernels).
+    pub mangled: String,
+    /// The demangled form, or the symbol itself when it is not a mangled C++ name.
+    pub demangled: String,
+}
+
+impl KernelName {
+    /// Builds both forms from the looked-up symbol.
+    pub fn new(mangled: &str) -> Self {
+        let demangled = cpp_demangle::Symbol::new(mangled)
+            .ok()
+            .and_then(|s| s.demangle(&Default::default()).ok())
+            .unwrap_or_else(|| mangled.to_owned());
+        KernelName { mangled: mangled.to_owned(), demangled }
+    }
+}
+
+/// Handle-to-name tables of every traced process.
+#[derive(Default)]
+pub struct KernelTable {
+    by_pid: HashMap<u32, HashMap<u64, Arc<KernelName>>>,
+}
+
+impl KernelTable {
+    /// Learns from lookups; returns the kernel a launch runs, when its handle is known.
+    pub fn observe(&mut self, ev: &Event) -> Option<Arc<KernelName>> {
+        match &ev.detail {
+            Detail::Launch { function, .. } => self.by_pid.get(&ev.pid)?.get(function).cloned(),
+            Detail::Lookup { handle, source, name } if ev.result == 0 && *handle != 0 => {
+                let name = match ev.api.info().shape {
+                    Shape::KernelGetFunction => self.by_pid.get(&ev.pid)?.get(source).cloned()?,
+                    _ => Arc::new(KernelName::new(name.as_deref()?)),
+                };
+                self.by_pid.entry(ev.pid).or_default().insert(*handle, name.clone());
+                Some(name)
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets an exited process.
+    pub fn forget(&mut self, pid: u32) {
+        self.by_pid.remove(&pid);
+    }
+
+    /// Number of processes with a table.
+    pub fn processes(&self) -> usize {
+        self.by_pid.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::Api;
+
+    use super::*;
+
+    fn ev(api: Api, pid: u32, detail: Detail) -> Event {
+        Event { api, pid, tid: pid, comm: "t".into(), start_ns: 0, duration_ns: 1, result: 0, detail }
+    }
+    fn launch(pid: u32, function: u64) -> Event {
+        let d = Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream: 0 };
+        ev(Api::LaunchKernel, pid, d)
+    }
+
+    #[test]
+    fn demangles_and_keeps_mangled() {
+        let k = KernelName::new("_Z11hidden_gemmPfS_i");
+        assert_eq!(k.demangled, "hidden_gemm(float*, float*, int)");
+        assert_eq!(k.mangled, "_Z11hidden_gemmPfS_i");
+        assert_eq!(KernelName::new("plain_c_kernel").demangled, "plain_c_kernel");
+    }
+
+    #[test]
+    fn names_follow_handles_per_process() {
+        let mut t = KernelTable::default();
+        let lookup = Detail::Lookup { handle: 0x10, source: 0x1, name: Some("_Z3addv".into()) };
+        t.observe(&ev(Api::ModuleGetFunction, 1, lookup));
+        assert_eq!(t.observe(&launch(1, 0x10)).unwrap().demangled, "add()");
+        assert_eq!(t.observe(&launch(2, 0x10)), None, "handles are per process");
+        let lib = Detail::Lookup { handle: 0x20, source: 0x2, name: Some("_Z3mulv".into()) };
+        t.observe(&ev(Api::LibraryGetKernel, 1, lib));
+        let conv = Detail::Lookup { handle: 0x30, source: 0x20, name: None };
+        t.observe(&ev(Api::KernelGetFunction, 1, conv));
+        assert_eq!(t.observe(&launch(1, 0x30)).unwrap().mangled, "_Z3mulv");
+        assert_eq!(t.observe(&launch(1, 0x20)).unwrap().mangled, "_Z3mulv", "a CUkernel launched as a CUfunction");
+        t.forget(1);
+        assert_eq!(t.observe(&launch(1, 0x10)), None);
+        assert_eq!(t.processes(), 0);
+    }
+}

@@ -1,0 +1,102 @@
+//! Device memory per process from allocations and frees: bytes held now, the peak, and frees of
+//! pointers this tracer never saw allocated (allocated before it started, or a bug).
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::events::{Detail, Event};
+
+/// Device memory of one process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessMemory {
+    /// Bytes allocated and not yet freed.
+    pub current_bytes: u64,
+    /// Highest `current_bytes` seen.
+    pub peak_bytes: u64,
+    /// Successful allocations.
+    pub allocs: u64,
+    /// Successful frees of known pointers.
+    pub frees: u64,
+    /// Frees of pointers not allocated while traced.
+    pub unknown_frees: u64,
+    #[serde(skip)]
+    live: HashMap<u64, u64>,
+}
+
+/// Device memory of every traced process.
+#[derive(Default)]
+pub struct MemoryTable {
+    by_pid: HashMap<u32, ProcessMemory>,
+}
+
+impl MemoryTable {
+    /// Accounts an allocation or free; other events are ignored.
+    pub fn observe(&mut self, ev: &Event) {
+        if ev.result != 0 {
+            return;
+        }
+        match ev.detail {
+            Detail::Alloc { dptr, bytes, .. } if dptr != 0 => {
+                let m = self.by_pid.entry(ev.pid).or_default();
+                if let Some(old) = m.live.insert(dptr, bytes) {
+                    // The same pointer again without a free we saw: replace, don't double count.
+                    m.current_bytes -= old;
+                }
+                m.current_bytes += bytes;
+                m.peak_bytes = m.peak_bytes.max(m.current_bytes);
+                m.allocs += 1;
+            }
+            Detail::Free { dptr, .. } => {
+                let m = self.by_pid.entry(ev.pid).or_default();
+                match m.live.remove(&dptr) {
+                    Some(bytes) => {
+                        m.current_bytes -= bytes;
+                        m.frees += 1;
+                    }
+                    None => m.unknown_frees += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The process's memory, if it allocated or freed anything.
+    pub fn get(&self, pid: u32) -> Option<&ProcessMemory> {
+        self.by_pid.get(&pid)
+    }
+
+    /// Every process, by pid.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &ProcessMemory)> {
+        self.by_pid.iter().map(|(p, m)| (*p, m))
+    }
+
+    /// Forgets an exited process.
+    pub fn forget(&mut self, pid: u32) {
+        self.by_pid.remove(&pid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::Api;
+
+    use super::*;
+
+    fn ev(api: Api, detail: Detail) -> Event {
+        Event { api, pid: 1, tid: 1, comm: String::new(), start_ns: 0, duration_ns: 0, result: 0, detail }
+    }
+
+    #[test]
+    fn current_peak_and_unknown_frees() {
+        let mut t = MemoryTable::default();
+        t.observe(&ev(Api::MemAlloc, Detail::Alloc { dptr: 0x1000, bytes: 100, stream: None }));
+        t.observe(&ev(Api::MemAllocAsync, Detail::Alloc { dptr: 0x2000, bytes: 50, stream: Some(1) }));
+        t.observe(&ev(Api::MemFree, Detail::Free { dptr: 0x1000, stream: None }));
+        t.observe(&ev(Api::MemFree, Detail::Free { dptr: 0x9999, stream: None }));
+        let mut failed = ev(Api::MemAlloc, Detail::Alloc { dptr: 0x3000, bytes: 7, stream: None });
+        failed.result = 2;
+        t.observe(&failed);
+        let m = t.get(1).unwrap();
+        assert_eq!((m.current_bytes, m.peak_bytes, m.allocs, m.frees, m.unknown_frees), (50, 150, 2, 1, 1));
+    }
+}

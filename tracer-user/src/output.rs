@@ -1,0 +1,130 @@
+//! Writes events to stdout: one JSON object a line, or a table for people.
+use std::io::{self, BufWriter, Stdout, Write};
+
+use serde::Serialize;
+
+use crate::{
+    events::{Detail, Event},
+    gputime::BatchEstimate,
+    kernels::KernelName,
+};
+
+/// An event with what the tracer learned about it, as one JSON line.
+#[derive(Serialize)]
+struct JsonEvent<'a> {
+    api: &'static str,
+    kind: &'static str,
+    pid: u32,
+    tid: u32,
+    comm: &'a str,
+    start_ns: u64,
+    duration_ns: u64,
+    result: i32,
+    #[serde(flatten)]
+    detail: &'a Detail,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel_mangled: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_estimate: Option<&'a BatchEstimate>,
+}
+
+/// Buffered event printer; flushed after each batch read from the ring buffer.
+pub struct Printer {
+    json: bool,
+    out: BufWriter<Stdout>,
+    header: bool,
+}
+
+impl Printer {
+    /// A printer of JSON lines (`json`) or of a table.
+    pub fn new(json: bool) -> Self {
+        Printer { json, out: BufWriter::with_capacity(1 << 16, io::stdout()), header: false }
+    }
+
+    /// Prints one event.
+    pub fn print(&mut self, ev: &Event, kernel: Option<&KernelName>, est: Option<&BatchEstimate>) -> io::Result<()> {
+        if self.json {
+            let line = JsonEvent {
+                api: ev.api.symbol(),
+                kind: ev.api.info().kind.as_str(),
+                pid: ev.pid,
+                tid: ev.tid,
+                comm: &ev.comm,
+                start_ns: ev.start_ns,
+                duration_ns: ev.duration_ns,
+                result: ev.result,
+                detail: &ev.detail,
+                kernel: kernel.map(|k| k.demangled.as_str()),
+                kernel_mangled: kernel.map(|k| k.mangled.as_str()),
+                gpu_estimate: est,
+            };
+            serde_json::to_writer(&mut self.out, &line)?;
+            return self.out.write_all(b"\n");
+        }
+        if !self.header {
+            self.header = true;
+            writeln!(
+                self.out,
+                "{:>16} {:>7} {:>7} {:<15} {:<28} {:>12} {:>4}  DETAIL",
+                "START_NS", "PID", "TID", "COMM", "API", "DURATION_US", "RES"
+            )?;
+        }
+        let detail = describe(&ev.detail, kernel, est);
+        writeln!(
+            self.out,
+            "{:>16} {:>7} {:>7} {:<15} {:<28} {:>12.3} {:>4}  {}",
+            ev.start_ns,
+            ev.pid,
+            ev.tid,
+            ev.comm,
+            ev.api.symbol(),
+            ev.duration_ns as f64 / 1e3,
+            ev.result,
+            detail
+        )
+    }
+
+    /// Flushes what was printed.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>) -> String {
+    let mut s = match d {
+        Detail::Launch { function, grid, block, shared_mem_bytes, stream } => {
+            let name = kernel.map_or_else(|| format!("{function:#x}"), |k| k.demangled.clone());
+            format!(
+                "{name} grid={}x{}x{} block={}x{}x{} smem={shared_mem_bytes} stream={stream:#x}",
+                grid[0], grid[1], grid[2], block[0], block[1], block[2]
+            )
+        }
+        Detail::Graph { graph_exec, stream } => format!("graph={graph_exec:#x} stream={stream:#x}"),
+        Detail::Copy { bytes, direction, stream, .. } => match stream {
+            Some(st) => format!("{direction} {bytes} bytes stream={st:#x}"),
+            None => format!("{direction} {bytes} bytes"),
+        },
+        Detail::Sync { stream, event } => {
+            let mut s = String::new();
+            if let Some(st) = stream {
+                s += &format!("stream={st:#x} ");
+            }
+            if let Some(e) = event {
+                s += &format!("event={e:#x}");
+            }
+            s
+        }
+        Detail::Alloc { dptr, bytes, .. } => format!("{bytes} bytes at {dptr:#x}"),
+        Detail::Free { dptr, .. } => format!("{dptr:#x}"),
+        Detail::Lookup { handle, name, .. } => match kernel.or(None) {
+            Some(k) => format!("{} -> {handle:#x}", k.demangled),
+            None => format!("{} -> {handle:#x}", name.as_deref().unwrap_or("?")),
+        },
+    };
+    if let Some(e) = est {
+        s += &format!(" (estimate: {} launches, {} us on the GPU)", e.launches, e.gpu_ns_estimate / 1000);
+    }
+    s
+}

@@ -1,0 +1,94 @@
+//! Resolves the probed driver entry points in one library: one ELF parse per library instead of
+//! one per attach, and symbols that alias one address are attached once (a second uprobe on the
+//! same instruction would count every call twice).
+use std::{collections::HashMap, fs, path::Path};
+
+use object::{Object, ObjectSection, ObjectSymbol};
+use thiserror::Error;
+use tracer_common::Api;
+
+/// Why a library's symbols could not be read.
+#[derive(Debug, Error)]
+pub enum SymbolError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The library.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not an ELF object.
+    #[error("{path} is not an ELF shared library: {source}")]
+    Parse {
+        /// The library.
+        path: String,
+        /// The parse error.
+        source: object::Error,
+    },
+}
+
+/// Where one api's code sits in the library file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The api.
+    pub api: Api,
+    /// File offset of the function's first instruction (what uprobes attach to).
+    pub offset: u64,
+}
+
+/// The outcome of resolving every [`Api`] in one library.
+#[derive(Clone, Debug, Default)]
+pub struct Resolution {
+    /// Apis to attach, one per distinct offset.
+    pub found: Vec<Resolved>,
+    /// Apis the library does not export.
+    pub missing: Vec<Api>,
+    /// Apis exported at the same offset as an earlier one: `(alias, attached_as)`.
+    pub aliases: Vec<(Api, Api)>,
+}
+
+/// Resolves every [`Api`] exported by the library at `path`.
+pub fn resolve(path: &Path) -> Result<Resolution, SymbolError> {
+    let data = fs::read(path).map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
+    let file = object::File::parse(&*data)
+        .map_err(|source| SymbolError::Parse { path: path.display().to_string(), source })?;
+    let wanted: HashMap<&str, Api> = Api::ALL.iter().map(|a| (a.symbol(), *a)).collect();
+    let mut offsets: HashMap<Api, u64> = HashMap::new();
+    for sym in file.dynamic_symbols().chain(file.symbols()) {
+        if sym.is_undefined() || !matches!(sym.kind(), object::SymbolKind::Text) {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        // Versioned names (`cuInit@@libcuda.so.1`) are stored without the version in dynsym.
+        let Some(api) = wanted.get(name).copied() else { continue };
+        if offsets.contains_key(&api) {
+            continue;
+        }
+        if let Some(offset) = file_offset(&file, &sym) {
+            offsets.insert(api, offset);
+        }
+    }
+    let mut res = Resolution::default();
+    let mut by_offset: HashMap<u64, Api> = HashMap::new();
+    for api in Api::ALL {
+        match offsets.get(api) {
+            None => res.missing.push(*api),
+            Some(&offset) => match by_offset.get(&offset) {
+                Some(first) => res.aliases.push((*api, *first)),
+                None => {
+                    by_offset.insert(offset, *api);
+                    res.found.push(Resolved { api: *api, offset });
+                }
+            },
+        }
+    }
+    Ok(res)
+}
+
+/// Translates a symbol's virtual address into the file offset uprobes are attached by.
+fn file_offset(file: &object::File<'_>, sym: &object::Symbol<'_, '_>) -> Option<u64> {
+    let section = file.section_by_index(sym.section_index()?).ok()?;
+    let (offset, _) = section.file_range()?;
+    sym.address().checked_sub(section.address())?.checked_add(offset)
+}

@@ -1,0 +1,158 @@
+//! Project tasks: `cargo xtask build | standin | demo | test`.
+use std::{
+    env,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Build cudatrace (eBPF programs included) and the stand-in libraries and workload.
+    Build,
+    /// Build only the stand-in libcuda.so.1 and the workload, into target/standin.
+    Standin,
+    /// Build everything, then trace the bundled workload against the stand-in libcuda.
+    Demo,
+    /// Run the unit tests, then the privileged end-to-end tests (root or CAP_BPF needed).
+    Test {
+        /// Only end-to-end tests whose name contains this.
+        filter: Option<String>,
+    },
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Compiles the stand-in libraries and the workload (C, with the real CUDA prototypes).
+fn build_standin() -> Result<PathBuf> {
+    let src = root().join("tests/standin");
+    let out = target_dir().join("standin");
+    std::fs::create_dir_all(&out)?;
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let common = ["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer"];
+    // -fno-ipa-icf: entry points with identical bodies must stay separate functions, as in
+    // NVIDIA's library, or one probe would see the calls of two symbols.
+    let shared = ["-fPIC", "-shared", "-fvisibility=hidden", "-fno-ipa-icf"];
+    for (lib, soname) in [("libcuda", "libcuda.so.1"), ("libpartial", "libpartial.so")] {
+        run(Command::new(&cc)
+            .args(common)
+            .args(shared)
+            .arg(format!("-Wl,-soname,{soname}"))
+            .arg("-o")
+            .arg(out.join(soname))
+            .arg(src.join(format!("{lib}.c")))
+            .arg("-lpthread"))?;
+    }
+    run(Command::new(&cc)
+        .args(common)
+        .arg("-o")
+        .arg(out.join("cuda-workload"))
+        .arg(src.join("workload.c"))
+        .args(["-ldl", "-lpthread"]))?;
+    Ok(out)
+}
+
+fn build() -> Result<PathBuf> {
+    run(cargo().current_dir(root()).args(["build", "--release", "--package", "tracer-user"]))?;
+    build_standin()
+}
+
+fn demo() -> Result<()> {
+    let standin = build()?;
+    let cudatrace = target_dir().join("release/cudatrace");
+    let lib = standin.join("libcuda.so.1");
+    let mut tracer = Command::new(&cudatrace)
+        .args(["trace", "--lib"])
+        .arg(&lib)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", cudatrace.display()))?;
+    let stderr = tracer.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                eprintln!("{line}");
+                if line.starts_with("ready:") {
+                    break;
+                }
+            }
+            _ => {
+                let status = tracer.wait()?;
+                bail!("cudatrace exited before it was ready ({status})");
+            }
+        }
+    }
+    run(Command::new(standin.join("cuda-workload")).arg("--lib").arg(&lib).args(["each", "2"]))?;
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    for line in lines.map_while(Result::ok) {
+        eprintln!("{line}");
+    }
+    let status = tracer.wait()?;
+    if !status.success() {
+        bail!("cudatrace failed: {status}");
+    }
+    Ok(())
+}
+
+fn test(filter: Option<String>) -> Result<()> {
+    // Unit tests beside the code (the eBPF crate is no_std and has none on the host).
+    run(cargo().current_dir(root()).args([
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "tracer-ebpf",
+        "--exclude",
+        "integration-tests",
+    ]))?;
+    let standin = build()?;
+    // End-to-end: one test at a time, since every tracer sees every process's calls and the
+    // simulated device is shared.
+    let mut cmd = cargo();
+    cmd.current_dir(root())
+        .args(["test", "--release", "--package", "integration-tests", "--"])
+        .args(["--test-threads=1", "--nocapture"])
+        .env("CUDATRACE_STANDIN_DIR", &standin)
+        .env("CUDATRACE_BIN", target_dir().join("release/cudatrace"));
+    if let Some(f) = filter {
+        cmd.arg(f);
+    }
+    run(&mut cmd)
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Build => build().map(|_| ()),
+        Task::Standin => build_standin().map(|_| ()),
+        Task::Demo => demo(),
+        Task::Test { filter } => test(filter),
+    }
+}
