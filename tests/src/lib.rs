@@ -129,6 +129,13 @@ impl Tracer {
         }
     }
 
+    /// Kills the tracer with SIGKILL, as an OOM killer or `kubectl delete --force` would.
+    pub fn kill(self) -> Traced {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        self.wait()
+    }
+
     /// Stops the tracer with SIGINT and collects its output.
     pub fn stop(self) -> Traced {
         // SAFETY: plain kill(2).
@@ -149,6 +156,7 @@ impl Tracer {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
+        wait_for_background_detach();
         let lines = self.stdout.join().unwrap();
         self.stderr_done.join().unwrap();
         let events = lines
@@ -159,6 +167,24 @@ impl Tracer {
         let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
         Traced { events, stderr, code: status.code() }
     }
+}
+
+/// Waits until no `cudatrace` process is left. A stopped tracer hands the removal of its probes
+/// to a forked child, which takes seconds and holds the kernel's probe mutex meanwhile; the next
+/// test's attach would wait on it while its workload already runs.
+fn wait_for_background_detach() {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "cudatrace")
+                && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
+        });
+        if !running {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("a cudatrace process was still detaching after 120 s");
 }
 
 /// Runs the workload to completion and returns its JSON report.

@@ -8,6 +8,8 @@
  *     loop SECONDS GRID SYNC_EVERY [CALL_LIMIT]
  *                               launches of GRID blocks, a cuStreamSynchronize every SYNC_EVERY
  *     wait-for-lib N            dlopen, then call cuLaunchKernel N times once stdin closes
+ *     die-in-call               exit while a thread is blocked inside cuStreamSynchronize
+ *   --settle MS sleeps between dlopen and the first call.
  *
  * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
  * sharedMemBytes i, and thread t's stream; its copy j moves 1024 + 16 * j + t bytes, host to device
@@ -35,6 +37,7 @@ static const char *PTX =
 
 static void *lib;
 static int real_driver;
+static uint64_t loaded_ns; /* CLOCK_MONOTONIC when dlopen returned */
 
 static void *sym(const char *name, int required) {
     void *p = dlsym(lib, name);
@@ -129,7 +132,8 @@ static void run_basic(int threads, long launches, long copies) {
     setup(1 << 20);
     pthread_t th[MAX_THREADS];
     struct basic_args args[MAX_THREADS];
-    printf("{\"pid\":%d,\"function\":%llu,\"streams\":[", getpid(), (unsigned long long)(uintptr_t)function);
+    printf("{\"pid\":%d,\"loaded_ns\":%llu,\"function\":%llu,\"streams\":[", getpid(),
+           (unsigned long long)loaded_ns, (unsigned long long)(uintptr_t)function);
     for (int t = 0; t < threads; t++) {
         args[t] = (struct basic_args){t, launches / threads + (t < launches % threads),
                                       copies / threads + (t < copies % threads), new_stream()};
@@ -324,21 +328,47 @@ static void run_loop(double seconds, unsigned grid, long sync_every, long limit)
            (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)s, launches, syncs);
 }
 
+/* ---- die-in-call ------------------------------------------------------------------------------ */
+
+static CUstream die_stream;
+static void *die_waiter(void *p) {
+    (void)p;
+    ((PFN_cuStreamSynchronize)sym("cuStreamSynchronize", 1))(die_stream); /* never returns: exit comes first */
+    return NULL;
+}
+
+/* Queues a long kernel, blocks a second thread in cuStreamSynchronize, and exits the process while
+ * that thread is inside the call: its entry state must not outlive it. */
+static void run_die_in_call(void) {
+    setup(4096);
+    die_stream = new_stream();
+    CHECK(((PFN_cuLaunchKernel)sym("cuLaunchKernel", 1))(function, 1, 1, 1, 1, 1, 1, 0, die_stream, kernel_params, NULL));
+    pthread_t t;
+    pthread_create(&t, NULL, die_waiter, NULL);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    printf("{\"pid\":%d}\n", getpid());
+    fflush(stdout);
+    _exit(0);
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call\n");
     exit(64);
 }
 
 int main(int argc, char **argv) {
     const char *path = "libcuda.so.1";
     int threads = 1, i = 1;
+    long settle_ms = 0;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (!strcmp(argv[i], "--lib") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--real")) real_driver = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--settle") && i + 1 < argc) settle_ms = atol(argv[++i]);
         else usage();
     }
     if (i >= argc || threads < 1 || threads > MAX_THREADS) usage();
@@ -353,11 +383,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "cuda-workload: cannot load %s: %s\n", path, dlerror());
         return 2;
     }
+    loaded_ns = now_ns();
+    /* Give a tracer that watches for newly mapped libraries time to attach before any call. */
+    if (settle_ms > 0) {
+        struct timespec ts = {settle_ms / 1000, (settle_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
     if (!strcmp(scenario, "basic") && i + 2 == argc) run_basic(threads, atol(argv[i]), atol(argv[i + 1]));
     else if (!strcmp(scenario, "each") && i + 1 == argc) run_each(atol(argv[i]));
     else if (!strcmp(scenario, "loop") && (i + 3 == argc || i + 4 == argc))
         run_loop(atof(argv[i]), (unsigned)atoi(argv[i + 1]), atol(argv[i + 2]), i + 4 == argc ? atol(argv[i + 3]) : 0);
     else if (!strcmp(scenario, "wait-for-lib") && i + 1 == argc) run_basic(1, atol(argv[i]), 0);
+    else if (!strcmp(scenario, "die-in-call") && i == argc) run_die_in_call();
     else usage();
     return 0;
 }

@@ -12,6 +12,18 @@ pub enum EventTag {
     Call = 1,
     /// A [`LookupEvent`].
     Lookup = 2,
+    /// An [`ExitEvent`].
+    Exit = 3,
+}
+
+/// A traced process has exited (its last thread, or its leader): user space drops its state.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExitEvent {
+    /// Always [`EventTag::Exit`] as `u32`.
+    pub tag: u32,
+    /// Process id.
+    pub pid: u32,
 }
 
 /// One completed driver call, written at the uretprobe.
@@ -88,4 +100,5 @@ mod pod {
     // SAFETY: plain `#[repr(C)]` integers and arrays with explicit padding; any bit pattern is valid.
     unsafe impl aya::Pod for super::CallEvent {}
     unsafe impl aya::Pod for super::LookupEvent {}
+    unsafe impl aya::Pod for super::ExitEvent {}
 }

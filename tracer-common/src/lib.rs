@@ -6,7 +6,7 @@ pub mod api;
 pub mod event;
 
 pub use api::{Api, Kind, Layout};
-pub use event::{CallEvent, LookupEvent, EventTag, NAME_MAX};
+pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NAME_MAX};
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.
 pub const STAT_DROPPED: u32 = 0;
@@ -19,6 +19,33 @@ pub const STAT_COUNT: u32 = 2;
 pub const CONFIG_ENABLED: u32 = 0;
 /// Number of slots in the `CONFIG` array.
 pub const CONFIG_COUNT: u32 = 1;
+
+/// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
+pub const FILTER_COMM: u32 = 1;
+/// Filter flag: record only calls from the cgroup (v2) whose id is [`Filter::cgroup_id`].
+pub const FILTER_CGROUP: u32 = 2;
+
+/// In-kernel filter, the one entry of the `FILTER` array: filtered-out calls cost no ring-buffer
+/// record and no user-space work.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Filter {
+    /// `FILTER_*` flags; 0 records everything.
+    pub flags: u32,
+    /// Padding; always 0.
+    pub _pad: u32,
+    /// cgroup v2 id (the inode number of the cgroup's directory).
+    pub cgroup_id: u64,
+    /// Thread name, NUL-padded.
+    pub comm: [u8; 16],
+}
+
+#[cfg(feature = "user")]
+// SAFETY: plain #[repr(C)] integers with explicit padding.
+unsafe impl aya::Pod for Filter {}
+
+/// Capacity of the map of processes user space has seen (their exits are reported).
+pub const MAX_TRACKED: u32 = 65536;
 
 /// Capacity of the per-thread entry-state LRU map (threads inside a driver call at once).
 pub const MAX_INFLIGHT: u32 = 16384;

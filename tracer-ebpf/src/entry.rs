@@ -1,11 +1,16 @@
 //! Entry state saved by the entry programs and consumed by the return program.
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_pid_tgid, generated::{bpf_get_attach_cookie, bpf_ktime_get_ns}},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid,
+        generated::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+    },
     programs::ProbeContext,
 };
 
-use crate::maps::{ENTRIES, enabled};
+use tracer_common::{FILTER_CGROUP, FILTER_COMM};
+
+use crate::maps::{ENTRIES, FILTER, enabled};
 
 /// What the return probe needs from the entry: when, which api (cookie), and the arguments.
 #[repr(C)]
@@ -22,11 +27,27 @@ pub fn arg(ctx: &ProbeContext, n: usize) -> u64 {
     ctx.arg::<u64>(n).unwrap_or(0)
 }
 
+/// Whether the in-kernel filter lets this thread's calls through.
+#[inline(always)]
+fn wanted() -> bool {
+    let Some(filter) = FILTER.get(0) else { return true };
+    if filter.flags == 0 {
+        return true;
+    }
+    if filter.flags & FILTER_CGROUP != 0 && unsafe { bpf_get_current_cgroup_id() } != filter.cgroup_id {
+        return false;
+    }
+    if filter.flags & FILTER_COMM != 0 && bpf_get_current_comm().map_or(true, |c| c != filter.comm) {
+        return false;
+    }
+    true
+}
+
 /// Saves the entry state of the calling thread; the timestamp is taken last so that the work of
 /// the probe itself is not counted in the call's duration.
 #[inline(always)]
 pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
-    if !enabled() {
+    if !enabled() || !wanted() {
         return;
     }
     // SAFETY: helpers valid in uprobe context.

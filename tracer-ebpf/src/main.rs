@@ -4,6 +4,7 @@
 #![no_main]
 
 mod entry;
+mod exit;
 mod launch;
 mod launch_ex;
 mod maps;

@@ -1,9 +1,9 @@
 //! Maps shared by the programs. User space resizes `EVENTS` and reads `STATS`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use tracer_common::{CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, MAX_INFLIGHT, STAT_COUNT};
+use tracer_common::{CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, Filter, MAX_INFLIGHT, MAX_TRACKED, STAT_COUNT};
 
 use crate::entry::Entry;
 
@@ -23,6 +23,14 @@ pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(STAT_COUNT, 0
 /// Settings written by user space, indexed by the `CONFIG_*` constants of tracer-common.
 #[map]
 pub static CONFIG: Array<u32> = Array::with_max_entries(CONFIG_COUNT, 0);
+
+/// The in-kernel filter (one entry), written by user space before recording starts.
+#[map]
+pub static FILTER: Array<Filter> = Array::with_max_entries(1, 0);
+
+/// Processes user space has seen events of; their exit is reported and the entry removed.
+#[map]
+pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED, 0);
 
 /// Whether user space wants calls recorded (it clears this before its final drain).
 #[inline(always)]

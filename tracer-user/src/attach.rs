@@ -12,11 +12,11 @@ use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData},
     programs::{
-        UProbe,
+        RawTracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use tracer_common::{Api, CONFIG_ENABLED, Layout};
+use tracer_common::{Api, CONFIG_ENABLED, Filter, Layout};
 
 use crate::symbols::{self, Resolution};
 
@@ -27,6 +27,7 @@ const ENTRY_LAUNCH: &str = "cuda_launch";
 const ENTRY_LAUNCH_EX: &str = "cuda_launch_ex";
 const ENTRY_REGS: &str = "cuda_regs";
 const RETURN: &str = "cuda_ret";
+const EXIT: &str = "cuda_exit";
 
 /// What was attached in one library.
 #[derive(Debug, Clone)]
@@ -53,6 +54,11 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>) -> Result<Tracer> {
         .map_max_entries("EVENTS", ringbuf_bytes)
         .load(EBPF_OBJECT)
         .context("cannot load the eBPF programs (is BPF enabled in this kernel, and are you root?)")?;
+    let exit: &mut RawTracePoint =
+        ebpf.program_mut(EXIT).context("eBPF object lacks program cuda_exit")?.try_into()?;
+    exit.load().context("the kernel refused eBPF program cuda_exit")?;
+    // A raw tracepoint needs no tracefs; it is attached by name.
+    exit.attach("sched_process_exit").context("cannot attach to sched_process_exit")?;
     for name in [ENTRY_LAUNCH, ENTRY_LAUNCH_EX, ENTRY_REGS, RETURN] {
         let prog: &mut UProbe = ebpf
             .program_mut(name)
@@ -116,6 +122,14 @@ impl Tracer {
         let mut config: Array<&mut MapData, u32> =
             Array::try_from(self.ebpf.map_mut("CONFIG").context("CONFIG map missing")?)?;
         config.set(CONFIG_ENABLED, u32::from(on), 0)?;
+        Ok(())
+    }
+
+    /// Sets the in-kernel filter (before recording starts).
+    pub fn set_filter(&mut self, filter: Filter) -> Result<()> {
+        let mut map: Array<&mut MapData, Filter> =
+            Array::try_from(self.ebpf.map_mut("FILTER").context("FILTER map missing")?)?;
+        map.set(0, filter, 0)?;
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 use serde::Serialize;
 use thiserror::Error;
 use tracer_common::{
-    Api, CallEvent, EventTag, LookupEvent,
+    Api, CallEvent, EventTag, ExitEvent, LookupEvent,
     api::{Direction, Shape},
 };
 
@@ -131,7 +131,25 @@ fn cstr(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// One ring-buffer record.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// A completed call.
+    Call(Event),
+    /// A tracked process exited.
+    Exit(u32),
+}
+
 /// Decodes one ring-buffer record.
+pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let tag: u32 = read(bytes)?;
+    if tag == EventTag::Exit as u32 {
+        return Ok(Record::Exit(read::<ExitEvent>(bytes)?.pid));
+    }
+    decode(bytes).map(Record::Call)
+}
+
+/// Decodes a call record.
 pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
     let tag: u32 = read(bytes)?;
     let (call, name) = match tag {
@@ -251,5 +269,7 @@ mod tests {
         let mut ev = raw(Api::MemFree, [0; 6], 0);
         ev.api = 999;
         assert_eq!(decode(bytes(&ev)), Err(DecodeError::Api(999)));
+        let exit = ExitEvent { tag: EventTag::Exit as u32, pid: 42 };
+        assert_eq!(decode_record(bytes(&exit)), Ok(Record::Exit(42)));
     }
 }

@@ -56,6 +56,7 @@ impl KernelTable {
     }
 
     /// Number of processes with a table.
+    #[cfg(test)]
     pub fn processes(&self) -> usize {
         self.by_pid.len()
     }

@@ -4,6 +4,7 @@ mod caps;
 mod discover;
 mod events;
 mod gputime;
+mod identity;
 mod kernels;
 mod memory;
 mod output;
@@ -32,6 +33,15 @@ enum Command {
         /// Trace only this process.
         #[arg(long)]
         pid: Option<u32>,
+        /// Trace only threads with this name (as in /proc/PID/comm), filtered in the kernel.
+        #[arg(long)]
+        comm: Option<String>,
+        /// Trace only processes in this cgroup v2 directory, filtered in the kernel.
+        #[arg(long, value_name = "DIR")]
+        cgroup: Option<PathBuf>,
+        /// Without --lib: how often to look for libcuda files that processes map later.
+        #[arg(long, default_value_t = 250, value_name = "MS")]
+        rescan_ms: u64,
         /// One JSON object a line instead of a table.
         #[arg(long)]
         json: bool,
@@ -63,14 +73,27 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Trace { libs, pid, json, duration, ringbuf_mib } => {
+            Command::Trace { libs, pid, comm, cgroup, json, duration, ringbuf_mib, rescan_ms } => {
                 let duration = match duration {
                     Some(d) if !(d > 0.0 && d.is_finite()) => {
                         anyhow::bail!("--duration {d}: give a positive number of seconds")
                     }
                     d => d.map(Duration::from_secs_f64),
                 };
-                trace::run(trace::TraceOptions { libs, pid, json, duration, ringbuf_bytes: ringbuf_mib << 20 }).await
+                if rescan_ms == 0 {
+                    anyhow::bail!("--rescan-ms 0: give a period of at least 1 ms");
+                }
+                let opts = trace::TraceOptions {
+                    libs,
+                    pid,
+                    comm,
+                    cgroup,
+                    json,
+                    duration,
+                    ringbuf_bytes: ringbuf_mib << 20,
+                    rescan: Duration::from_millis(rescan_ms),
+                };
+                trace::run(opts).await
             }
         }
     });

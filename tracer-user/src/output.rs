@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::{
     events::{Detail, Event},
     gputime::BatchEstimate,
+    identity::Identity,
     kernels::KernelName,
 };
 
@@ -28,6 +29,8 @@ struct JsonEvent<'a> {
     kernel_mangled: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     gpu_estimate: Option<&'a BatchEstimate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<&'a Identity>,
 }
 
 /// Buffered event printer; flushed after each batch read from the ring buffer.
@@ -44,7 +47,13 @@ impl Printer {
     }
 
     /// Prints one event.
-    pub fn print(&mut self, ev: &Event, kernel: Option<&KernelName>, est: Option<&BatchEstimate>) -> io::Result<()> {
+    pub fn print(
+        &mut self,
+        ev: &Event,
+        kernel: Option<&KernelName>,
+        est: Option<&BatchEstimate>,
+        process: Option<&Identity>,
+    ) -> io::Result<()> {
         if self.json {
             let line = JsonEvent {
                 api: ev.api.symbol(),
@@ -59,6 +68,7 @@ impl Printer {
                 kernel: kernel.map(|k| k.demangled.as_str()),
                 kernel_mangled: kernel.map(|k| k.mangled.as_str()),
                 gpu_estimate: est,
+                process,
             };
             serde_json::to_writer(&mut self.out, &line)?;
             return self.out.write_all(b"\n");

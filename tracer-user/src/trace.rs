@@ -1,56 +1,153 @@
-//! `cudatrace trace`: attach, stream events until a signal or `--duration`, then detach, drain
-//! what is left in the ring buffer and print a summary.
-use std::{path::PathBuf, time::Duration};
+//! `cudatrace trace`: attach, stream events until a signal or `--duration`, then stop recording,
+//! drain what is left in the ring buffer, print a summary and detach.
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result, bail};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
 };
-use tracer_common::{STAT_DROPPED, STAT_ORPHAN_RETURNS};
+use tracer_common::{FILTER_CGROUP, FILTER_COMM, Filter, STAT_DROPPED, STAT_ORPHAN_RETURNS};
 
 use crate::{
-    attach, caps, discover,
-    events::{self, Event},
-    gputime::GpuTime,
+    attach::{self, Tracer},
+    caps, discover,
+    events::{self, Record},
+    gputime::{GpuTime, StreamTime},
+    identity::Identities,
     kernels::KernelTable,
-    memory::MemoryTable,
+    memory::{MemoryTable, ProcessMemory},
     output::Printer,
 };
 
 /// Options of `cudatrace trace`.
 pub struct TraceOptions {
-    /// Libraries to attach; discovered when empty.
+    /// Libraries to attach; discovered (and watched for) when empty.
     pub libs: Vec<PathBuf>,
     /// Only this process.
     pub pid: Option<u32>,
+    /// Only threads with this comm.
+    pub comm: Option<String>,
+    /// Only processes in this cgroup (v2 directory).
+    pub cgroup: Option<PathBuf>,
     /// JSON lines instead of a table.
     pub json: bool,
     /// Stop after this long.
     pub duration: Option<Duration>,
     /// Ring-buffer size in bytes.
     pub ringbuf_bytes: u32,
+    /// How often to look for newly mapped libcuda files, without `--lib`.
+    pub rescan: Duration,
 }
 
 /// Everything learned from the events of one run.
-#[derive(Default)]
 struct State {
     events: u64,
     decode_errors: u64,
+    exits: u64,
     kernels: KernelTable,
     memory: MemoryTable,
     gpu: GpuTime,
+    identities: Identities,
+    /// Kernel-side set of processes whose exit is to be reported.
+    tracked: BpfHashMap<MapData, u32, u8>,
+    /// Processes found already gone when first seen: forgotten once the ring buffer is drained,
+    /// since all their records are in it by then.
+    gone: Vec<u32>,
 }
 
 impl State {
-    fn handle(&mut self, ev: &Event, printer: &mut Printer) -> std::io::Result<()> {
+    fn handle(&mut self, record: Record, printer: &mut Printer) -> std::io::Result<()> {
+        let ev = match record {
+            Record::Call(ev) => ev,
+            Record::Exit(pid) => {
+                self.exits += 1;
+                self.forget(pid);
+                return Ok(());
+            }
+        };
         self.events += 1;
-        let kernel = self.kernels.observe(ev);
-        self.memory.observe(ev);
-        let est = self.gpu.observe(ev);
-        printer.print(ev, kernel.as_deref(), est.as_ref())
+        if !self.identities.contains(ev.pid) {
+            // From now on the kernel reports this process's exit. Inserted before /proc is read:
+            // a process that had begun exiting by then is read as gone and forgotten after this
+            // drain instead (all its records are in the ring buffer by then).
+            let _ = self.tracked.insert(ev.pid, 1, 0);
+        }
+        let (identity, new) = self.identities.get(ev.pid);
+        if new && !identity.alive {
+            self.gone.push(ev.pid);
+        }
+        let kernel = self.kernels.observe(&ev);
+        self.memory.observe(&ev);
+        let est = self.gpu.observe(&ev);
+        printer.print(&ev, kernel.as_deref(), est.as_ref(), Some(&identity))
     }
+
+    /// Prints a process's final memory and GPU-time lines, then drops its state.
+    fn forget(&mut self, pid: u32) {
+        if let Some(m) = self.memory.get(pid) {
+            eprintln!("{}", memory_line(pid, m));
+        }
+        for (key, s) in self.gpu.iter().filter(|(k, _)| k.0 == pid) {
+            eprintln!("{}", gpu_line(key, s));
+        }
+        self.kernels.forget(pid);
+        self.memory.forget(pid);
+        self.gpu.forget(pid);
+        self.identities.forget(pid);
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of `start_ns`).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn filter(opts: &TraceOptions) -> Result<Filter> {
+    let mut f = Filter::default();
+    if let Some(comm) = &opts.comm {
+        let bytes = comm.as_bytes();
+        if bytes.is_empty() || bytes.len() > 15 {
+            bail!("--comm {comm:?}: a thread name has 1 to 15 bytes (as in /proc/PID/comm)");
+        }
+        f.comm[..bytes.len()].copy_from_slice(bytes);
+        f.flags |= FILTER_COMM;
+    }
+    if let Some(dir) = &opts.cgroup {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(dir).with_context(|| {
+            format!("--cgroup {}: no such cgroup directory; give a cgroup v2 path under /sys/fs/cgroup", dir.display())
+        })?;
+        f.cgroup_id = meta.ino();
+        f.flags |= FILTER_CGROUP;
+    }
+    Ok(f)
+}
+
+/// Attaches each library not attached yet; returns how many were new.
+fn attach_all(tracer: &mut Tracer, libs: &[PathBuf], quiet_errors: bool) -> Vec<anyhow::Error> {
+    let mut failures = Vec::new();
+    for lib in libs {
+        match tracer.attach_library(lib) {
+            Ok(Some(probes)) => eprintln!("{}", attach::report(probes)),
+            Ok(None) => {}
+            Err(e) => {
+                if !quiet_errors {
+                    eprintln!("cudatrace: {e:#}");
+                }
+                failures.push(e);
+            }
+        }
+    }
+    failures
 }
 
 /// Runs `cudatrace trace`.
@@ -58,31 +155,27 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     if let Some(why) = caps::missing_privilege() {
         bail!(why);
     }
-    let libs = if opts.libs.is_empty() { discover::libraries()? } else { opts.libs.clone() };
-    let mut tracer = attach::load(opts.ringbuf_bytes, opts.pid)?;
-    let mut failures = Vec::new();
-    for lib in &libs {
-        match tracer.attach_library(lib) {
-            Ok(Some(probes)) => eprintln!("{}", attach::report(probes)),
-            Ok(None) => {}
-            Err(e) => {
-                // With one library its error is the run's error, printed once below.
-                if libs.len() > 1 {
-                    eprintln!("cudatrace: {e:#}");
-                }
-                failures.push(e);
-            }
-        }
+    let filter = filter(&opts)?;
+    let watch = opts.libs.is_empty();
+    let libs = if watch { discover::libraries() } else { opts.libs.clone() };
+    if watch && libs.is_empty() {
+        eprintln!("no libcuda in use or installed yet; watching for processes that map one");
     }
-    if tracer.probe_count() == 0 {
+    let mut tracer = attach::load(opts.ringbuf_bytes, opts.pid)?;
+    tracer.set_filter(filter)?;
+    // With one library its error is the run's error, printed once below.
+    let failures = attach_all(&mut tracer, &libs, !watch && libs.len() == 1);
+    if tracer.probe_count() == 0 && !watch {
         match failures.into_iter().next() {
             Some(e) if libs.len() == 1 => return Err(e),
             _ => bail!("no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib", libs.len()),
         }
     }
-    let ring = RingBuf::try_from(tracer.ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
-    let stats: PerCpuArray<MapData, u64> =
-        PerCpuArray::try_from(tracer.ebpf.take_map("STATS").context("STATS map missing")?)?;
+    let take = |tracer: &mut Tracer, name: &str| tracer.ebpf.take_map(name).with_context(|| format!("{name} map missing"));
+    let ring = RingBuf::try_from(take(&mut tracer, "EVENTS")?)?;
+    let stats: PerCpuArray<MapData, u64> = PerCpuArray::try_from(take(&mut tracer, "STATS")?)?;
+    let entries: BpfHashMap<MapData, u64, [u64; 8]> = BpfHashMap::try_from(take(&mut tracer, "ENTRIES")?)?;
+    let tracked = BpfHashMap::try_from(take(&mut tracer, "TRACKED")?)?;
     // SAFETY: the ring buffer owns its fd, and AsyncFd owns the ring buffer until into_inner.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
@@ -90,17 +183,39 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let deadline = tokio::time::sleep(opts.duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
+    let mut rescan = tokio::time::interval(opts.rescan);
+    rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tracer.set_enabled(true)?;
     eprintln!("ready: {} probes attached", tracer.probe_count());
 
     let mut printer = Printer::new(opts.json);
-    let mut state = State::default();
+    let mut state = State {
+        events: 0,
+        decode_errors: 0,
+        exits: 0,
+        kernels: KernelTable::default(),
+        memory: MemoryTable::default(),
+        gpu: GpuTime::default(),
+        identities: Identities::default(),
+        tracked,
+        gone: Vec::new(),
+    };
+    let mut known: HashSet<PathBuf> = libs.into_iter().collect();
     let mut output_closed = false;
     loop {
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = &mut deadline => break,
+            _ = rescan.tick(), if watch => {
+                let new: Vec<PathBuf> =
+                    discover::mapped_libraries().into_iter().filter(|p| known.insert(p.clone())).collect();
+                let before = tracer.libraries.len();
+                let _ = attach_all(&mut tracer, &new, false);
+                for lib in &tracer.libraries[before..] {
+                    eprintln!("discovered: {} at_ns={}", lib.path.display(), monotonic_ns());
+                }
+            }
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
                 if drain(guard.get_inner_mut(), &mut state, &mut printer).is_err() {
@@ -120,16 +235,18 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     }
     let dropped = sum(&stats, STAT_DROPPED)?;
     let orphans = sum(&stats, STAT_ORPHAN_RETURNS)?;
-    summary(&state, tracer.probe_count(), dropped, orphans);
+    let inflight = entries.keys().count();
+    let tracked = state.tracked.keys().count();
+    summary(&state, tracer.probe_count(), dropped, orphans, inflight, tracked);
     tracer.detach_in_background();
     Ok(())
 }
 
 /// Reads every record now in the ring buffer.
-fn drain(ring: &mut RingBuf<aya::maps::MapData>, state: &mut State, printer: &mut Printer) -> std::io::Result<()> {
+fn drain(ring: &mut RingBuf<MapData>, state: &mut State, printer: &mut Printer) -> std::io::Result<()> {
     while let Some(item) = ring.next() {
-        match events::decode(&item) {
-            Ok(ev) => state.handle(&ev, printer)?,
+        match events::decode_record(&item) {
+            Ok(record) => state.handle(record, printer)?,
             Err(e) => {
                 state.decode_errors += 1;
                 if state.decode_errors == 1 {
@@ -138,6 +255,10 @@ fn drain(ring: &mut RingBuf<aya::maps::MapData>, state: &mut State, printer: &mu
             }
         }
     }
+    for pid in std::mem::take(&mut state.gone) {
+        let _ = state.tracked.remove(&pid);
+        state.forget(pid);
+    }
     printer.flush()
 }
 
@@ -145,27 +266,40 @@ fn sum(stats: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64> {
     Ok(stats.get(&index, 0)?.iter().sum())
 }
 
-fn summary(state: &State, probes: usize, dropped: u64, orphans: u64) {
+fn memory_line(pid: u32, m: &ProcessMemory) -> String {
+    format!(
+        "memory: pid={pid} current_bytes={} peak_bytes={} allocs={} frees={} unknown_frees={}",
+        m.current_bytes, m.peak_bytes, m.allocs, m.frees, m.unknown_frees
+    )
+}
+
+fn gpu_line((pid, stream, tid): &(u32, u64, u32), s: &StreamTime) -> String {
+    format!(
+        "gpu-time estimate: pid={pid} stream={stream:#x}{} launches={} completed={} gpu_ns_estimate={} wait_ns={}",
+        if *tid != 0 { format!(" tid={tid}") } else { String::new() },
+        s.launches,
+        s.launches_completed,
+        s.gpu_ns_estimate,
+        s.wait_ns
+    )
+}
+
+/// Prints what is known of the processes still running, then the totals.
+fn summary(state: &State, probes: usize, dropped: u64, orphans: u64, inflight: usize, tracked: usize) {
     for (pid, m) in state.memory.iter() {
-        eprintln!(
-            "memory: pid={pid} current_bytes={} peak_bytes={} allocs={} frees={} unknown_frees={}",
-            m.current_bytes, m.peak_bytes, m.allocs, m.frees, m.unknown_frees
-        );
+        eprintln!("{}", memory_line(pid, m));
     }
     let mut streams: Vec<_> = state.gpu.iter().collect();
     streams.sort_by_key(|(k, _)| **k);
-    for ((pid, stream, tid), s) in streams {
-        eprintln!(
-            "gpu-time estimate: pid={pid} stream={stream:#x}{} launches={} completed={} gpu_ns_estimate={} wait_ns={}",
-            if *tid != 0 { format!(" tid={tid}") } else { String::new() },
-            s.launches,
-            s.launches_completed,
-            s.gpu_ns_estimate,
-            s.wait_ns
-        );
+    for (key, s) in streams {
+        eprintln!("{}", gpu_line(key, s));
     }
     eprintln!(
-        "summary: events={} dropped={dropped} orphan_returns={orphans} undecodable={} probes={probes}",
-        state.events, state.decode_errors
+        "summary: events={} dropped={dropped} orphan_returns={orphans} undecodable={} probes={probes} \
+         exits={} live_processes={} inflight_entries={inflight} tracked_processes={tracked}",
+        state.events,
+        state.decode_errors,
+        state.exits,
+        state.identities.len()
     );
 }

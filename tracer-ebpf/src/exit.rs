@@ -1,0 +1,28 @@
+//! `sched_process_exit`: drops the entry state of a thread that dies inside a driver call, and
+//! tells user space when a process it tracks exits, so that its tables die with it.
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext,
+};
+use tracer_common::{EventTag, ExitEvent, STAT_DROPPED};
+
+use crate::maps::{ENTRIES, EVENTS, TRACKED, bump};
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn cuda_exit(_ctx: RawTracePointContext) -> u32 {
+    let id = bpf_get_current_pid_tgid();
+    let _ = ENTRIES.remove(&id);
+    let (pid, tid) = ((id >> 32) as u32, id as u32);
+    // The leader's exit stands for the process's: reported once, for tracked processes only.
+    if pid != tid || unsafe { TRACKED.get(&pid) }.is_none() {
+        return 0;
+    }
+    let _ = TRACKED.remove(&pid);
+    match EVENTS.reserve::<ExitEvent>(0) {
+        Some(mut slot) => {
+            slot.write(ExitEvent { tag: EventTag::Exit as u32, pid });
+            slot.submit(0);
+        }
+        None => bump(STAT_DROPPED),
+    }
+    0
+}

@@ -1,0 +1,204 @@
+//! Who a process is: pid plus start time (safe against pid reuse), comm, exe, command line,
+//! cgroup path, container id and Kubernetes pod UID from the cgroup path, and
+//! `CUDA_VISIBLE_DEVICES`. Read from /proc once per process and cached until it exits.
+use std::{collections::HashMap, fs, sync::Arc};
+
+use serde::Serialize;
+
+/// Identity of one process, as read from /proc when its first event arrived.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Identity {
+    /// Start time in clock ticks since boot (field 22 of /proc/PID/stat): pid plus this is unique.
+    pub start_time: u64,
+    /// Path of the executable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    /// Command line, arguments joined by spaces.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    /// The cgroup path (v2, else the first v1 hierarchy with a non-root path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// Container id (docker, containerd, CRI-O) found in the cgroup path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID found in the cgroup path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` from the environment, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda_visible_devices: Option<String>,
+    /// Whether the process was running (not gone, not a zombie) when this was read.
+    #[serde(skip)]
+    pub alive: bool,
+}
+
+/// Start time from the text of /proc/PID/stat (the comm field may hold spaces and parentheses).
+pub fn parse_start_time(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // Fields after comm start at field 3 (state); starttime is field 22.
+    after_comm.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// `PF_EXITING`: set before the exit tracepoint runs, so a process without it has not passed
+/// that tracepoint yet.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether /proc/PID/stat shows a process that has not begun to exit (not a zombie, and
+/// `PF_EXITING` clear).
+pub fn parse_alive(stat: &str) -> bool {
+    let Some(end) = stat.rfind(')') else { return false };
+    let mut fields = stat[end + 1..].split_whitespace();
+    let state = fields.next();
+    // flags is field 9: the sixth after state.
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok());
+    !matches!(state, None | Some("Z" | "X" | "x")) && flags.is_some_and(|f| f & PF_EXITING == 0)
+}
+
+/// The cgroup path that identifies the process: the v2 one (`0::/path`) unless it is the root,
+/// else the first v1 hierarchy with a non-root path.
+pub fn parse_cgroup(text: &str) -> Option<String> {
+    let paths: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (id, _, path) = (f.next()?, f.next()?, f.next()?);
+            Some((id, path))
+        })
+        .collect();
+    let v2 = paths.iter().find(|(id, _)| *id == "0").map(|(_, p)| *p);
+    match v2 {
+        Some(p) if p != "/" => Some(p.to_owned()),
+        _ => paths.iter().map(|(_, p)| *p).find(|p| *p != "/").map(str::to_owned),
+    }
+}
+
+/// Container id in a cgroup path: 64 hex digits after `docker-`, `cri-containerd-`, `crio-`,
+/// or as a whole path component (`/docker/<id>`, `/kubepods/.../<id>`).
+pub fn container_id(cgroup: &str) -> Option<String> {
+    cgroup.split('/').rev().find_map(|part| {
+        let part = part.strip_suffix(".scope").unwrap_or(part);
+        let id = ["docker-", "cri-containerd-", "crio-", "containerd-"]
+            .iter()
+            .find_map(|p| part.strip_prefix(p))
+            .unwrap_or(part);
+        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_owned())
+    })
+}
+
+/// Pod UID in a cgroup path: `pod<uid>` components, with `_` (systemd driver) or `-` separators.
+pub fn pod_uid(cgroup: &str) -> Option<String> {
+    cgroup.split('/').find_map(|part| {
+        let part = part.strip_suffix(".slice").unwrap_or(part);
+        let pod = &part[part.rfind("pod")? + 3..];
+        let uid = pod.replace('_', "-");
+        let ok = uid.len() == 36 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        ok.then_some(uid)
+    })
+}
+
+/// Reads a process's identity from /proc; fields that cannot be read are left out.
+pub fn read(pid: u32) -> Identity {
+    let proc = format!("/proc/{pid}");
+    let stat = fs::read_to_string(format!("{proc}/stat")).unwrap_or_default();
+    let start_time = parse_start_time(&stat).unwrap_or(0);
+    let exe = fs::read_link(format!("{proc}/exe")).ok().map(|p| p.display().to_string());
+    let cmdline = fs::read(format!("{proc}/cmdline")).ok().filter(|c| !c.is_empty()).map(|c| {
+        let parts: Vec<String> =
+            c.split(|&b| b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+        parts.join(" ")
+    });
+    let cgroup = fs::read_to_string(format!("{proc}/cgroup")).ok().as_deref().and_then(parse_cgroup);
+    let cuda_visible_devices = fs::read(format!("{proc}/environ")).ok().and_then(|env| {
+        env.split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(b"CUDA_VISIBLE_DEVICES=").map(|v| String::from_utf8_lossy(v).into_owned()))
+    });
+    Identity {
+        start_time,
+        exe,
+        cmdline,
+        container_id: cgroup.as_deref().and_then(container_id),
+        pod_uid: cgroup.as_deref().and_then(pod_uid),
+        cgroup,
+        cuda_visible_devices,
+        alive: parse_alive(&stat),
+    }
+}
+
+/// Identities of the processes seen, until they exit.
+#[derive(Default)]
+pub struct Identities {
+    by_pid: HashMap<u32, Arc<Identity>>,
+}
+
+impl Identities {
+    /// The identity of `pid`, read on first sight; `true` when it was new.
+    pub fn get(&mut self, pid: u32) -> (Arc<Identity>, bool) {
+        if let Some(id) = self.by_pid.get(&pid) {
+            return (id.clone(), false);
+        }
+        let id = Arc::new(read(pid));
+        self.by_pid.insert(pid, id.clone());
+        (id, true)
+    }
+
+    /// Forgets an exited process.
+    pub fn forget(&mut self, pid: u32) {
+        self.by_pid.remove(&pid);
+    }
+
+    /// Whether the process is known.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.by_pid.contains_key(&pid)
+    }
+
+    /// Processes known.
+    pub fn len(&self) -> usize {
+        self.by_pid.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "3f1c0a6e9b2d4c8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e";
+
+    #[test]
+    fn start_time_survives_odd_comms() {
+        let stat = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 4 0 987654 1000 10";
+        assert_eq!(parse_start_time(stat), Some(987654));
+        assert!(parse_alive(stat));
+        assert!(!parse_alive("4242 (x) Z 1 4242 4242 0 -1 4194560"));
+        assert!(!parse_alive("4242 (x) R 1 4242 4242 0 -1 4194564 100"), "PF_EXITING set");
+        assert!(!parse_alive(""));
+    }
+
+    #[test]
+    fn container_ids_of_each_runtime() {
+        assert_eq!(container_id(&format!("/system.slice/docker-{ID}.scope")).as_deref(), Some(ID));
+        assert_eq!(container_id(&format!("/docker/{ID}")).as_deref(), Some(ID));
+        assert_eq!(
+            container_id(&format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234.slice/cri-containerd-{ID}.scope")).as_deref(),
+            Some(ID)
+        );
+        assert_eq!(container_id(&format!("/kubepods/burstable/pod0b1c/crio-{ID}.scope")).as_deref(), Some(ID));
+        assert_eq!(container_id("/user.slice/user-1000.slice/session-2.scope"), None);
+    }
+
+    #[test]
+    fn pod_uids_with_either_driver() {
+        let uid = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+        let systemd = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{ID}.scope", uid.replace('-', "_"));
+        assert_eq!(pod_uid(&systemd).as_deref(), Some(uid));
+        assert_eq!(pod_uid(&format!("/kubepods/besteffort/pod{uid}/{ID}")).as_deref(), Some(uid));
+        assert_eq!(pod_uid("/system.slice/docker.service"), None);
+    }
+
+    #[test]
+    fn cgroup_prefers_v2_then_v1() {
+        assert_eq!(parse_cgroup("0::/kubepods/x\n").as_deref(), Some("/kubepods/x"));
+        assert_eq!(parse_cgroup("4:memory:/docker/abc\n3:cpu:/\n0::/\n").as_deref(), Some("/docker/abc"));
+        assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), None);
+    }
+}
