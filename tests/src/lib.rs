@@ -101,9 +101,22 @@ impl Tracer {
 
     /// Starts the tracer; on failure to become ready, returns what it printed.
     pub fn try_start(env: &Env, args: &[&str]) -> Result<Tracer, Traced> {
+        Self::try_start_command(env, "trace", args, &[])
+    }
+
+    /// Starts `cudatrace run ARGS` with extra environment and waits for its `ready:` line.
+    pub fn start_daemon(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Tracer {
+        Self::try_start_command(env, "run", args, vars).unwrap_or_else(|t| {
+            panic!("cudatrace run did not become ready; stderr:\n{}", t.stderr.join("\n"))
+        })
+    }
+
+    /// Starts `cudatrace COMMAND ARGS`; on failure to become ready, returns what it printed.
+    pub fn try_start_command(env: &Env, command: &str, args: &[&str], vars: &[(&str, &str)]) -> Result<Tracer, Traced> {
         let mut child = Command::new(&env.bin)
-            .arg("trace")
+            .arg(command)
             .args(args)
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -226,4 +239,21 @@ pub fn device_file(name: &str) -> String {
     let path = format!("/dev/shm/cudatrace-test-{}-{name}", std::process::id());
     let _ = std::fs::remove_file(&path);
     path
+}
+
+/// GET a URL with curl; returns the body.
+pub fn http_get(url: &str, accept: Option<&str>) -> String {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sf", "--max-time", "10", url]);
+    if let Some(a) = accept {
+        cmd.args(["-H", &format!("Accept: {a}")]);
+    }
+    let out = cmd.output().expect("curl is needed (scripts/setup.sh installs it)");
+    assert!(out.status.success(), "GET {url} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

@@ -1,12 +1,16 @@
 //! cudatrace: per-process CUDA driver call tracing with eBPF uprobes on libcuda.
+mod aggregate;
 mod attach;
 mod caps;
+mod config;
 mod discover;
 mod events;
+mod export;
 mod gputime;
 mod identity;
 mod kernels;
 mod memory;
+mod nvml;
 mod output;
 mod symbols;
 mod trace;
@@ -27,18 +31,8 @@ struct Cli {
 enum Command {
     /// Stream every traced driver call until Ctrl-C or --duration, then print a summary.
     Trace {
-        /// A libcuda to attach (repeatable); without it, every libcuda in use or installed.
-        #[arg(long = "lib", value_name = "PATH")]
-        libs: Vec<PathBuf>,
-        /// Trace only this process.
-        #[arg(long)]
-        pid: Option<u32>,
-        /// Trace only threads with this name (as in /proc/PID/comm), filtered in the kernel.
-        #[arg(long)]
-        comm: Option<String>,
-        /// Trace only processes in this cgroup v2 directory, filtered in the kernel.
-        #[arg(long, value_name = "DIR")]
-        cgroup: Option<PathBuf>,
+        #[command(flatten)]
+        sel: Selection,
         /// Without --lib: how often to look for libcuda files that processes map later.
         #[arg(long, default_value_t = 250, value_name = "MS")]
         rescan_ms: u64,
@@ -52,6 +46,48 @@ enum Command {
         #[arg(long, default_value_t = 8, value_name = "MIB", value_parser = parse_ringbuf)]
         ringbuf_mib: u32,
     },
+    /// The daemon: aggregate every call, sample NVML, and serve Prometheus metrics.
+    Run {
+        #[command(flatten)]
+        sel: Selection,
+        /// Address of the metrics server (default 127.0.0.1:9464, or the config file's).
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<std::net::SocketAddr>,
+        /// TOML config file (see README).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// NVML library to load instead of the loader's libnvidia-ml.so.1.
+        #[arg(long, value_name = "PATH")]
+        nvml_lib: Option<PathBuf>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+    },
+}
+
+fn duration_arg(d: Option<f64>) -> anyhow::Result<Option<Duration>> {
+    match d {
+        Some(d) if !(d > 0.0 && d.is_finite()) => anyhow::bail!("--duration {d}: give a positive number of seconds"),
+        d => Ok(d.map(Duration::from_secs_f64)),
+    }
+}
+
+/// Trace options shared by every command: what to attach and which processes to keep.
+#[derive(clap::Args)]
+struct Selection {
+    /// A libcuda to attach (repeatable); without it, every libcuda in use or installed, and
+    /// those mapped later.
+    #[arg(long = "lib", value_name = "PATH")]
+    libs: Vec<PathBuf>,
+    /// Trace only this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Trace only threads with this name (as in /proc/PID/comm), filtered in the kernel.
+    #[arg(long)]
+    comm: Option<String>,
+    /// Trace only processes in this cgroup v2 directory, filtered in the kernel.
+    #[arg(long, value_name = "DIR")]
+    cgroup: Option<PathBuf>,
 }
 
 fn parse_ringbuf(s: &str) -> Result<u32, String> {
@@ -73,25 +109,42 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Trace { libs, pid, comm, cgroup, json, duration, ringbuf_mib, rescan_ms } => {
-                let duration = match duration {
-                    Some(d) if !(d > 0.0 && d.is_finite()) => {
-                        anyhow::bail!("--duration {d}: give a positive number of seconds")
-                    }
-                    d => d.map(Duration::from_secs_f64),
-                };
+            Command::Trace { sel, json, duration, ringbuf_mib, rescan_ms } => {
                 if rescan_ms == 0 {
                     anyhow::bail!("--rescan-ms 0: give a period of at least 1 ms");
                 }
                 let opts = trace::TraceOptions {
-                    libs,
-                    pid,
-                    comm,
-                    cgroup,
-                    json,
-                    duration,
+                    libs: sel.libs,
+                    pid: sel.pid,
+                    comm: sel.comm,
+                    cgroup: sel.cgroup,
+                    mode: trace::Mode::Print { json },
+                    duration: duration_arg(duration)?,
                     ringbuf_bytes: ringbuf_mib << 20,
                     rescan: Duration::from_millis(rescan_ms),
+                };
+                trace::run(opts).await
+            }
+            Command::Run { sel, listen, config, nvml_lib, duration } => {
+                let mut cfg = match &config {
+                    Some(path) => config::Config::load(path)?,
+                    None => config::Config::default(),
+                };
+                if let Some(listen) = listen {
+                    cfg.listen = listen;
+                }
+                if nvml_lib.is_some() {
+                    cfg.nvml_library = nvml_lib;
+                }
+                let opts = trace::TraceOptions {
+                    libs: sel.libs,
+                    pid: sel.pid,
+                    comm: sel.comm,
+                    cgroup: sel.cgroup,
+                    duration: duration_arg(duration)?,
+                    ringbuf_bytes: cfg.ringbuf_mib << 20,
+                    rescan: Duration::from_millis(cfg.rescan_ms),
+                    mode: trace::Mode::Serve(cfg),
                 };
                 trace::run(opts).await
             }

@@ -14,9 +14,18 @@ use tokio::{
 };
 use tracer_common::{FILTER_CGROUP, FILTER_COMM, Filter, STAT_DROPPED, STAT_ORPHAN_RETURNS};
 
+use std::sync::{Arc, Mutex};
+
+use tracer_common::Kind;
+
 use crate::{
+    aggregate::{Aggregator, Limits},
     attach::{self, Tracer},
-    caps, discover,
+    caps,
+    config::Config,
+    discover,
+    export::{self, Exported, Shared},
+    nvml::Sampler,
     events::{self, Record},
     gputime::{GpuTime, StreamTime},
     identity::Identities,
@@ -35,14 +44,25 @@ pub struct TraceOptions {
     pub comm: Option<String>,
     /// Only processes in this cgroup (v2 directory).
     pub cgroup: Option<PathBuf>,
-    /// JSON lines instead of a table.
-    pub json: bool,
+    /// Print events, or aggregate them and serve metrics.
+    pub mode: Mode,
     /// Stop after this long.
     pub duration: Option<Duration>,
     /// Ring-buffer size in bytes.
     pub ringbuf_bytes: u32,
     /// How often to look for newly mapped libcuda files, without `--lib`.
     pub rescan: Duration,
+}
+
+/// What becomes of the events.
+pub enum Mode {
+    /// `cudatrace trace`: print every event (JSON lines or a table).
+    Print {
+        /// JSON lines instead of a table.
+        json: bool,
+    },
+    /// `cudatrace run`: aggregate, sample NVML, serve Prometheus metrics.
+    Serve(Config),
 }
 
 /// Everything learned from the events of one run.
@@ -62,12 +82,12 @@ struct State {
 }
 
 impl State {
-    fn handle(&mut self, record: Record, printer: &mut Printer) -> std::io::Result<()> {
+    fn handle(&mut self, record: Record, out: &mut Out<'_>) -> std::io::Result<()> {
         let ev = match record {
             Record::Call(ev) => ev,
             Record::Exit(pid) => {
                 self.exits += 1;
-                self.forget(pid);
+                self.forget(pid, out);
                 return Ok(());
             }
         };
@@ -85,11 +105,25 @@ impl State {
         let kernel = self.kernels.observe(&ev);
         self.memory.observe(&ev);
         let est = self.gpu.observe(&ev);
-        printer.print(&ev, kernel.as_deref(), est.as_ref(), Some(&identity))
+        match out {
+            Out::Print(printer) => printer.print(&ev, kernel.as_deref(), est.as_ref(), Some(&identity)),
+            Out::Serve(ex) => {
+                ex.agg.observe(&ev, kernel.as_deref(), &identity);
+                if matches!(ev.api.info().kind, Kind::Alloc | Kind::Free | Kind::Sync | Kind::Memcpy) {
+                    let memory = self.memory.get(ev.pid).map(|m| (m.current_bytes, m.peak_bytes));
+                    let gpu_ns = self.gpu.iter().filter(|(k, _)| k.0 == ev.pid).map(|(_, s)| s.gpu_ns_estimate).sum();
+                    ex.agg.set_process_gauges(ev.pid, memory, gpu_ns);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Prints a process's final memory and GPU-time lines, then drops its state.
-    fn forget(&mut self, pid: u32) {
+    fn forget(&mut self, pid: u32, out: &mut Out<'_>) {
+        if let Out::Serve(ex) = out {
+            ex.agg.forget(pid);
+        }
         if let Some(m) = self.memory.get(pid) {
             eprintln!("{}", memory_line(pid, m));
         }
@@ -101,6 +135,12 @@ impl State {
         self.gpu.forget(pid);
         self.identities.forget(pid);
     }
+}
+
+/// Where a drained batch of events goes.
+enum Out<'a> {
+    Print(&'a mut Printer),
+    Serve(&'a mut Exported),
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of `start_ns`).
@@ -156,6 +196,11 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
         bail!(why);
     }
     let filter = filter(&opts)?;
+    // Bind before loading anything, so that a taken port is reported at once.
+    let listener = match &opts.mode {
+        Mode::Serve(cfg) => Some(export::bind(cfg.listen).await?),
+        Mode::Print { .. } => None,
+    };
     let watch = opts.libs.is_empty();
     let libs = if watch { discover::libraries() } else { opts.libs.clone() };
     if watch && libs.is_empty() {
@@ -185,10 +230,47 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     tokio::pin!(deadline);
     let mut rescan = tokio::time::interval(opts.rescan);
     rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut nvml_tick = tokio::time::interval(Duration::from_millis(match &opts.mode {
+        Mode::Serve(cfg) => cfg.nvml_period_ms,
+        Mode::Print { .. } => 1000,
+    }));
+    let (mut printer, shared, mut sampler) = match &opts.mode {
+        Mode::Print { json } => (Some(Printer::new(*json)), None, None),
+        Mode::Serve(cfg) => {
+            let sampler = Sampler::new(cfg.nvml_library.as_ref());
+            if let Sampler::Off(why) = &sampler {
+                eprintln!("cudatrace: {why}");
+            }
+            let limits = Limits {
+                top_kernels: cfg.top_kernels,
+                max_kernels: cfg.max_kernels,
+                retain_exited: Duration::from_secs(cfg.retain_exited_s),
+            };
+            let shared: Shared = Arc::new(Mutex::new(Exported {
+                agg: Aggregator::new(limits),
+                gpus: Vec::new(),
+                nvml_up: sampler.up(),
+                probes: probe_rows(&tracer),
+            }));
+            let server = export::serve(listener.expect("bound above"), export::registry(shared.clone()));
+            tokio::spawn(async move {
+                if let Err(e) = server.await {
+                    eprintln!("cudatrace: {e:#}");
+                }
+            });
+            (None, Some(shared), Some(sampler))
+        }
+    };
     tracer.set_enabled(true)?;
-    eprintln!("ready: {} probes attached", tracer.probe_count());
+    match &opts.mode {
+        Mode::Serve(cfg) => eprintln!(
+            "ready: {} probes attached; metrics at http://{}/metrics",
+            tracer.probe_count(),
+            cfg.listen
+        ),
+        Mode::Print { .. } => eprintln!("ready: {} probes attached", tracer.probe_count()),
+    }
 
-    let mut printer = Printer::new(opts.json);
     let mut state = State {
         events: 0,
         decode_errors: 0,
@@ -215,10 +297,31 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
                 for lib in &tracer.libraries[before..] {
                     eprintln!("discovered: {} at_ns={}", lib.path.display(), monotonic_ns());
                 }
+                if let Some(shared) = shared.as_ref().filter(|_| tracer.libraries.len() > before) {
+                    shared.lock().expect("poisoned").probes = probe_rows(&tracer);
+                }
+            }
+            _ = nvml_tick.tick(), if shared.is_some() => {
+                let shared = shared.as_ref().expect("checked");
+                let gpus = match sampler.as_mut().map(Sampler::sample) {
+                    Some(Ok(gpus)) => Some(gpus),
+                    Some(Err(e)) => {
+                        eprintln!("cudatrace: NVML sample failed: {e}");
+                        None
+                    }
+                    None => None,
+                };
+                let dropped = sum(&stats, STAT_DROPPED)?;
+                let mut ex = shared.lock().expect("poisoned");
+                ex.agg.dropped = dropped;
+                ex.agg.sweep();
+                if let Some(gpus) = gpus {
+                    ex.gpus = gpus;
+                }
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                if drain(guard.get_inner_mut(), &mut state, &mut printer).is_err() {
+                if drain(guard.get_inner_mut(), &mut state, printer.as_mut(), shared.as_ref()).is_err() {
                     output_closed = true;
                     break;
                 }
@@ -231,7 +334,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     tracer.set_enabled(false)?;
     let mut ring = ring.into_inner();
     if !output_closed {
-        let _ = drain(&mut ring, &mut state, &mut printer);
+        let _ = drain(&mut ring, &mut state, printer.as_mut(), shared.as_ref());
     }
     let dropped = sum(&stats, STAT_DROPPED)?;
     let orphans = sum(&stats, STAT_ORPHAN_RETURNS)?;
@@ -242,11 +345,35 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     Ok(())
 }
 
-/// Reads every record now in the ring buffer.
-fn drain(ring: &mut RingBuf<MapData>, state: &mut State, printer: &mut Printer) -> std::io::Result<()> {
+/// (symbol, library, attached) of every entry point in every attached library.
+fn probe_rows(tracer: &Tracer) -> Vec<(&'static str, String, bool)> {
+    let mut rows = Vec::new();
+    for lib in &tracer.libraries {
+        let path = lib.path.display().to_string();
+        let r = &lib.resolution;
+        rows.extend(r.found.iter().map(|f| (f.api.symbol(), path.clone(), true)));
+        rows.extend(r.aliases.iter().map(|(a, _)| (a.symbol(), path.clone(), true)));
+        rows.extend(r.missing.iter().map(|a| (a.symbol(), path.clone(), false)));
+    }
+    rows
+}
+
+/// Reads every record now in the ring buffer; with metrics, under one lock for the batch.
+fn drain(
+    ring: &mut RingBuf<MapData>,
+    state: &mut State,
+    printer: Option<&mut Printer>,
+    shared: Option<&Shared>,
+) -> std::io::Result<()> {
+    let mut guard = shared.map(|s| s.lock().expect("poisoned"));
+    let mut out = match (printer, guard.as_deref_mut()) {
+        (Some(p), _) => Out::Print(p),
+        (None, Some(ex)) => Out::Serve(ex),
+        (None, None) => unreachable!("either a printer or metrics"),
+    };
     while let Some(item) = ring.next() {
         match events::decode_record(&item) {
-            Ok(record) => state.handle(record, printer)?,
+            Ok(record) => state.handle(record, &mut out)?,
             Err(e) => {
                 state.decode_errors += 1;
                 if state.decode_errors == 1 {
@@ -257,9 +384,12 @@ fn drain(ring: &mut RingBuf<MapData>, state: &mut State, printer: &mut Printer) 
     }
     for pid in std::mem::take(&mut state.gone) {
         let _ = state.tracked.remove(&pid);
-        state.forget(pid);
+        state.forget(pid, &mut out);
     }
-    printer.flush()
+    match out {
+        Out::Print(p) => p.flush(),
+        Out::Serve(_) => Ok(()),
+    }
 }
 
 fn sum(stats: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64> {

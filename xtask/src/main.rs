@@ -59,7 +59,7 @@ fn build_standin() -> Result<PathBuf> {
     // -fno-ipa-icf: entry points with identical bodies must stay separate functions, as in
     // NVIDIA's library, or one probe would see the calls of two symbols.
     let shared = ["-fPIC", "-shared", "-fvisibility=hidden", "-fno-ipa-icf"];
-    for (lib, soname) in [("libcuda", "libcuda.so.1"), ("libpartial", "libpartial.so")] {
+    for (lib, soname) in [("libcuda", "libcuda.so.1"), ("libpartial", "libpartial.so"), ("libnvml", "libnvidia-ml.so.1")] {
         run(Command::new(&cc)
             .args(common)
             .args(shared)

@@ -1,0 +1,237 @@
+/* Stand-in libnvidia-ml.so.1: the NVML functions cudatrace samples, with the real prototypes
+ * (nvml.h), replaying a scenario file named by NVML_STANDIN_SCENARIO. Lines:
+ *
+ *   gpu INDEX [from=SECONDS] uuid=GPU-... sm=PCT mem=PCT total=BYTES used=BYTES temp=C
+ *             power_mw=MW sm_clock=MHZ reasons=HEX pcie_tx_kbs=KBS pcie_rx_kbs=KBS
+ *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT
+ *
+ * A gpu line applies from `from` seconds after nvmlInit (default 0); the latest that applies
+ * wins, so a scenario can change utilization over time. Without the variable, or when the file
+ * cannot be read, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a host without a
+ * driver. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
+typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+typedef struct { unsigned int pid; unsigned long long timeStamp; unsigned int smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+
+#define MAX_LINES 64
+struct gpu_line {
+    int index;
+    double from;
+    char uuid[96];
+    unsigned sm, mem, temp, power_mw, sm_clock, pcie_tx, pcie_rx;
+    unsigned long long total, used, reasons;
+};
+struct proc_line { int index; unsigned pid, sm, memutil; unsigned long long used; };
+struct nvmlDevice_st { int index; };
+
+static struct gpu_line gpus[MAX_LINES];
+static struct proc_line procs[MAX_LINES];
+static struct nvmlDevice_st devices[8];
+static int ngpus, nprocs, ndevices, initialized;
+static struct timespec started;
+
+static double elapsed(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - started.tv_sec) + (double)(now.tv_nsec - started.tv_nsec) / 1e9;
+}
+
+static unsigned long long field(const char *line, const char *key, unsigned long long dflt) {
+    char pat[32];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(line, pat);
+    return p ? strtoull(p + strlen(pat), NULL, 0) : dflt;
+}
+
+static const struct gpu_line *current(int index) {
+    const struct gpu_line *best = NULL;
+    double t = elapsed();
+    for (int i = 0; i < ngpus; i++)
+        if (gpus[i].index == index && gpus[i].from <= t && (!best || gpus[i].from >= best->from)) best = &gpus[i];
+    return best;
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    const char *path = getenv("NVML_STANDIN_SCENARIO");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    char line[512];
+    ngpus = nprocs = ndevices = 0;
+    while (fgets(line, sizeof line, f)) {
+        int index;
+        if (sscanf(line, "gpu %d", &index) == 1 && ngpus < MAX_LINES) {
+            struct gpu_line *g = &gpus[ngpus++];
+            memset(g, 0, sizeof *g);
+            g->index = index;
+            const char *from = strstr(line, " from=");
+            g->from = from ? atof(from + 6) : 0;
+            const char *u = strstr(line, " uuid=");
+            if (u) sscanf(u + 6, "%95s", g->uuid);
+            g->sm = field(line, "sm", 0);
+            g->mem = field(line, "mem", 0);
+            g->total = field(line, "total", 0);
+            g->used = field(line, "used", 0);
+            g->temp = field(line, "temp", 0);
+            g->power_mw = field(line, "power_mw", 0);
+            g->sm_clock = field(line, "sm_clock", 0);
+            g->reasons = field(line, "reasons", 0);
+            g->pcie_tx = field(line, "pcie_tx_kbs", 0);
+            g->pcie_rx = field(line, "pcie_rx_kbs", 0);
+            if (index + 1 > ndevices) ndevices = index + 1;
+        } else if (sscanf(line, "proc %d", &index) == 1 && nprocs < MAX_LINES) {
+            struct proc_line *p = &procs[nprocs++];
+            p->index = index;
+            p->pid = field(line, "pid", 0);
+            p->used = field(line, "used", 0);
+            p->sm = field(line, "sm", 0);
+            p->memutil = field(line, "memutil", 0);
+        }
+    }
+    fclose(f);
+    if (ndevices > 8) ndevices = 8;
+    for (int i = 0; i < ndevices; i++) devices[i].index = i;
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    initialized = 1;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlShutdown(void) { initialized = 0; return NVML_SUCCESS; }
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t r) { return r == NVML_SUCCESS ? "Success" : "stand-in error"; }
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = (unsigned)ndevices;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= (unsigned)ndevices) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+#define GPU_OR_FAIL(dev)                                         \
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;           \
+    const struct gpu_line *g = dev ? current(dev->index) : NULL; \
+    if (!g) return NVML_ERROR_NOT_FOUND;
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length) {
+    GPU_OR_FAIL(dev);
+    if (!uuid || length < strlen(g->uuid) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(uuid, g->uuid);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUtilization_t *u) {
+    GPU_OR_FAIL(dev);
+    if (!u) return NVML_ERROR_INVALID_ARGUMENT;
+    u->gpu = g->sm;
+    u->memory = g->mem;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m) {
+    GPU_OR_FAIL(dev);
+    if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    m->total = g->total;
+    m->used = g->used;
+    m->reserved = 0;
+    m->free = g->total - g->used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t dev, int sensor, unsigned int *temp) {
+    GPU_OR_FAIL(dev);
+    if (!temp || sensor != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = g->temp;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) {
+    GPU_OR_FAIL(dev);
+    if (!mw) return NVML_ERROR_INVALID_ARGUMENT;
+    *mw = g->power_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, int type, unsigned int *mhz) {
+    GPU_OR_FAIL(dev);
+    if (!mhz || type != 1 /* NVML_CLOCK_SM */) return NVML_ERROR_INVALID_ARGUMENT;
+    *mhz = g->sm_clock;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t dev, unsigned long long *reasons) {
+    GPU_OR_FAIL(dev);
+    if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+    *reasons = g->reasons;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t dev, int counter, unsigned int *kbs) {
+    GPU_OR_FAIL(dev);
+    if (!kbs) return NVML_ERROR_INVALID_ARGUMENT;
+    *kbs = counter == 0 ? g->pcie_tx : g->pcie_rx; /* NVML_PCIE_UTIL_TX_BYTES = 0 */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                            nvmlProcessInfo_t *infos) {
+    GPU_OR_FAIL(dev);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned n = 0;
+    for (int i = 0; i < nprocs; i++) n += procs[i].index == dev->index;
+    if (!infos || *count < n) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    n = 0;
+    for (int i = 0; i < nprocs; i++)
+        if (procs[i].index == dev->index)
+            infos[n++] = (nvmlProcessInfo_t){procs[i].pid, procs[i].used, 0xFFFFFFFF, 0xFFFFFFFF};
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *samples,
+                                                    unsigned int *count, unsigned long long last_seen) {
+    GPU_OR_FAIL(dev);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long ts = (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000;
+    unsigned n = 0;
+    for (int i = 0; i < nprocs; i++) n += procs[i].index == dev->index;
+    if (n == 0 || last_seen >= ts) return NVML_ERROR_NOT_FOUND; /* no new samples */
+    if (!samples || *count < n) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    n = 0;
+    for (int i = 0; i < nprocs; i++)
+        if (procs[i].index == dev->index)
+            samples[n++] = (nvmlProcessUtilizationSample_t){procs[i].pid, ts, procs[i].sm, procs[i].memutil, 0, 0};
+    *count = n;
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,223 @@
+//! End-to-end: `cudatrace run` scraped by a real Prometheus server on loopback, with the
+//! stand-in NVML replaying a scenario.
+use std::{
+    io::Write as _,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{Tracer, device_file, env, finish_workload, free_port, http_get, spawn_workload};
+use serde_json::Value;
+
+struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Prometheus {
+    fn start(target: u16) -> Prometheus {
+        let dir = std::env::temp_dir().join(format!("cudatrace-prom-{}-{target}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cudatrace\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian package) is needed: scripts/setup.sh installs it");
+        Prometheus { child, port, dir }
+    }
+
+    /// Instant query; returns (labels, value) per sample.
+    fn query(&self, promql: &str) -> Vec<(Value, f64)> {
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "10", "--data-urlencode"])
+            .arg(format!("query={promql}"))
+            .arg(format!("http://127.0.0.1:{}/api/v1/query", self.port))
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Vec::new();
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["data"]["result"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits (up to 30 s) until the query returns exactly `want` as its single value.
+    fn wait_for(&self, promql: &str, want: f64) -> f64 {
+        let start = Instant::now();
+        let mut last = f64::NAN;
+        while start.elapsed() < Duration::from_secs(30) {
+            if let [(_, v)] = self.query(promql).as_slice() {
+                last = *v;
+                if last == want {
+                    return last;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        last
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const SCENARIO: &str = "\
+gpu 0 uuid=GPU-11111111-2222-3333-4444-555555555555 sm=75 mem=40 total=85899345920 used=4294967296 temp=65 power_mw=250000 sm_clock=1980 reasons=0x20 pcie_tx_kbs=1000 pcie_rx_kbs=2000
+gpu 1 uuid=GPU-66666666-7777-8888-9999-000000000000 sm=5 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1410 reasons=0x1 pcie_tx_kbs=10 pcie_rx_kbs=20
+proc 0 pid=4242 used=1048576 sm=50 memutil=20
+";
+
+/// Exact call counts per pid and a p99 consistent with the simulated durations, through
+/// PromQL on a real Prometheus; promtool finds the exposition clean; NVML gauges match the
+/// replayed scenario; OpenMetrics by content negotiation.
+#[test]
+fn prometheus_scrapes_exact_counts() {
+    let Some(env) = env() else { return };
+    let scenario = std::env::temp_dir().join(format!("cudatrace-nvml-{}.txt", std::process::id()));
+    std::fs::File::create(&scenario).unwrap().write_all(SCENARIO.as_bytes()).unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let lib = env.libcuda();
+    let nvml = env.standin.join("libnvidia-ml.so.1");
+    let config = std::env::temp_dir().join(format!("cudatrace-{}.toml", std::process::id()));
+    std::fs::write(&config, "nvml_period_ms = 200\ntop_kernels = 5\n").unwrap();
+    let daemon = Tracer::start_daemon(
+        &env,
+        &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", nvml.to_str().unwrap(), "--config", config.to_str().unwrap()],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let prom = Prometheus::start(port);
+    let dev = device_file("prom");
+    // 20 µs of driver time in every call.
+    let job = spawn_workload(
+        &env,
+        &[("CUDA_STANDIN_DEVICE", &dev), ("CUDA_STANDIN_CALL_NS", "20000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1")],
+        &["basic", "3000", "400"],
+    );
+    let report = finish_workload(job);
+    let pid = report["pid"].as_u64().unwrap();
+
+    let launches = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"), 3000.0);
+    let htod = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuMemcpyHtoD_v2\"}}"), 200.0);
+    let dtoh = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuMemcpyDtoH_v2\"}}"), 200.0);
+    let bytes = prom.query(&format!("sum(cudatrace_memcpy_bytes_total{{pid=\"{pid}\",direction=\"htod\"}})"));
+    let p99 = prom.query(&format!(
+        "histogram_quantile(0.99, sum by (le) (cudatrace_call_duration_seconds_bucket{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}))"
+    ));
+    let sketch_p99 = prom.query(&format!(
+        "cudatrace_call_duration_quantile_seconds{{pid=\"{pid}\",api=\"cuLaunchKernel\",window=\"all\",q=\"0.99\"}}"
+    ));
+    let kernel = prom.query(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"));
+    eprintln!(
+        "e2e prometheus_scrapes_exact_counts: launches in=3000 promql={launches} htod in=200 promql={htod} dtoh in=200 promql={dtoh} \
+         p99(histogram)={:?} p99(sketch)={:?}",
+        p99.first().map(|v| v.1),
+        sketch_p99.first().map(|v| v.1)
+    );
+    assert_eq!((launches, htod, dtoh), (3000.0, 200.0, 200.0));
+    // Copy j of the one thread moves 1024 + 16 j bytes, host to device when j is even.
+    let want_bytes: u64 = (0..400u64).filter(|j| j % 2 == 0).map(|j| 1024 + 16 * j).sum();
+    assert_eq!(bytes[0].1, want_bytes as f64);
+    let p99 = p99[0].1;
+    assert!((20e-6..=50e-6).contains(&p99), "histogram p99 {p99} s for 20 µs calls (buckets 25 and 50 µs)");
+    let sketch_p99 = sketch_p99[0].1;
+    assert!((20e-6..=60e-6).contains(&sketch_p99), "sketch p99 {sketch_p99} s for 20 µs calls");
+    assert_eq!(kernel[0].0["kernel"], "hidden_gemm(float*, float*, int)");
+
+    // NVML gauges, as replayed.
+    for (q, want) in [
+        ("cudatrace_nvml_up", 1.0),
+        ("cudatrace_gpu_utilization_ratio{gpu=\"0\",uuid=\"GPU-11111111-2222-3333-4444-555555555555\"}", 0.75),
+        ("cudatrace_gpu_utilization_ratio{gpu=\"1\"}", 0.05),
+        ("cudatrace_gpu_memory_used_bytes{gpu=\"0\"}", 4294967296.0),
+        ("cudatrace_gpu_temperature_celsius{gpu=\"0\"}", 65.0),
+        ("cudatrace_gpu_power_watts{gpu=\"1\"}", 90.0),
+        ("cudatrace_gpu_sm_clock_hertz{gpu=\"0\"}", 1.98e9),
+        ("cudatrace_gpu_clock_event_reason{gpu=\"0\",reason=\"sw_thermal_slowdown\"}", 1.0),
+        ("cudatrace_gpu_clock_event_reason{gpu=\"0\",reason=\"gpu_idle\"}", 0.0),
+        ("cudatrace_gpu_pcie_throughput_bytes_per_second{gpu=\"0\",direction=\"rx\"}", 2048000.0),
+        ("cudatrace_gpu_process_memory_bytes{gpu=\"0\",pid=\"4242\"}", 1048576.0),
+        ("cudatrace_gpu_process_sm_utilization_ratio{gpu=\"0\",pid=\"4242\"}", 0.5),
+        ("cudatrace_events_dropped_total", 0.0),
+    ] {
+        assert_eq!(prom.wait_for(q, want), want, "{q}");
+    }
+
+    // The exposition itself: promtool is clean, OpenMetrics on request.
+    let text = http_get(&format!("http://{listen}/metrics"), None);
+    let mut check = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    let lint = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && lint.trim().is_empty(), "promtool check metrics: {lint}");
+    let om = http_get(&format!("http://{listen}/metrics"), Some("application/openmetrics-text; version=1.0.0"));
+    assert!(om.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
+    assert!(!text.contains("# EOF"));
+
+    drop(prom);
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&scenario);
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(traced.code, Some(0));
+}
+
+/// Without NVML the daemon runs on, says why once, and reports nvml_up 0; a taken port and a
+/// bad config are one line each.
+#[test]
+fn runs_without_nvml_and_reports_bad_input() {
+    let Some(env) = env() else { return };
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let lib = env.libcuda();
+    let missing = env.standin.join("no-such-libnvidia-ml.so.1");
+    let daemon = Tracer::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", missing.to_str().unwrap()], &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = http_get(&format!("http://{listen}/metrics"), None);
+    assert!(text.contains("\ncudatrace_nvml_up 0"), "{text}");
+    assert!(!text.contains("cudatrace_gpu_utilization_ratio"));
+    assert!(text.contains("cudatrace_probe_attached{symbol=\"cuLaunchKernel\""));
+
+    // Same port again: one line, before anything is loaded.
+    let out = Command::new(&env.bin).args(["run", "--lib", lib.to_str().unwrap(), "--listen", &listen]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("port in use: {listen}")), "{err}");
+    let traced = daemon.stop();
+    let nvml_lines = traced.stderr.iter().filter(|l| l.contains("NVML unavailable")).count();
+    assert_eq!(nvml_lines, 1, "{:?}", traced.stderr);
+
+    let bad = std::env::temp_dir().join(format!("cudatrace-bad-{}.toml", std::process::id()));
+    std::fs::write(&bad, "top_kernels = 0\n").unwrap();
+    let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = std::fs::remove_file(&bad);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad config") && err.contains("top_kernels = 0"), "{err}");
+}

@@ -1,0 +1,395 @@
+//! Aggregation of traced calls for `cudatrace run`: per process and (api, kernel) counts, bytes,
+//! bucketed latency, and latency quantiles over sliding windows (1 min, 5 min) and since start.
+//!
+//! Memory stays flat as events grow: a process's state is dropped when it exits, kernels beyond
+//! `max_kernels` per process are counted under `kernel="other"` from the start, and at scrape
+//! time only the top `top_kernels` by time keep their own label (the rest are summed into
+//! "other"). Window slices exist only while calls arrive.
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+    time::Instant,
+};
+
+use hdrhistogram::Histogram;
+use tracer_common::Api;
+
+use crate::{
+    events::{Detail, Event},
+    identity::Identity,
+    kernels::KernelName,
+};
+
+/// Upper bounds (seconds) of the Prometheus latency buckets: 1 µs to 10 s.
+pub const BUCKETS: [f64; 22] = [
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// The label under which kernels past the limits are counted.
+pub const OTHER: &str = "other";
+/// Highest latency the quantile sketches hold; longer calls count as this.
+const MAX_NS: u64 = 100_000_000_000;
+
+/// Cumulative totals of one (process, api, kernel) series.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    /// Calls completed.
+    pub calls: u64,
+    /// Calls that returned an error.
+    pub errors: u64,
+    /// Bytes copied (copies only).
+    pub bytes: u64,
+    /// Sum of durations, ns.
+    pub sum_ns: u64,
+    /// Count per bucket of [`BUCKETS`] (not cumulative), plus +Inf last.
+    pub buckets: [u64; BUCKETS.len() + 1],
+}
+
+impl Series {
+    fn add(&mut self, other: &Series) {
+        self.calls += other.calls;
+        self.errors += other.errors;
+        self.bytes += other.bytes;
+        self.sum_ns += other.sum_ns;
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *a += b;
+        }
+    }
+}
+
+fn sketch() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_NS, 2).expect("valid bounds")
+}
+
+/// Latency sketches of one (process, api): since start, and per time slice for the windows.
+struct Windows {
+    all: Histogram<u64>,
+    /// 10-second slices, newest last, covering at most the last minute.
+    short: VecDeque<(u64, Histogram<u64>)>,
+    /// 60-second slices, newest last, covering at most the last five minutes.
+    long: VecDeque<(u64, Histogram<u64>)>,
+}
+
+fn slice_for(slices: &mut VecDeque<(u64, Histogram<u64>)>, index: u64, keep: u64) -> &mut Histogram<u64> {
+    while slices.front().is_some_and(|(i, _)| *i + keep <= index) {
+        slices.pop_front();
+    }
+    if slices.back().is_none_or(|(i, _)| *i != index) {
+        slices.push_back((index, sketch()));
+    }
+    &mut slices.back_mut().expect("just pushed").1
+}
+
+impl Windows {
+    fn new() -> Self {
+        Windows { all: sketch(), short: VecDeque::new(), long: VecDeque::new() }
+    }
+
+    fn record(&mut self, secs: u64, ns: u64) {
+        let ns = ns.clamp(1, MAX_NS);
+        let _ = self.all.record(ns);
+        let _ = slice_for(&mut self.short, secs / 10, 6).record(ns);
+        let _ = slice_for(&mut self.long, secs / 60, 5).record(ns);
+    }
+
+    /// The sketch over the last `window` seconds (60 or 300), or since start.
+    fn merged(&self, now_secs: u64, window: Option<u64>) -> Option<Histogram<u64>> {
+        let (slices, width) = match window {
+            None => return Some(self.all.clone()),
+            Some(60) => (&self.short, 10),
+            Some(_) => (&self.long, 60),
+        };
+        let horizon = window.unwrap_or(0);
+        let mut h = sketch();
+        for (i, s) in slices {
+            // A slice counts while any of it lies inside the window.
+            if (i + 1) * width + horizon > now_secs {
+                h.add(s).ok()?;
+            }
+        }
+        (!h.is_empty()).then_some(h)
+    }
+}
+
+/// One traced process.
+struct Process {
+    identity: Arc<Identity>,
+    comm: String,
+    series: HashMap<(Api, Arc<str>), Series>,
+    windows: HashMap<Api, Windows>,
+    kernels: usize,
+    memory_bytes: u64,
+    memory_peak_bytes: u64,
+    gpu_ns_estimate: u64,
+    /// When the process exited: its series stay for `Limits::retain_exited` so that the
+    /// scrapes after a short job still see its final counts.
+    exited_at: Option<Instant>,
+}
+
+/// Limits on what is kept (from the config file).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Kernels per process with their own label at scrape time.
+    pub top_kernels: usize,
+    /// Kernels per process tracked at all; later ones count as "other" from the start.
+    pub max_kernels: usize,
+    /// How long an exited process's series are kept.
+    pub retain_exited: std::time::Duration,
+}
+
+/// What a scrape sees of one series.
+pub struct SeriesView<'a> {
+    /// The process.
+    pub pid: u32,
+    /// Its identity.
+    pub identity: &'a Identity,
+    /// Its comm.
+    pub comm: &'a str,
+    /// The api.
+    pub api: Api,
+    /// The kernel label ("" when not a launch).
+    pub kernel: Arc<str>,
+    /// Totals.
+    pub series: Series,
+}
+
+/// One quantile of one (process, api) over one window.
+pub struct QuantileView<'a> {
+    /// The process.
+    pub pid: u32,
+    /// Its identity.
+    pub identity: &'a Identity,
+    /// Its comm.
+    pub comm: &'a str,
+    /// The api.
+    pub api: Api,
+    /// `1m`, `5m` or `all`.
+    pub window: &'static str,
+    /// The quantile (0.5, 0.9, 0.99).
+    pub quantile: f64,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+/// The aggregate of every traced call.
+pub struct Aggregator {
+    limits: Limits,
+    started: Instant,
+    processes: HashMap<u32, Process>,
+    /// Events consumed.
+    pub events: u64,
+    /// Records the kernel could not write (ring buffer full).
+    pub dropped: u64,
+}
+
+impl Aggregator {
+    /// An empty aggregate.
+    pub fn new(limits: Limits) -> Self {
+        Aggregator { limits, started: Instant::now(), processes: HashMap::new(), events: 0, dropped: 0 }
+    }
+
+    fn now_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// Counts one call.
+    pub fn observe(&mut self, ev: &Event, kernel: Option<&KernelName>, identity: &Arc<Identity>) {
+        self.events += 1;
+        let secs = self.now_secs();
+        let limits = self.limits;
+        if self.processes.get(&ev.pid).is_some_and(|p| p.exited_at.is_some()) {
+            // The pid was reused by a new process.
+            self.processes.remove(&ev.pid);
+        }
+        let p = self.processes.entry(ev.pid).or_insert_with(|| Process {
+            identity: identity.clone(),
+            comm: ev.comm.clone(),
+            series: HashMap::new(),
+            windows: HashMap::new(),
+            kernels: 0,
+            memory_bytes: 0,
+            memory_peak_bytes: 0,
+            gpu_ns_estimate: 0,
+            exited_at: None,
+        });
+        let label: Arc<str> = match (&ev.detail, kernel) {
+            (Detail::Launch { .. }, Some(k)) => Arc::from(k.demangled.as_str()),
+            (Detail::Launch { function, .. }, None) => Arc::from(format!("{function:#x}")),
+            _ => Arc::from(""),
+        };
+        let mut key = (ev.api, label);
+        if !key.1.is_empty() && !p.series.contains_key(&key) {
+            if p.kernels >= limits.max_kernels {
+                key.1 = Arc::from(OTHER);
+            } else {
+                p.kernels += 1;
+            }
+        }
+        let s = p.series.entry(key).or_default();
+        s.calls += 1;
+        s.errors += u64::from(ev.result != 0);
+        s.sum_ns += ev.duration_ns;
+        if let Detail::Copy { bytes, .. } = ev.detail {
+            s.bytes += bytes;
+        }
+        let secs_f = ev.duration_ns as f64 / 1e9;
+        let b = BUCKETS.iter().position(|le| secs_f <= *le).unwrap_or(BUCKETS.len());
+        s.buckets[b] += 1;
+        p.windows.entry(ev.api).or_insert_with(Windows::new).record(secs, ev.duration_ns);
+    }
+
+    /// Sets a process's device memory (current and peak bytes) and GPU-time estimate.
+    pub fn set_process_gauges(&mut self, pid: u32, memory: Option<(u64, u64)>, gpu_ns_estimate: u64) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            if let Some((current, peak)) = memory {
+                p.memory_bytes = current;
+                p.memory_peak_bytes = peak;
+            }
+            p.gpu_ns_estimate = gpu_ns_estimate;
+        }
+    }
+
+    /// Marks a process exited; [`Aggregator::sweep`] drops it after the retention time.
+    pub fn forget(&mut self, pid: u32) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.exited_at.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Drops exited processes kept longer than the retention time.
+    pub fn sweep(&mut self) {
+        let keep = self.limits.retain_exited;
+        self.processes.retain(|_, p| p.exited_at.is_none_or(|t| t.elapsed() < keep));
+    }
+
+    /// Every series, with kernels past the top `top_kernels` of their process (by total time)
+    /// summed into "other".
+    pub fn series(&self) -> Vec<SeriesView<'_>> {
+        let mut out = Vec::new();
+        for (pid, p) in &self.processes {
+            let mut by_time: Vec<(&Arc<str>, u64)> = HashMap::<&Arc<str>, u64>::from_iter(
+                p.series.iter().filter(|((_, k), _)| !k.is_empty() && &**k != OTHER).fold(
+                    HashMap::new(),
+                    |mut m: HashMap<&Arc<str>, u64>, ((_, k), s)| {
+                        *m.entry(k).or_default() += s.sum_ns;
+                        m
+                    },
+                ),
+            )
+            .into_iter()
+            .collect();
+            by_time.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let top: std::collections::HashSet<&str> =
+                by_time.iter().take(self.limits.top_kernels).map(|(k, _)| &***k).collect();
+            let mut merged: HashMap<(Api, Arc<str>), Series> = HashMap::new();
+            for ((api, kernel), s) in &p.series {
+                let label = if kernel.is_empty() || top.contains(&**kernel) { kernel.clone() } else { Arc::from(OTHER) };
+                merged.entry((*api, label)).or_default().add(s);
+            }
+            for ((api, kernel), series) in merged {
+                out.push(SeriesView { pid: *pid, identity: &p.identity, comm: &p.comm, api, kernel, series });
+            }
+        }
+        out
+    }
+
+    /// Latency quantiles (0.5, 0.9, 0.99) per (process, api) over 1 min, 5 min and since start.
+    pub fn quantiles(&self) -> Vec<QuantileView<'_>> {
+        let now = self.now_secs();
+        let mut out = Vec::new();
+        for (pid, p) in &self.processes {
+            for (api, w) in &p.windows {
+                for (window, secs) in [("1m", Some(60)), ("5m", Some(300)), ("all", None)] {
+                    let Some(h) = w.merged(now, secs) else { continue };
+                    for q in [0.5, 0.9, 0.99] {
+                        out.push(QuantileView {
+                            pid: *pid,
+                            identity: &p.identity,
+                            comm: &p.comm,
+                            api: *api,
+                            window,
+                            quantile: q,
+                            seconds: h.value_at_quantile(q) as f64 / 1e9,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Per process: (pid, identity, comm, memory bytes, peak bytes, GPU-time estimate ns).
+    pub fn processes(&self) -> impl Iterator<Item = (u32, &Identity, &str, u64, u64, u64)> {
+        self.processes
+            .iter()
+            .map(|(pid, p)| (*pid, &*p.identity, p.comm.as_str(), p.memory_bytes, p.memory_peak_bytes, p.gpu_ns_estimate))
+    }
+
+    /// Number of processes held.
+    #[cfg(test)]
+    pub fn process_count(&self) -> usize {
+        self.processes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn launch(pid: u32, ns: u64, function: u64) -> Event {
+        Event {
+            api: Api::LaunchKernel,
+            pid,
+            tid: pid,
+            comm: "job".into(),
+            start_ns: 0,
+            duration_ns: ns,
+            result: 0,
+            detail: Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream: 0 },
+        }
+    }
+
+    #[test]
+    fn counts_buckets_and_quantiles() {
+        let mut a = Aggregator::new(Limits { top_kernels: 10, max_kernels: 100, retain_exited: Duration::ZERO });
+        let id = Arc::new(Identity::default());
+        let k = KernelName::new("_Z3addv");
+        for i in 0..1000u64 {
+            // 990 calls of 2 µs, 10 of 800 µs: p99 falls at the boundary, p50 at 2 µs.
+            let ns = if i % 100 == 0 { 800_000 } else { 2_000 };
+            a.observe(&launch(1, ns, 0x10), Some(&k), &id);
+        }
+        let series = a.series();
+        assert_eq!(series.len(), 1);
+        let s = &series[0];
+        assert_eq!((s.series.calls, &*s.kernel), (1000, "add()"));
+        assert_eq!(s.series.buckets[1], 990, "2 µs falls in the 2.5 µs bucket");
+        assert_eq!(s.series.buckets[9], 10, "800 µs falls in the 1 ms bucket");
+        let q = a.quantiles();
+        let get = |w: &str, q0: f64| q.iter().find(|v| v.window == w && v.quantile == q0).unwrap().seconds;
+        assert!((get("1m", 0.5) - 2e-6).abs() < 0.05e-6, "{}", get("1m", 0.5));
+        assert!((get("all", 0.99) - 2e-6).abs() < 0.05e-6);
+        assert!((get("5m", 0.999_f64.min(0.99)) - 2e-6).abs() < 0.05e-6);
+    }
+
+    #[test]
+    fn kernels_past_the_limits_become_other() {
+        let mut a = Aggregator::new(Limits { top_kernels: 2, max_kernels: 3, retain_exited: Duration::ZERO });
+        let id = Arc::new(Identity::default());
+        // Kernel f spends (f+1) * 1000 ns per call; 5 kernels, the 4th and 5th past max_kernels.
+        for f in 0..5u64 {
+            let name = KernelName::new(&format!("k{f}"));
+            a.observe(&launch(7, (f + 1) * 1000, f), Some(&name), &id);
+        }
+        let mut got: Vec<(String, u64)> = a.series().iter().map(|s| (s.kernel.to_string(), s.series.calls)).collect();
+        got.sort();
+        // Top 2 by time among the 3 tracked are k2 and k1; k0 folds into other with k3 and k4.
+        assert_eq!(got, vec![("k1".into(), 1), ("k2".into(), 1), ("other".into(), 3)]);
+        a.forget(7);
+        assert_eq!(a.process_count(), 1, "kept for the retention time");
+        a.sweep();
+        assert_eq!(a.process_count(), 0);
+    }
+}

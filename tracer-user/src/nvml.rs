@@ -1,0 +1,145 @@
+//! NVML sampling through nvml-wrapper: per GPU utilization, memory, temperature, power, SM
+//! clock, clock-event (throttle) reasons, PCIe throughput, and per process memory and
+//! utilization. Without NVML (no driver), sampling is off, `cudatrace_nvml_up` is 0 and the
+//! reason is logged once.
+use std::{collections::HashMap, path::PathBuf};
+
+use nvml_wrapper::{
+    Nvml,
+    enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor},
+    enums::device::UsedGpuMemory,
+    error::NvmlError,
+};
+
+/// Clock-event reason bits (nvmlClocksEventReasons) and their metric label.
+pub const REASONS: [(u64, &str); 9] = [
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+];
+
+/// One process on one GPU.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Device memory used, when NVML knows it.
+    pub memory_bytes: Option<u64>,
+    /// SM utilization 0-100 over the last sample period, when sampled.
+    pub sm_util: Option<u32>,
+    /// Memory-controller utilization 0-100, when sampled.
+    pub mem_util: Option<u32>,
+}
+
+/// One GPU's sample; a field is `None` when the device does not support it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuSample {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// SM utilization 0-100.
+    pub sm_util: Option<u32>,
+    /// Memory-controller utilization 0-100.
+    pub mem_util: Option<u32>,
+    /// Device memory used.
+    pub memory_used: Option<u64>,
+    /// Device memory total.
+    pub memory_total: Option<u64>,
+    /// Temperature, °C.
+    pub temperature: Option<u32>,
+    /// Power, milliwatts.
+    pub power_mw: Option<u32>,
+    /// SM clock, MHz.
+    pub sm_clock_mhz: Option<u32>,
+    /// Clock-event reason bits.
+    pub reasons: Option<u64>,
+    /// PCIe KB/s sent and received.
+    pub pcie_kbs: Option<(u32, u32)>,
+    /// Compute processes.
+    pub processes: Vec<GpuProcess>,
+}
+
+/// The sampler; `Off` carries why NVML is unavailable.
+pub enum Sampler {
+    /// NVML initialized.
+    On {
+        /// The library handle.
+        nvml: Nvml,
+        /// Last process-utilization timestamp seen per GPU, so each sample is new.
+        last_seen: HashMap<u32, u64>,
+    },
+    /// No NVML.
+    Off(String),
+}
+
+impl Sampler {
+    /// Initializes NVML from `lib` (or the loader's `libnvidia-ml.so.1`).
+    pub fn new(lib: Option<&PathBuf>) -> Sampler {
+        let mut builder = Nvml::builder();
+        if let Some(lib) = lib {
+            builder.lib_path(lib.as_os_str());
+        }
+        match builder.init() {
+            Ok(nvml) => Sampler::On { nvml, last_seen: HashMap::new() },
+            Err(e) => Sampler::Off(format!("NVML unavailable ({e}); GPU metrics are off, tracing goes on")),
+        }
+    }
+
+    /// Whether NVML is up.
+    pub fn up(&self) -> bool {
+        matches!(self, Sampler::On { .. })
+    }
+
+    /// Samples every GPU. An error on one field leaves that field out.
+    pub fn sample(&mut self) -> Result<Vec<GpuSample>, NvmlError> {
+        let Sampler::On { nvml, last_seen } = self else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for index in 0..nvml.device_count()? {
+            let d = nvml.device_by_index(index)?;
+            let util = d.utilization_rates().ok();
+            let mem = d.memory_info().ok();
+            let mut processes: HashMap<u32, GpuProcess> = HashMap::new();
+            for p in d.running_compute_processes().unwrap_or_default() {
+                let e = processes.entry(p.pid).or_insert(GpuProcess { pid: p.pid, ..Default::default() });
+                if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
+                    e.memory_bytes = Some(b);
+                }
+            }
+            // NotFound means no new samples since last_seen: nothing to add.
+            let seen = last_seen.get(&index).copied();
+            for s in d.process_utilization_stats(seen).unwrap_or_default() {
+                last_seen.insert(index, s.timestamp.max(seen.unwrap_or(0)));
+                let e = processes.entry(s.pid).or_insert(GpuProcess { pid: s.pid, ..Default::default() });
+                e.sm_util = Some(s.sm_util);
+                e.mem_util = Some(s.mem_util);
+            }
+            let mut processes: Vec<GpuProcess> = processes.into_values().collect();
+            processes.sort_by_key(|p| p.pid);
+            out.push(GpuSample {
+                index,
+                uuid: d.uuid().unwrap_or_default(),
+                sm_util: util.as_ref().map(|u| u.gpu),
+                mem_util: util.as_ref().map(|u| u.memory),
+                memory_used: mem.as_ref().map(|m| m.used),
+                memory_total: mem.as_ref().map(|m| m.total),
+                temperature: d.temperature(TemperatureSensor::Gpu).ok(),
+                power_mw: d.power_usage().ok(),
+                sm_clock_mhz: d.clock_info(Clock::SM).ok(),
+                reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
+                pcie_kbs: d
+                    .pcie_throughput(PcieUtilCounter::Send)
+                    .ok()
+                    .zip(d.pcie_throughput(PcieUtilCounter::Receive).ok()),
+                processes,
+            });
+        }
+        Ok(out)
+    }
+}
