@@ -9,6 +9,8 @@
  *                               launches of GRID blocks, a cuStreamSynchronize every SYNC_EVERY
  *     wait-for-lib N            dlopen, then call cuLaunchKernel N times once stdin closes
  *     die-in-call               exit while a thread is blocked inside cuStreamSynchronize
+ *     calls N [SECONDS]         N timed cuLaunchKernel calls per thread (benchmarks)
+ *     kernels K                 K distinct kernel names looked up and launched once each
  *   --settle MS sleeps between dlopen and the first call.
  *
  * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
@@ -328,6 +330,60 @@ static void run_loop(double seconds, unsigned grid, long sync_every, long limit)
            (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)s, launches, syncs);
 }
 
+/* ---- calls (benchmark) ------------------------------------------------------------------------ */
+
+struct calls_args { long n; double seconds; long done; uint64_t ns; };
+
+static void *calls_thread(void *p) {
+    struct calls_args *a = p;
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    uint64_t start = now_ns(), end = a->seconds > 0 ? start + (uint64_t)(a->seconds * 1e9) : UINT64_MAX;
+    long i = 0;
+    for (; i < a->n; i++) {
+        CHECK(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+        if ((i & 1023) == 1023 && now_ns() >= end) { i++; break; }
+    }
+    a->done = i;
+    a->ns = now_ns() - start;
+    return NULL;
+}
+
+/* N launches per thread (or fewer when SECONDS pass), timed: the cost of one traced call. */
+static void run_calls(int threads, long n, double seconds) {
+    setup(4096);
+    pthread_t th[MAX_THREADS];
+    struct calls_args args[MAX_THREADS];
+    for (int t = 0; t < threads; t++) {
+        args[t] = (struct calls_args){n, seconds, 0, 0};
+        pthread_create(&th[t], NULL, calls_thread, &args[t]);
+    }
+    long total = 0;
+    uint64_t longest = 0, sum_ns = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(th[t], NULL);
+        total += args[t].done;
+        sum_ns += args[t].ns;
+        if (args[t].ns > longest) longest = args[t].ns;
+    }
+    printf("{\"pid\":%d,\"calls\":%ld,\"ns_per_call\":%.2f,\"seconds\":%.3f,\"calls_per_second\":%.0f}\n", getpid(), total,
+           total ? (double)sum_ns / (double)total : 0.0, (double)longest / 1e9, longest ? (double)total * 1e9 / (double)longest : 0.0);
+}
+
+/* K distinct kernels looked up by name, each launched once: for the tracer's memory at scale. */
+static void run_kernels(long k) {
+    setup(4096);
+    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    char name[64];
+    for (long i = 0; i < k; i++) {
+        CUfunction f;
+        snprintf(name, sizeof name, "_Z8kernel%05ldv", i);
+        CHECK(getfn(&f, module, name));
+        CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+    }
+    printf("{\"pid\":%d,\"kernels\":%ld}\n", getpid(), k);
+}
+
 /* ---- die-in-call ------------------------------------------------------------------------------ */
 
 static CUstream die_stream;
@@ -356,7 +412,7 @@ static void run_die_in_call(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K\n");
     exit(64);
 }
 
@@ -395,6 +451,9 @@ int main(int argc, char **argv) {
         run_loop(atof(argv[i]), (unsigned)atoi(argv[i + 1]), atol(argv[i + 2]), i + 4 == argc ? atol(argv[i + 3]) : 0);
     else if (!strcmp(scenario, "wait-for-lib") && i + 1 == argc) run_basic(1, atol(argv[i]), 0);
     else if (!strcmp(scenario, "die-in-call") && i == argc) run_die_in_call();
+    else if (!strcmp(scenario, "calls") && (i + 1 == argc || i + 2 == argc))
+        run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0);
+    else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else usage();
     return 0;
 }

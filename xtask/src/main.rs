@@ -1,4 +1,6 @@
-//! Project tasks: `cargo xtask build | standin | demo | test`.
+//! Project tasks: `cargo xtask build | standin | demo | test | bench`.
+mod bench;
+
 use std::{
     env,
     path::{Path, PathBuf},
@@ -27,6 +29,8 @@ enum Task {
         /// Only end-to-end tests whose name contains this.
         filter: Option<String>,
     },
+    /// Measure tracing overhead against the floor and bpftrace, throughput, and memory at scale.
+    Bench,
 }
 
 fn root() -> PathBuf {
@@ -154,5 +158,9 @@ fn main() -> Result<()> {
         Task::Standin => build_standin().map(|_| ()),
         Task::Demo => demo(),
         Task::Test { filter } => test(filter),
+        Task::Bench => {
+            let standin = build()?;
+            bench::run(&root(), target_dir().join("release/cudatrace"), standin)
+        }
     }
 }
