@@ -180,7 +180,7 @@ static struct CUctx_st the_ctx;
 static uint64_t next_dptr = 0x700000000000ull;
 
 /* Handles returned for one name are stable, as the driver's are. */
-#define MAX_FUNCS 1024
+#define MAX_FUNCS 16384
 static struct CUfunc_st funcs[MAX_FUNCS];
 static struct CUkern_st kerns[MAX_FUNCS];
 static size_t nfuncs, nkerns;

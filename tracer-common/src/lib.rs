@@ -17,8 +17,11 @@ pub const STAT_COUNT: u32 = 2;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;
+/// Index of the wake-up threshold in the `CONFIG` array: records are submitted without waking
+/// the reader until this many bytes wait in the ring buffer (the reader also polls on a timer).
+pub const CONFIG_WAKEUP_BYTES: u32 = 1;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_COUNT: u32 = 1;
+pub const CONFIG_COUNT: u32 = 2;
 
 /// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
 pub const FILTER_COMM: u32 = 1;

@@ -14,7 +14,9 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 /// Per-thread state of the call in progress, keyed by pid_tgid. LRU so that threads that die
 /// inside a call cannot fill it.
 #[map]
-pub static ENTRIES: LruHashMap<u64, Entry> = LruHashMap::with_max_entries(MAX_INFLIGHT, 0);
+// BPF_F_NO_COMMON_LRU: per-CPU LRU lists, so that threads on different CPUs do not contend on
+// one list lock on every call.
+pub static ENTRIES: LruHashMap<u64, Entry> = LruHashMap::with_max_entries(MAX_INFLIGHT, 2);
 
 /// Per-CPU counters, indexed by the `STAT_*` constants of tracer-common.
 #[map]
@@ -36,6 +38,21 @@ pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED, 0)
 #[inline(always)]
 pub fn enabled() -> bool {
     matches!(CONFIG.get(tracer_common::CONFIG_ENABLED), Some(&1))
+}
+
+/// Submit flags for a record: waking the reader costs an interrupt and a context switch per
+/// record, so the reader is woken only once `CONFIG_WAKEUP_BYTES` are waiting (it also drains on
+/// a timer). 0 in that slot wakes it for every record.
+#[inline(always)]
+pub fn submit_flags() -> u64 {
+    const BPF_RB_NO_WAKEUP: u64 = 1;
+    const BPF_RB_FORCE_WAKEUP: u64 = 2;
+    const BPF_RB_AVAIL_DATA: u64 = 0;
+    let threshold = match CONFIG.get(tracer_common::CONFIG_WAKEUP_BYTES) {
+        Some(t) if *t > 0 => *t as u64,
+        _ => return 0,
+    };
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= threshold { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
 }
 
 /// Adds one to a per-CPU counter.

@@ -16,7 +16,7 @@ use tracer_common::{
 
 use crate::{
     entry::Entry,
-    maps::{ENTRIES, EVENTS, bump},
+    maps::{ENTRIES, EVENTS, bump, submit_flags},
 };
 
 #[uretprobe]
@@ -70,7 +70,7 @@ fn emit_call(entry: &Entry, id: u64, end: u64, result: i32) {
     // SAFETY: the reservation is sized for CallEvent and every field is written below.
     let ev = unsafe { &mut *slot.as_mut_ptr() };
     fill(ev, EventTag::Call, entry, id, end, result);
-    slot.submit(0);
+    slot.submit(submit_flags());
 }
 
 #[inline(always)]
@@ -87,5 +87,5 @@ fn emit_lookup(entry: &Entry, id: u64, end: u64, result: i32) {
     if !name_ptr.is_null() {
         let _ = unsafe { bpf_probe_read_user_str_bytes(name_ptr, &mut ev.name) };
     }
-    slot.submit(0);
+    slot.submit(submit_flags());
 }

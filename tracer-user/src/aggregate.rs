@@ -12,7 +12,7 @@ use std::{
 };
 
 use hdrhistogram::Histogram;
-use tracer_common::Api;
+use tracer_common::{Api, Kind};
 
 use crate::{
     events::{Detail, Event},
@@ -27,8 +27,10 @@ pub const BUCKETS: [f64; 22] = [
 ];
 /// The label under which kernels past the limits are counted.
 pub const OTHER: &str = "other";
-/// Highest latency the quantile sketches hold; longer calls count as this.
-const MAX_NS: u64 = 100_000_000_000;
+/// Unit of the quantile sketches: 100 ns (driver calls take microseconds and up).
+const UNIT_NS: u64 = 100;
+/// Highest latency the sketches hold, in units: 100 s; longer calls count as this.
+const MAX_UNITS: u64 = 1_000_000_000;
 
 /// Cumulative totals of one (process, api, kernel) series.
 #[derive(Clone, Debug, Default)]
@@ -57,20 +59,22 @@ impl Series {
     }
 }
 
-fn sketch() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, MAX_NS, 2).expect("valid bounds")
+/// A latency sketch: 2 significant digits (1% error) over 100 ns to 100 s, u32 counts, about
+/// 12 KB.
+fn sketch() -> Histogram<u32> {
+    Histogram::new_with_bounds(1, MAX_UNITS, 2).expect("valid bounds")
 }
 
 /// Latency sketches of one (process, api): since start, and per time slice for the windows.
 struct Windows {
-    all: Histogram<u64>,
+    all: Histogram<u32>,
     /// 10-second slices, newest last, covering at most the last minute.
-    short: VecDeque<(u64, Histogram<u64>)>,
+    short: VecDeque<(u64, Histogram<u32>)>,
     /// 60-second slices, newest last, covering at most the last five minutes.
-    long: VecDeque<(u64, Histogram<u64>)>,
+    long: VecDeque<(u64, Histogram<u32>)>,
 }
 
-fn slice_for(slices: &mut VecDeque<(u64, Histogram<u64>)>, index: u64, keep: u64) -> &mut Histogram<u64> {
+fn slice_for(slices: &mut VecDeque<(u64, Histogram<u32>)>, index: u64, keep: u64) -> &mut Histogram<u32> {
     while slices.front().is_some_and(|(i, _)| *i + keep <= index) {
         slices.pop_front();
     }
@@ -86,14 +90,14 @@ impl Windows {
     }
 
     fn record(&mut self, secs: u64, ns: u64) {
-        let ns = ns.clamp(1, MAX_NS);
-        let _ = self.all.record(ns);
-        let _ = slice_for(&mut self.short, secs / 10, 6).record(ns);
-        let _ = slice_for(&mut self.long, secs / 60, 5).record(ns);
+        let units = ns.div_ceil(UNIT_NS).clamp(1, MAX_UNITS);
+        let _ = self.all.record(units);
+        let _ = slice_for(&mut self.short, secs / 10, 6).record(units);
+        let _ = slice_for(&mut self.long, secs / 60, 5).record(units);
     }
 
     /// The sketch over the last `window` seconds (60 or 300), or since start.
-    fn merged(&self, now_secs: u64, window: Option<u64>) -> Option<Histogram<u64>> {
+    fn merged(&self, now_secs: u64, window: Option<u64>) -> Option<Histogram<u32>> {
         let (slices, width) = match window {
             None => return Some(self.all.clone()),
             Some(60) => (&self.short, 10),
@@ -121,6 +125,8 @@ struct Process {
     memory_bytes: u64,
     memory_peak_bytes: u64,
     gpu_ns_estimate: u64,
+    /// Seconds since start when the process last made a call.
+    last_seen: u64,
     /// When the process exited: its series stay for `Limits::retain_exited` so that the
     /// scrapes after a short job still see its final counts.
     exited_at: Option<Instant>,
@@ -135,6 +141,8 @@ pub struct Limits {
     pub max_kernels: usize,
     /// How long an exited process's series are kept.
     pub retain_exited: std::time::Duration,
+    /// Processes held at most; past it the longest-exited (else longest-idle) is dropped.
+    pub max_processes: usize,
 }
 
 /// What a scrape sees of one series.
@@ -180,12 +188,14 @@ pub struct Aggregator {
     pub events: u64,
     /// Records the kernel could not write (ring buffer full).
     pub dropped: u64,
+    /// Processes dropped to stay within `max_processes`.
+    pub evicted: u64,
 }
 
 impl Aggregator {
     /// An empty aggregate.
     pub fn new(limits: Limits) -> Self {
-        Aggregator { limits, started: Instant::now(), processes: HashMap::new(), events: 0, dropped: 0 }
+        Aggregator { limits, started: Instant::now(), processes: HashMap::new(), events: 0, dropped: 0, evicted: 0 }
     }
 
     fn now_secs(&self) -> u64 {
@@ -211,9 +221,10 @@ impl Aggregator {
             memory_peak_bytes: 0,
             gpu_ns_estimate: 0,
             exited_at: None,
+            last_seen: 0,
         });
         let label: Arc<str> = match (&ev.detail, kernel) {
-            (Detail::Launch { .. }, Some(k)) => Arc::from(k.demangled.as_str()),
+            (Detail::Launch { .. }, Some(k)) => k.demangled.clone(),
             (Detail::Launch { function, .. }, None) => Arc::from(format!("{function:#x}")),
             _ => Arc::from(""),
         };
@@ -235,7 +246,29 @@ impl Aggregator {
         let secs_f = ev.duration_ns as f64 / 1e9;
         let b = BUCKETS.iter().position(|le| secs_f <= *le).unwrap_or(BUCKETS.len());
         s.buckets[b] += 1;
-        p.windows.entry(ev.api).or_insert_with(Windows::new).record(secs, ev.duration_ns);
+        // Quantile sketches for the calls that carry latency (launches, copies, waits); the rare
+        // lookups and allocations have their buckets only, which keeps memory per process small.
+        if matches!(ev.api.info().kind, Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync) {
+            p.windows.entry(ev.api).or_insert_with(Windows::new).record(secs, ev.duration_ns);
+        }
+        p.last_seen = secs;
+        if self.processes.len() > limits.max_processes {
+            self.evict();
+        }
+    }
+
+    /// Drops one process to stay within `max_processes`: the one exited longest ago, else the
+    /// one idle longest.
+    fn evict(&mut self) {
+        let victim = self
+            .processes
+            .iter()
+            .min_by_key(|(_, p)| (p.exited_at.is_none(), p.exited_at.map(|t| std::cmp::Reverse(t.elapsed())), p.last_seen))
+            .map(|(pid, _)| *pid);
+        if let Some(pid) = victim {
+            self.processes.remove(&pid);
+            self.evicted += 1;
+        }
     }
 
     /// Sets a process's device memory (current and peak bytes) and GPU-time estimate.
@@ -309,7 +342,7 @@ impl Aggregator {
                             api: *api,
                             window,
                             quantile: q,
-                            seconds: h.value_at_quantile(q) as f64 / 1e9,
+                            seconds: (h.value_at_quantile(q) * UNIT_NS) as f64 / 1e9,
                         });
                     }
                 }
@@ -353,7 +386,7 @@ mod tests {
 
     #[test]
     fn counts_buckets_and_quantiles() {
-        let mut a = Aggregator::new(Limits { top_kernels: 10, max_kernels: 100, retain_exited: Duration::ZERO });
+        let mut a = Aggregator::new(Limits { top_kernels: 10, max_kernels: 100, retain_exited: Duration::ZERO, max_processes: 10 });
         let id = Arc::new(Identity::default());
         let k = KernelName::new("_Z3addv");
         for i in 0..1000u64 {
@@ -376,7 +409,7 @@ mod tests {
 
     #[test]
     fn kernels_past_the_limits_become_other() {
-        let mut a = Aggregator::new(Limits { top_kernels: 2, max_kernels: 3, retain_exited: Duration::ZERO });
+        let mut a = Aggregator::new(Limits { top_kernels: 2, max_kernels: 3, retain_exited: Duration::ZERO, max_processes: 10 });
         let id = Arc::new(Identity::default());
         // Kernel f spends (f+1) * 1000 ns per call; 5 kernels, the 4th and 5th past max_kernels.
         for f in 0..5u64 {
@@ -389,7 +422,13 @@ mod tests {
         assert_eq!(got, vec![("k1".into(), 1), ("k2".into(), 1), ("other".into(), 3)]);
         a.forget(7);
         assert_eq!(a.process_count(), 1, "kept for the retention time");
+        // Past max_processes the exited one goes first.
+        for pid in 100..110 {
+            a.observe(&launch(pid, 1000, 1), None, &id);
+        }
+        assert_eq!((a.process_count(), a.evicted), (10, 1));
+        assert!(a.processes().all(|p| p.0 != 7));
         a.sweep();
-        assert_eq!(a.process_count(), 0);
+        assert_eq!(a.process_count(), 10);
     }
 }

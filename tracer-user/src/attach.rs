@@ -16,7 +16,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use tracer_common::{Api, CONFIG_ENABLED, Filter, Layout};
+use tracer_common::{Api, CONFIG_ENABLED, CONFIG_WAKEUP_BYTES, Filter, Layout};
 
 use crate::symbols::{self, Resolution};
 
@@ -119,9 +119,18 @@ impl Tracer {
 
     /// Starts or stops recording: the entry programs save nothing while disabled.
     pub fn set_enabled(&mut self, on: bool) -> Result<()> {
+        self.set_config(CONFIG_ENABLED, u32::from(on))
+    }
+
+    /// Sets how many bytes wait in the ring buffer before the reader is woken (0: every record).
+    pub fn set_wakeup_bytes(&mut self, bytes: u32) -> Result<()> {
+        self.set_config(CONFIG_WAKEUP_BYTES, bytes)
+    }
+
+    fn set_config(&mut self, index: u32, value: u32) -> Result<()> {
         let mut config: Array<&mut MapData, u32> =
             Array::try_from(self.ebpf.map_mut("CONFIG").context("CONFIG map missing")?)?;
-        config.set(CONFIG_ENABLED, u32::from(on), 0)?;
+        config.set(index, value, 0)?;
         Ok(())
     }
 

@@ -25,6 +25,8 @@ pub struct Config {
     pub rescan_ms: u64,
     /// How long an exited process's series stay in the metrics, in seconds.
     pub retain_exited_s: u64,
+    /// Processes held at most (the longest-exited, else longest-idle, are dropped past it).
+    pub max_processes: usize,
 }
 
 impl Default for Config {
@@ -38,6 +40,7 @@ impl Default for Config {
             ringbuf_mib: 8,
             rescan_ms: 250,
             retain_exited_s: 120,
+            max_processes: 1024,
         }
     }
 }
@@ -54,6 +57,9 @@ impl Config {
         }
         if !c.ringbuf_mib.is_power_of_two() || c.ringbuf_mib > 1024 {
             bail!("ringbuf_mib = {}: a power of two up to 1024", c.ringbuf_mib);
+        }
+        if c.max_processes == 0 {
+            bail!("max_processes = 0: give at least 1");
         }
         if c.rescan_ms == 0 {
             bail!("rescan_ms = 0: give a period of at least 1 ms");

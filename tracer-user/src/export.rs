@@ -176,6 +176,13 @@ impl Collector for CudatraceCollector {
         counter(&mut enc, "cudatrace_events", "Ring-buffer records consumed.", None, &[(vec![], ex.agg.events as f64)])?;
         counter(
             &mut enc,
+            "cudatrace_processes_evicted",
+            "Processes whose series were dropped to stay within max_processes.",
+            None,
+            &[(vec![], ex.agg.evicted as f64)],
+        )?;
+        counter(
+            &mut enc,
             "cudatrace_events_dropped",
             "Records lost because the ring buffer was full.",
             None,

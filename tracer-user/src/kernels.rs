@@ -12,8 +12,9 @@ use crate::events::{Detail, Event};
 pub struct KernelName {
     /// The symbol as looked up (C++-mangled for C++ kernels).
     pub mangled: String,
-    /// The demangled form, or the symbol itself when it is not a mangled C++ name.
-    pub demangled: String,
+    /// The demangled form, or the symbol itself when it is not a mangled C++ name; shared so
+    /// that metric labels reuse it without a copy per event.
+    pub demangled: Arc<str>,
 }
 
 impl KernelName {
@@ -23,7 +24,7 @@ impl KernelName {
             .ok()
             .and_then(|s| s.demangle(&Default::default()).ok())
             .unwrap_or_else(|| mangled.to_owned());
-        KernelName { mangled: mangled.to_owned(), demangled }
+        KernelName { mangled: mangled.to_owned(), demangled: demangled.into() }
     }
 }
 
@@ -79,9 +80,9 @@ mod tests {
     #[test]
     fn demangles_and_keeps_mangled() {
         let k = KernelName::new("_Z11hidden_gemmPfS_i");
-        assert_eq!(k.demangled, "hidden_gemm(float*, float*, int)");
+        assert_eq!(&*k.demangled, "hidden_gemm(float*, float*, int)");
         assert_eq!(k.mangled, "_Z11hidden_gemmPfS_i");
-        assert_eq!(KernelName::new("plain_c_kernel").demangled, "plain_c_kernel");
+        assert_eq!(&*KernelName::new("plain_c_kernel").demangled, "plain_c_kernel");
     }
 
     #[test]
@@ -89,7 +90,7 @@ mod tests {
         let mut t = KernelTable::default();
         let lookup = Detail::Lookup { handle: 0x10, source: 0x1, name: Some("_Z3addv".into()) };
         t.observe(&ev(Api::ModuleGetFunction, 1, lookup));
-        assert_eq!(t.observe(&launch(1, 0x10)).unwrap().demangled, "add()");
+        assert_eq!(&*t.observe(&launch(1, 0x10)).unwrap().demangled, "add()");
         assert_eq!(t.observe(&launch(2, 0x10)), None, "handles are per process");
         let lib = Detail::Lookup { handle: 0x20, source: 0x2, name: Some("_Z3mulv".into()) };
         t.observe(&ev(Api::LibraryGetKernel, 1, lib));

@@ -65,7 +65,7 @@ impl Printer {
                 duration_ns: ev.duration_ns,
                 result: ev.result,
                 detail: &ev.detail,
-                kernel: kernel.map(|k| k.demangled.as_str()),
+                kernel: kernel.map(|k| &*k.demangled),
                 kernel_mangled: kernel.map(|k| k.mangled.as_str()),
                 gpu_estimate: est,
                 process,
@@ -105,7 +105,7 @@ impl Printer {
 fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>) -> String {
     let mut s = match d {
         Detail::Launch { function, grid, block, shared_mem_bytes, stream } => {
-            let name = kernel.map_or_else(|| format!("{function:#x}"), |k| k.demangled.clone());
+            let name = kernel.map_or_else(|| format!("{function:#x}"), |k| k.demangled.to_string());
             format!(
                 "{name} grid={}x{}x{} block={}x{}x{} smem={shared_mem_bytes} stream={stream:#x}",
                 grid[0], grid[1], grid[2], block[0], block[1], block[2]

@@ -137,6 +137,10 @@ impl State {
     }
 }
 
+/// How often the ring buffer is drained when the kernel has not woken the reader: the most an
+/// event waits before it is printed or counted.
+const POLL_PERIOD: Duration = Duration::from_millis(20);
+
 /// Where a drained batch of events goes.
 enum Out<'a> {
     Print(&'a mut Printer),
@@ -245,6 +249,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
                 top_kernels: cfg.top_kernels,
                 max_kernels: cfg.max_kernels,
                 retain_exited: Duration::from_secs(cfg.retain_exited_s),
+                max_processes: cfg.max_processes,
             };
             let shared: Shared = Arc::new(Mutex::new(Exported {
                 agg: Aggregator::new(limits),
@@ -261,6 +266,10 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             (None, Some(shared), Some(sampler))
         }
     };
+    // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
+    tracer.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
+    let mut poll = tokio::time::interval(POLL_PERIOD);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tracer.set_enabled(true)?;
     match &opts.mode {
         Mode::Serve(cfg) => eprintln!(
@@ -317,6 +326,12 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
                 ex.agg.sweep();
                 if let Some(gpus) = gpus {
                     ex.gpus = gpus;
+                }
+            }
+            _ = poll.tick() => {
+                if drain(ring.get_mut(), &mut state, printer.as_mut(), shared.as_ref()).is_err() {
+                    output_closed = true;
+                    break;
                 }
             }
             guard = ring.readable_mut() => {

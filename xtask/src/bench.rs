@@ -26,9 +26,21 @@ struct Paths {
     lib: PathBuf,
 }
 
-/// A tracer under test, started and ready.
+/// A tracer under test, started and ready; stopped with SIGINT when dropped, so that an error
+/// in the middle of the bench leaves no tracer behind.
 struct Running {
     child: Child,
+    stopped: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.stopped {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn wait_line(child: &mut Child, from_stdout: bool, needle: &str) -> Result<()> {
@@ -69,7 +81,7 @@ fn bpftrace(lib: &Path, histogram: bool) -> Result<Running> {
         .spawn()
         .context("bpftrace (Debian package) is needed: scripts/setup.sh installs it")?;
     wait_line(&mut child, true, "ready")?;
-    Ok(Running { child })
+    Ok(Running { child, stopped: false })
 }
 
 fn start_cudatrace(p: &Paths, port: u16) -> Result<Running> {
@@ -81,7 +93,7 @@ fn start_cudatrace(p: &Paths, port: u16) -> Result<Running> {
         .stderr(Stdio::piped())
         .spawn()?;
     wait_line(&mut child, false, "ready:")?;
-    Ok(Running { child })
+    Ok(Running { child, stopped: false })
 }
 
 impl Running {
@@ -93,6 +105,7 @@ impl Running {
         // SAFETY: plain kill(2).
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         self.child.wait()?;
+        self.stopped = true;
         wait_detached();
         Ok(())
     }
