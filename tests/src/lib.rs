@@ -57,12 +57,24 @@ pub fn env() -> Option<Env> {
     Some(Env { bin: var("CUDATRACE_BIN"), standin: var("CUDATRACE_STANDIN_DIR") })
 }
 
-/// A running `cudatrace trace`.
+/// A running `cudatrace trace` (or `run`); a tracer dropped without `stop` (a failed assertion)
+/// is stopped, so that it cannot disturb the tests after it.
 pub struct Tracer {
-    child: Child,
-    stdout: JoinHandle<Vec<String>>,
+    child: Option<Child>,
+    stdout: Option<JoinHandle<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
-    stderr_done: JoinHandle<()>,
+    stderr_done: Option<JoinHandle<()>>,
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let _ = child.wait();
+            wait_for_background_detach();
+        }
+    }
 }
 
 /// What a stopped tracer printed.
@@ -135,7 +147,7 @@ impl Tracer {
                 lines.lock().unwrap().push(line);
             }
         });
-        let tracer = Tracer { child, stdout, stderr, stderr_done };
+        let tracer = Tracer { child: Some(child), stdout: Some(stdout), stderr, stderr_done: Some(stderr_done) };
         match ready_rx.recv_timeout(Duration::from_secs(60)) {
             Ok(()) => Ok(tracer),
             Err(_) => Err(tracer.wait()),
@@ -145,33 +157,34 @@ impl Tracer {
     /// Kills the tracer with SIGKILL, as an OOM killer or `kubectl delete --force` would.
     pub fn kill(self) -> Traced {
         // SAFETY: plain kill(2).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGKILL) };
         self.wait()
     }
 
     /// Stops the tracer with SIGINT and collects its output.
     pub fn stop(self) -> Traced {
         // SAFETY: plain kill(2).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGINT) };
         self.wait()
     }
 
     /// Waits for the tracer to exit on its own (panics after 60 s).
     pub fn wait(mut self) -> Traced {
+        let mut child = self.child.take().expect("running");
         let start = Instant::now();
         let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
+            if let Some(s) = child.try_wait().unwrap() {
                 break s;
             }
             if start.elapsed() > Duration::from_secs(60) {
-                let _ = self.child.kill();
+                let _ = child.kill();
                 panic!("cudatrace did not exit within 60 s");
             }
             std::thread::sleep(Duration::from_millis(20));
         };
         wait_for_background_detach();
-        let lines = self.stdout.join().unwrap();
-        self.stderr_done.join().unwrap();
+        let lines = self.stdout.take().expect("joined once").join().unwrap();
+        self.stderr_done.take().expect("joined once").join().unwrap();
         let events = lines
             .iter()
             .filter(|l| l.starts_with('{'))

@@ -133,21 +133,31 @@ fn prometheus_scrapes_exact_counts() {
     let sketch_p99 = prom.query(&format!(
         "cudatrace_call_duration_quantile_seconds{{pid=\"{pid}\",api=\"cuLaunchKernel\",window=\"all\",q=\"0.99\"}}"
     ));
+    let sketch_p50 = prom.query(&format!(
+        "cudatrace_call_duration_quantile_seconds{{pid=\"{pid}\",api=\"cuLaunchKernel\",window=\"1m\",q=\"0.5\"}}"
+    ));
     let kernel = prom.query(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"));
     eprintln!(
         "e2e prometheus_scrapes_exact_counts: launches in=3000 promql={launches} htod in=200 promql={htod} dtoh in=200 promql={dtoh} \
-         p99(histogram)={:?} p99(sketch)={:?}",
+         p99(histogram)={:?} p99(sketch)={:?} p50(sketch,1m)={:?}",
         p99.first().map(|v| v.1),
-        sketch_p99.first().map(|v| v.1)
+        sketch_p99.first().map(|v| v.1),
+        sketch_p50.first().map(|v| v.1)
     );
     assert_eq!((launches, htod, dtoh), (3000.0, 200.0, 200.0));
     // Copy j of the one thread moves 1024 + 16 j bytes, host to device when j is even.
     let want_bytes: u64 = (0..400u64).filter(|j| j % 2 == 0).map(|j| 1024 + 16 * j).sum();
     assert_eq!(bytes[0].1, want_bytes as f64);
+    // Every call spins 20 µs in the library: no quantile can be below that. The median sits just
+    // above it; the tail carries the probes and, on 2 cores, preemption by the tracer and
+    // Prometheus, so p99 is bounded by the 250 µs bucket rather than pinned.
     let p99 = p99[0].1;
-    assert!((20e-6..=50e-6).contains(&p99), "histogram p99 {p99} s for 20 µs calls (buckets 25 and 50 µs)");
+    assert!((20e-6..=250e-6).contains(&p99), "histogram p99 {p99} s for 20 µs calls");
     let sketch_p99 = sketch_p99[0].1;
-    assert!((20e-6..=60e-6).contains(&sketch_p99), "sketch p99 {sketch_p99} s for 20 µs calls");
+    assert!((20e-6..=250e-6).contains(&sketch_p99), "sketch p99 {sketch_p99} s for 20 µs calls");
+    let p50 = sketch_p50[0].1;
+    assert!((20e-6..=40e-6).contains(&p50), "sketch p50 {p50} s for 20 µs calls");
+    assert!(p50 <= sketch_p99);
     assert_eq!(kernel[0].0["kernel"], "hidden_gemm(float*, float*, int)");
 
     // NVML gauges, as replayed.
