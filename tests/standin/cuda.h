@@ -42,6 +42,8 @@ typedef struct CUlaunchConfig_st {
 typedef CUresult (*PFN_cuInit)(unsigned int);
 typedef CUresult (*PFN_cuDeviceGet)(CUdevice *, int);
 typedef CUresult (*PFN_cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
+typedef CUresult (*PFN_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+typedef CUresult (*PFN_cuCtxSetCurrent)(CUcontext);
 typedef CUresult (*PFN_cuModuleLoadData)(CUmodule *, const void *);
 typedef CUresult (*PFN_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*PFN_cuLibraryLoadData)(CUlibrary *, const void *, void *, void *, unsigned int, void *, void *, unsigned int);

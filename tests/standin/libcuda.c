@@ -292,6 +292,14 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
     *c = &the_ctx;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+    (void)d;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
+    *c = &the_ctx;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxSetCurrent(CUcontext c) { return c == &the_ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     if (!m || !image) return CUDA_ERROR_INVALID_VALUE;
     *m = calloc(1, sizeof **m);

@@ -79,7 +79,9 @@ static void setup(size_t buf_bytes) {
     CUdevice d;
     CHECK(((PFN_cuInit)sym("cuInit", 1))(0));
     CHECK(((PFN_cuDeviceGet)sym("cuDeviceGet", 1))(&d, 0));
-    CHECK(((PFN_cuCtxCreate)sym("cuCtxCreate_v2", 1))(&ctx, 0, d));
+    /* The primary context, as the CUDA runtime uses: cuCtxCreate's signature changed in CUDA 13. */
+    CHECK(((PFN_cuDevicePrimaryCtxRetain)sym("cuDevicePrimaryCtxRetain", 1))(&ctx, d));
+    CHECK(((PFN_cuCtxSetCurrent)sym("cuCtxSetCurrent", 1))(ctx));
     CHECK(((PFN_cuModuleLoadData)sym("cuModuleLoadData", 1))(&module, PTX));
     CHECK(((PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1))(&function, module, MANGLED));
     PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);

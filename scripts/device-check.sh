@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The check to run on a machine with an NVIDIA GPU and driver: cudatrace against the real
+# libcuda. N real launches (and copies) in, N events out, and the added cost per call.
+#   scripts/device-check.sh [LIBCUDA]      (default: the loader's libcuda.so.1)
+# Needs root, a built tree (`cargo xtask build`), and nothing else. Writes results to $OUT when
+# set (the device tool's output folder), else to target/device-check/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lib=${1:-$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')}
+[ -n "$lib" ] && [ -e "$lib" ] || { echo "device-check: no libcuda.so.1 found; pass its path" >&2; exit 1; }
+t=${CARGO_TARGET_DIR:-target}
+bin=$t/release/cudatrace; wl=$t/standin/cuda-workload
+out=${OUT:-$t/device-check}; mkdir -p "$out"
+real=${DEVICE_CHECK_REAL---real}   # DEVICE_CHECK_REAL= runs the same script against a stand-in
+launches=${LAUNCHES:-20000}; copies=${COPIES:-2000}; calls=${CALLS:-200000}
+
+nvidia-smi -L > "$out/gpus.txt" 2>&1 || true
+"$bin" trace --json --lib "$lib" > "$out/events.jsonl" 2> "$out/trace.err" &
+tracer=$!
+for _ in $(seq 600); do grep -q '^ready:' "$out/trace.err" && break; sleep 0.1; done
+grep -q '^ready:' "$out/trace.err" || { cat "$out/trace.err" >&2; exit 1; }
+"$wl" --lib "$lib" $real --threads 2 basic "$launches" "$copies" > "$out/workload.json"
+kill -INT $tracer; wait $tracer || true
+# cudatrace hands the removal of its probes to a child; measure untraced only once it is done.
+detached() { while pgrep -x cudatrace > /dev/null; do sleep 0.1; done; }
+detached
+pid=$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "$out/workload.json" | head -n1)
+got_l=$(grep -c "\"api\":\"cuLaunchKernel\",\"kind\":\"launch\",\"pid\":$pid," "$out/events.jsonl" || true)
+got_c=$(grep -E "\"api\":\"cuMemcpy(HtoD|DtoH)_v2\",\"kind\":\"memcpy\",\"pid\":$pid," "$out/events.jsonl" | grep -vc '"bytes":1048576' || true)
+summary=$(grep '^summary:' "$out/trace.err")
+
+# Added cost per call: untraced, then traced, then untraced again.
+ns() { "$wl" --lib "$lib" $real calls "$calls" | sed -n 's/.*"ns_per_call":\([0-9.]*\).*/\1/p'; }
+a1=$(ns)
+"$bin" run --lib "$lib" --listen 127.0.0.1:0 > /dev/null 2> "$out/run.err" &
+daemon=$!
+for _ in $(seq 600); do grep -q '^ready:' "$out/run.err" && break; sleep 0.1; done
+d=$(ns)
+kill -INT $daemon; wait $daemon || true
+detached
+a2=$(ns)
+{
+  echo "libcuda: $lib"
+  echo "launches in=$launches out=$got_l; copies in=$copies out=$got_c"
+  echo "$summary"
+  echo "ns per cuLaunchKernel: untraced $a1 / $a2, under cudatrace run $d"
+} | tee "$out/result.txt"
+[ "$got_l" = "$launches" ] && [ "$got_c" = "$copies" ]
