@@ -27,6 +27,10 @@ pub const BUCKETS: [f64; 22] = [
 ];
 /// The label under which kernels past the limits are counted.
 pub const OTHER: &str = "other";
+/// Series key of the launches past `max_kernels`.
+const OVERFLOW: u64 = u64::MAX;
+/// Series key of calls that are not launches.
+const NO_KERNEL: u64 = u64::MAX - 1;
 /// Unit of the quantile sketches: 100 ns (driver calls take microseconds and up).
 const UNIT_NS: u64 = 100;
 /// Highest latency the sketches hold, in units: 100 s; longer calls count as this.
@@ -119,7 +123,9 @@ impl Windows {
 struct Process {
     identity: Arc<Identity>,
     comm: String,
-    series: HashMap<(Api, Arc<str>), Series>,
+    /// Keyed by (api, function handle; `NO_KERNEL` when not a launch, `OVERFLOW` past `max_kernels`):
+    /// hashing a handle per event is cheaper than hashing a name. The label rides along.
+    series: HashMap<(Api, u64), (Arc<str>, Series)>,
     windows: HashMap<Api, Windows>,
     kernels: usize,
     memory_bytes: u64,
@@ -223,20 +229,31 @@ impl Aggregator {
             exited_at: None,
             last_seen: 0,
         });
-        let label: Arc<str> = match (&ev.detail, kernel) {
-            (Detail::Launch { .. }, Some(k)) => k.demangled.clone(),
-            (Detail::Launch { function, .. }, None) => Arc::from(format!("{function:#x}")),
-            _ => Arc::from(""),
+        let handle = match ev.detail {
+            Detail::Launch { function, .. } => function,
+            _ => NO_KERNEL,
         };
-        let mut key = (ev.api, label);
-        if !key.1.is_empty() && !p.series.contains_key(&key) {
+        let mut key = (ev.api, handle);
+        if handle != NO_KERNEL && !p.series.contains_key(&key) {
             if p.kernels >= limits.max_kernels {
-                key.1 = Arc::from(OTHER);
+                key.1 = OVERFLOW;
             } else {
                 p.kernels += 1;
             }
         }
-        let s = p.series.entry(key).or_default();
+        let (label, s) = p.series.entry(key).or_insert_with(|| {
+            let label: Arc<str> = match (key.1, kernel) {
+                (NO_KERNEL, _) => Arc::from(""),
+                (OVERFLOW, _) => Arc::from(OTHER),
+                (_, Some(k)) => k.demangled.clone(),
+                (h, None) => Arc::from(format!("{h:#x}")),
+            };
+            (label, Series::default())
+        });
+        // A handle launched before its lookup was seen is named once the name is known.
+        if let Some(k) = kernel.filter(|_| key.1 != OVERFLOW && label.starts_with("0x")) {
+            *label = k.demangled.clone();
+        }
         s.calls += 1;
         s.errors += u64::from(ev.result != 0);
         s.sum_ns += ev.duration_ns;
@@ -300,22 +317,17 @@ impl Aggregator {
     pub fn series(&self) -> Vec<SeriesView<'_>> {
         let mut out = Vec::new();
         for (pid, p) in &self.processes {
-            let mut by_time: Vec<(&Arc<str>, u64)> = HashMap::<&Arc<str>, u64>::from_iter(
-                p.series.iter().filter(|((_, k), _)| !k.is_empty() && &**k != OTHER).fold(
-                    HashMap::new(),
-                    |mut m: HashMap<&Arc<str>, u64>, ((_, k), s)| {
-                        *m.entry(k).or_default() += s.sum_ns;
-                        m
-                    },
-                ),
-            )
-            .into_iter()
-            .collect();
+            let mut time_by_label: HashMap<&Arc<str>, u64> = HashMap::new();
+            for (label, s) in p.series.values().filter(|(l, _)| !l.is_empty() && &**l != OTHER) {
+                *time_by_label.entry(label).or_default() += s.sum_ns;
+            }
+            let mut by_time: Vec<(&Arc<str>, u64)> = time_by_label.into_iter().collect();
             by_time.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
             let top: std::collections::HashSet<&str> =
                 by_time.iter().take(self.limits.top_kernels).map(|(k, _)| &***k).collect();
+            // Handles with one name (the same kernel in two modules) share a series here.
             let mut merged: HashMap<(Api, Arc<str>), Series> = HashMap::new();
-            for ((api, kernel), s) in &p.series {
+            for ((api, _), (kernel, s)) in &p.series {
                 let label = if kernel.is_empty() || top.contains(&**kernel) { kernel.clone() } else { Arc::from(OTHER) };
                 merged.entry((*api, label)).or_default().add(s);
             }
