@@ -137,6 +137,10 @@ fn test(filter: Option<String>) -> Result<()> {
         "--exclude",
         "integration-tests",
     ]))?;
+    // The Prometheus rules shipped in deploy/, against their promtool unit tests.
+    let rules = root().join("deploy/prometheus");
+    run(Command::new("promtool").current_dir(&rules).args(["check", "rules", "rules.yml"]))?;
+    run(Command::new("promtool").current_dir(&rules).args(["test", "rules", "rules_test.yml"]))?;
     let standin = build()?;
     // End-to-end: one test at a time, since every tracer sees every process's calls and the
     // simulated device is shared.
