@@ -48,21 +48,31 @@ pub struct BatchEstimate {
 }
 
 /// Stream key: (pid, stream handle, thread for the per-thread default stream).
-type Key = (u32, u64, u32);
+pub type Key = (u32, u64, u32);
+
+/// The streams of one process, kept together so that a context-wide wait, the per-process total
+/// and forgetting an exited process touch only that process.
+#[derive(Default)]
+struct ProcessStreams {
+    /// By (stream handle, thread for the per-thread default stream).
+    streams: HashMap<(u64, u32), StreamTime>,
+    /// Sum of the streams' `gpu_ns_estimate`.
+    gpu_ns_estimate: u64,
+}
 
 /// Per-stream estimates of every traced process.
 #[derive(Default)]
 pub struct GpuTime {
-    streams: HashMap<Key, StreamTime>,
+    by_pid: HashMap<u32, ProcessStreams>,
 }
 
-fn key(ev: &Event, stream: u64) -> Key {
+fn key(ev: &Event, stream: u64) -> (u64, u32) {
     let per_thread = ev.api.info().per_thread;
     match stream {
-        0 if per_thread => (ev.pid, STREAM_PER_THREAD, ev.tid),
-        0 => (ev.pid, STREAM_LEGACY, 0),
-        STREAM_PER_THREAD => (ev.pid, STREAM_PER_THREAD, ev.tid),
-        s => (ev.pid, s, 0),
+        0 if per_thread => (STREAM_PER_THREAD, ev.tid),
+        0 => (STREAM_LEGACY, 0),
+        STREAM_PER_THREAD => (STREAM_PER_THREAD, ev.tid),
+        s => (s, 0),
     }
 }
 
@@ -74,7 +84,7 @@ impl GpuTime {
         }
         match ev.detail {
             Detail::Launch { stream, .. } | Detail::Graph { stream, .. } => {
-                let s = self.streams.entry(key(ev, stream)).or_default();
+                let s = self.by_pid.entry(ev.pid).or_default().streams.entry(key(ev, stream)).or_default();
                 s.launches += 1;
                 s.pending += 1;
                 s.batch_start.get_or_insert(ev.start_ns);
@@ -92,7 +102,7 @@ impl GpuTime {
     }
 
     /// Closes the batch of one stream, or of every stream of the process when `only` is None.
-    fn close(&mut self, ev: &Event, only: Option<Key>) -> BatchEstimate {
+    fn close(&mut self, ev: &Event, only: Option<(u64, u32)>) -> BatchEstimate {
         let end = ev.start_ns + ev.duration_ns;
         let mut closed = BatchEstimate { launches: 0, gpu_ns_estimate: 0 };
         let mut account = |s: &mut StreamTime| {
@@ -105,29 +115,37 @@ impl GpuTime {
             s.launches_completed += s.pending;
             s.pending = 0;
         };
+        let p = self.by_pid.entry(ev.pid).or_default();
         match only {
             Some(k) => {
-                let s = self.streams.entry(k).or_default();
+                let s = p.streams.entry(k).or_default();
                 s.wait_ns += ev.duration_ns;
                 account(s);
             }
-            None => {
-                for (_, s) in self.streams.iter_mut().filter(|(k, _)| k.0 == ev.pid) {
-                    account(s);
-                }
-            }
+            None => p.streams.values_mut().for_each(&mut account),
         }
+        p.gpu_ns_estimate += closed.gpu_ns_estimate;
         closed
     }
 
     /// Every stream: ((pid, stream, tid), totals).
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &StreamTime)> {
-        self.streams.iter()
+    pub fn iter(&self) -> impl Iterator<Item = (Key, &StreamTime)> {
+        self.by_pid.iter().flat_map(|(pid, p)| p.streams.iter().map(move |((s, t), v)| ((*pid, *s, *t), v)))
+    }
+
+    /// The streams of one process: ((pid, stream, tid), totals).
+    pub fn of_process(&self, pid: u32) -> impl Iterator<Item = (Key, &StreamTime)> {
+        self.by_pid.get(&pid).into_iter().flat_map(move |p| p.streams.iter().map(move |((s, t), v)| ((pid, *s, *t), v)))
+    }
+
+    /// A process's estimated device time over all its streams, ns.
+    pub fn process_estimate(&self, pid: u32) -> u64 {
+        self.by_pid.get(&pid).map_or(0, |p| p.gpu_ns_estimate)
     }
 
     /// Forgets an exited process.
     pub fn forget(&mut self, pid: u32) {
-        self.streams.retain(|k, _| k.0 != pid);
+        self.by_pid.remove(&pid);
     }
 }
 
@@ -157,6 +175,10 @@ mod tests {
         // The context wait closes stream 8 too; stream 7 has nothing pending.
         let ctx = ev(Api::CtxSynchronize, 9_000, 1_000, Detail::Sync { stream: None, event: None });
         assert_eq!(g.observe(&ctx), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 7_500 }));
+        assert_eq!(g.process_estimate(1), 14_500);
+        assert_eq!(g.of_process(1).count(), 2);
+        g.forget(1);
+        assert_eq!((g.process_estimate(1), g.iter().count()), (0, 0));
     }
 
     #[test]

@@ -132,24 +132,21 @@ pub struct Identities {
 }
 
 impl Identities {
-    /// The identity of `pid`, read on first sight; `true` when it was new.
-    pub fn get(&mut self, pid: u32) -> (Arc<Identity>, bool) {
-        if let Some(id) = self.by_pid.get(&pid) {
-            return (id.clone(), false);
-        }
+    /// The identity of a process already seen.
+    pub fn get(&self, pid: u32) -> Option<Arc<Identity>> {
+        self.by_pid.get(&pid).cloned()
+    }
+
+    /// Reads a process's identity from /proc and remembers it.
+    pub fn read(&mut self, pid: u32) -> Arc<Identity> {
         let id = Arc::new(read(pid));
         self.by_pid.insert(pid, id.clone());
-        (id, true)
+        id
     }
 
     /// Forgets an exited process.
     pub fn forget(&mut self, pid: u32) {
         self.by_pid.remove(&pid);
-    }
-
-    /// Whether the process is known.
-    pub fn contains(&self, pid: u32) -> bool {
-        self.by_pid.contains_key(&pid)
     }
 
     /// Processes known.

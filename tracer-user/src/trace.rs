@@ -92,16 +92,20 @@ impl State {
             }
         };
         self.events += 1;
-        if !self.identities.contains(ev.pid) {
-            // From now on the kernel reports this process's exit. Inserted before /proc is read:
-            // a process that had begun exiting by then is read as gone and forgotten after this
-            // drain instead (all its records are in the ring buffer by then).
-            let _ = self.tracked.insert(ev.pid, 1, 0);
-        }
-        let (identity, new) = self.identities.get(ev.pid);
-        if new && !identity.alive {
-            self.gone.push(ev.pid);
-        }
+        let identity = match self.identities.get(ev.pid) {
+            Some(identity) => identity,
+            None => {
+                // From now on the kernel reports this process's exit. Inserted before /proc is
+                // read: a process that had begun exiting by then is read as gone and forgotten
+                // after this drain instead (all its records are in the ring buffer by then).
+                let _ = self.tracked.insert(ev.pid, 1, 0);
+                let identity = self.identities.read(ev.pid);
+                if !identity.alive {
+                    self.gone.push(ev.pid);
+                }
+                identity
+            }
+        };
         let kernel = self.kernels.observe(&ev);
         self.memory.observe(&ev);
         let est = self.gpu.observe(&ev);
@@ -111,8 +115,7 @@ impl State {
                 ex.agg.observe(&ev, kernel.as_deref(), &identity);
                 if matches!(ev.api.info().kind, Kind::Alloc | Kind::Free | Kind::Sync | Kind::Memcpy) {
                     let memory = self.memory.get(ev.pid).map(|m| (m.current_bytes, m.peak_bytes));
-                    let gpu_ns = self.gpu.iter().filter(|(k, _)| k.0 == ev.pid).map(|(_, s)| s.gpu_ns_estimate).sum();
-                    ex.agg.set_process_gauges(ev.pid, memory, gpu_ns);
+                    ex.agg.set_process_gauges(ev.pid, memory, self.gpu.process_estimate(ev.pid));
                 }
                 Ok(())
             }
@@ -127,8 +130,8 @@ impl State {
         if let Some(m) = self.memory.get(pid) {
             eprintln!("{}", memory_line(pid, m));
         }
-        for (key, s) in self.gpu.iter().filter(|(k, _)| k.0 == pid) {
-            eprintln!("{}", gpu_line(key, s));
+        for (key, s) in self.gpu.of_process(pid) {
+            eprintln!("{}", gpu_line(&key, s));
         }
         self.kernels.forget(pid);
         self.memory.forget(pid);
@@ -435,9 +438,9 @@ fn summary(state: &State, probes: usize, dropped: u64, orphans: u64, inflight: u
         eprintln!("{}", memory_line(pid, m));
     }
     let mut streams: Vec<_> = state.gpu.iter().collect();
-    streams.sort_by_key(|(k, _)| **k);
+    streams.sort_by_key(|(k, _)| *k);
     for (key, s) in streams {
-        eprintln!("{}", gpu_line(key, s));
+        eprintln!("{}", gpu_line(&key, s));
     }
     eprintln!(
         "summary: events={} dropped={dropped} orphan_returns={orphans} undecodable={} probes={probes} \
