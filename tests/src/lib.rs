@@ -104,6 +104,23 @@ impl Traced {
 }
 
 impl Tracer {
+    /// The stderr lines printed so far.
+    pub fn stderr_now(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `limit`) for a stderr line for which `pred` holds; returns it.
+    pub fn wait_stderr(&self, limit: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(l) = self.stderr_now().into_iter().find(|l| pred(l)) {
+                return Some(l);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+
     /// Starts `cudatrace trace ARGS` and waits for its `ready:` line (panics after 60 s).
     pub fn start(env: &Env, args: &[&str]) -> Tracer {
         Self::try_start(env, args).unwrap_or_else(|t| {
@@ -229,7 +246,23 @@ pub fn workload(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Value {
 
 /// Starts the workload without waiting for it.
 pub fn spawn_workload(env: &Env, vars: &[(&str, &str)], args: &[&str]) -> Child {
-    Command::new(env.standin.join("cuda-workload"))
+    spawn_workload_as(env, "cuda-workload", vars, args)
+}
+
+/// Starts the workload under another name (its comm), through a symlink, without waiting for it.
+pub fn spawn_workload_as(env: &Env, comm: &str, vars: &[(&str, &str)], args: &[&str]) -> Child {
+    let exe = if comm == "cuda-workload" {
+        env.standin.join("cuda-workload")
+    } else {
+        let dir = std::env::temp_dir().join(format!("cudatrace-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join(comm);
+        if !link.exists() {
+            std::os::unix::fs::symlink(env.standin.join("cuda-workload"), &link).unwrap();
+        }
+        link
+    };
+    Command::new(exe)
         .arg("--lib")
         .arg(env.libcuda())
         .args(args)
@@ -269,4 +302,83 @@ pub fn http_get(url: &str, accept: Option<&str>) -> String {
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A webhook receiver on loopback: answers 200 to every POST and keeps the JSON bodies.
+pub struct Webhook {
+    /// Its port.
+    pub port: u16,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Webhook {
+    /// Starts listening.
+    pub fn start() -> Webhook {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let keep = bodies.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().map_while(Result::ok) {
+                let keep = keep.clone();
+                std::thread::spawn(move || serve_http(stream, &keep));
+            }
+        });
+        Webhook { port, bodies }
+    }
+
+    /// The bodies received so far.
+    pub fn received(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `limit`) for a body for which `pred` holds.
+    pub fn wait_for(&self, limit: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(v) = self.received().into_iter().find(|v| pred(v)) {
+                return Some(v);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+}
+
+/// HTTP/1.1 requests on one connection (keep-alive), each body parsed as JSON.
+fn serve_http(stream: std::net::TcpStream, bodies: &Mutex<Vec<Value>>) {
+    use std::io::{Read as _, Write as _};
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = header.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("webhook body is not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+        bodies.lock().unwrap().push(value);
+        if writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
+            return;
+        }
+    }
 }

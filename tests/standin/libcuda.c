@@ -14,6 +14,8 @@
  *   CUDA_STANDIN_GRAPH_NS         device time of a graph launch (default 10000)
  *   CUDA_STANDIN_COPY_BYTES_PER_US copy-engine bandwidth (default 10000, i.e. 10 GB/s)
  *   CUDA_STANDIN_DEVICE           shared device file (default /dev/shm/cudatrace-standin-device)
+ *   CUDA_STANDIN_OUTLIER_PPM      calls per million, drawn at random, whose CPU time and launched
+ *                                 device time are 10x (default 0: none)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +36,7 @@
 /* ---- configuration and clock ---------------------------------------------------------------- */
 
 static uint64_t cfg_call_ns = 1000, cfg_ns_per_block = 100, cfg_graph_ns = 10000, cfg_bytes_per_us = 10000;
+static uint64_t cfg_outlier_ppm;
 
 struct device {
     uint64_t compute_busy_until; /* CLOCK_MONOTONIC ns when queued kernels finish */
@@ -63,6 +66,7 @@ static void init_once(void) {
     cfg_ns_per_block = env_u64("CUDA_STANDIN_NS_PER_BLOCK", cfg_ns_per_block);
     cfg_graph_ns = env_u64("CUDA_STANDIN_GRAPH_NS", cfg_graph_ns);
     cfg_bytes_per_us = env_u64("CUDA_STANDIN_COPY_BYTES_PER_US", cfg_bytes_per_us);
+    cfg_outlier_ppm = env_u64("CUDA_STANDIN_OUTLIER_PPM", 0);
     if (cfg_bytes_per_us == 0) cfg_bytes_per_us = 1;
     const char *path = getenv("CUDA_STANDIN_DEVICE");
     if (!path || !*path) path = "/dev/shm/cudatrace-standin-device";
@@ -77,6 +81,17 @@ static void init_once(void) {
 }
 
 static void init(void) { pthread_once(&once, init_once); }
+
+/* 10 for a random CUDA_STANDIN_OUTLIER_PPM share of calls, else 1 (xorshift per thread). */
+static uint64_t outlier_factor(void) {
+    static __thread uint64_t x;
+    if (!cfg_outlier_ppm) return 1;
+    if (!x) x = now_ns() ^ ((uint64_t)pthread_self() << 1) ^ 0x9E3779B97F4A7C15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x % 1000000 < cfg_outlier_ppm ? 10 : 1;
+}
 
 /* Spends `ns` of CPU time, as the driver's own work in a call would. */
 static void spin(uint64_t ns) {
@@ -217,11 +232,12 @@ static struct CUkern_st *kernel_named(const char *name) {
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                        unsigned bz, CUstream s, int per_thread) {
     init();
-    spin(cfg_call_ns);
+    uint64_t factor = outlier_factor();
+    spin(cfg_call_ns * factor);
     if (!f || !gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t key = stream_key(s, per_thread);
     uint64_t blocks = (uint64_t)gx * gy * gz;
-    uint64_t done = enqueue(&dev->compute_busy_until, stream_tail(key), blocks * cfg_ns_per_block);
+    uint64_t done = enqueue(&dev->compute_busy_until, stream_tail(key), blocks * cfg_ns_per_block * factor);
     stream_push(key, done);
     __atomic_add_fetch(&dev->launches, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;

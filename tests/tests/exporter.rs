@@ -230,4 +230,21 @@ fn runs_without_nvml_and_reports_bad_input() {
     let _ = std::fs::remove_file(&bad);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bad config") && err.contains("top_kernels = 0"), "{err}");
+
+    // Alert settings: a bad detector table and a sink URL it cannot use, one line each.
+    std::fs::write(&bad, "[detect]\nwarning = 0.5\n").unwrap();
+    let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap()]).output().unwrap();
+    let _ = std::fs::remove_file(&bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad config") && err.contains("0 < warning < critical < page"), "{err}");
+    for (flag, url, want) in [
+        ("--alertmanager", "https://am.example:9093", "https is not supported"),
+        ("--webhook", "hooks.example/x", "not a URL: give http://HOST[:PORT][/PATH]"),
+    ] {
+        let out = Command::new(&env.bin).args(["run", flag, url]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+        assert!(err.starts_with(&format!("cudatrace: {flag} {url}: {want}")), "{err}");
+    }
 }

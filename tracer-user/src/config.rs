@@ -27,6 +27,100 @@ pub struct Config {
     pub retain_exited_s: u64,
     /// Processes held at most (the longest-exited, else longest-idle, are dropped past it).
     pub max_processes: usize,
+    /// Contention detection: baselines, thresholds and debouncing.
+    pub detect: DetectConfig,
+    /// Where alerts go besides stdout and the metrics.
+    pub alerts: AlertConfig,
+}
+
+/// The `[detect]` table: how baselines are learned and when a window breaches.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectConfig {
+    /// Length of one evaluation window, seconds.
+    pub window_s: u64,
+    /// Windows a series is learned for before it can breach.
+    pub warmup_windows: usize,
+    /// Holt level smoothing (alpha), 0 to 1.
+    pub level_smoothing: f64,
+    /// Holt trend smoothing (beta), 0 to 1.
+    pub trend_smoothing: f64,
+    /// Trend damping per window (phi), 0 to 1.
+    pub trend_damping: f64,
+    /// EWMA weight of the newest squared forecast error, 0 to 1.
+    pub spread_smoothing: f64,
+    /// Lowest spread as a fraction of the baseline.
+    pub min_spread_ratio: f64,
+    /// Windows the Hampel filter compares a new value with.
+    pub hampel_windows: usize,
+    /// Deviations (MAD-estimated) beyond which a window is an outlier.
+    pub hampel_k: f64,
+    /// Warning when a window exceeds the baseline p99 by this fraction.
+    pub warning: f64,
+    /// Critical past this fraction over the baseline p99.
+    pub critical: f64,
+    /// Page past this fraction over the baseline p99.
+    pub page: f64,
+    /// Consecutive breaching windows before an alert is pending.
+    pub pending_windows: u32,
+    /// Seconds a breach lasts (from its first window) before a pending alert fires.
+    pub firing_after_s: u64,
+    /// Seconds without a breaching window before a firing alert resolves.
+    pub resolve_after_s: u64,
+    /// Calls a window needs (launches, or synchronous copies) for its value to count.
+    pub min_samples: u64,
+    /// Smallest rise over the baseline p99 that breaches, in microseconds (per launch, per wait
+    /// per launch, per copy): keeps jitter of fast calls from alerting.
+    pub min_increase_us: f64,
+    /// After an alert has fired this long, breaching windows are learned: the new normal.
+    pub rebaseline_after_s: u64,
+    /// Device memory used over total (NVML) at or above which a GPU is under memory pressure.
+    pub memory_pressure_ratio: f64,
+    /// NVML utilization (percent) below which a GPU counts as idle.
+    pub idle_gpu_percent: u32,
+    /// Alert on slowdowns with no cause seen (`CudatraceSlowdown`): the process's own work
+    /// changed, or something untraced shares its GPU.
+    pub report_unexplained: bool,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            window_s: 5,
+            warmup_windows: 6,
+            level_smoothing: 0.1,
+            trend_smoothing: 0.02,
+            trend_damping: 0.9,
+            spread_smoothing: 0.1,
+            min_spread_ratio: 0.02,
+            hampel_windows: 9,
+            hampel_k: 3.0,
+            warning: 0.10,
+            critical: 0.30,
+            page: 0.50,
+            pending_windows: 3,
+            firing_after_s: 30,
+            resolve_after_s: 60,
+            min_samples: 10,
+            min_increase_us: 10.0,
+            rebaseline_after_s: 1800,
+            memory_pressure_ratio: 0.95,
+            idle_gpu_percent: 10,
+            report_unexplained: true,
+        }
+    }
+}
+
+/// The `[alerts]` table: sinks for alert state changes.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertConfig {
+    /// Alertmanager base URL (`http://host:9093`): alerts are posted to its API v2.
+    pub alertmanager_url: Option<String>,
+    /// URL that receives each alert record (the stdout JSON) as a POST.
+    pub webhook_url: Option<String>,
+    /// How often firing alerts are sent to Alertmanager again, seconds (0: 60).
+    pub resend_s: u64,
 }
 
 impl Default for Config {
@@ -41,6 +135,8 @@ impl Default for Config {
             rescan_ms: 250,
             retain_exited_s: 120,
             max_processes: 1024,
+            detect: DetectConfig::default(),
+            alerts: AlertConfig::default(),
         }
     }
 }
@@ -64,6 +160,12 @@ impl Config {
         if c.rescan_ms == 0 {
             bail!("rescan_ms = 0: give a period of at least 1 ms");
         }
+        c.detect.validate()?;
+        for (key, url) in [("alertmanager_url", &c.alerts.alertmanager_url), ("webhook_url", &c.alerts.webhook_url)] {
+            if let Some(url) = url {
+                check_url(url).map_err(|e| anyhow::anyhow!("alerts.{key} = {url:?}: {e}"))?;
+            }
+        }
         Ok(c)
     }
 
@@ -73,6 +175,80 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("bad config {}: cannot read it ({e})", path.display()))?;
         Config::parse(&text).map_err(|e| anyhow::anyhow!("bad config {}: {e}", path.display()))
     }
+}
+
+impl DetectConfig {
+    fn validate(&self) -> Result<()> {
+        let d = self;
+        if d.window_s == 0 {
+            bail!("detect.window_s = 0: give at least 1 second");
+        }
+        if d.warmup_windows < 3 {
+            bail!("detect.warmup_windows = {}: give at least 3", d.warmup_windows);
+        }
+        for (key, v) in [
+            ("level_smoothing", d.level_smoothing),
+            ("trend_smoothing", d.trend_smoothing),
+            ("spread_smoothing", d.spread_smoothing),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                bail!("detect.{key} = {v}: give a weight above 0 and at most 1");
+            }
+        }
+        if !(0.0..=1.0).contains(&d.trend_damping) {
+            bail!("detect.trend_damping = {}: give 0 (no trend) to 1 (undamped)", d.trend_damping);
+        }
+        if !(0.0..1.0).contains(&d.min_spread_ratio) {
+            bail!("detect.min_spread_ratio = {}: give 0 to below 1", d.min_spread_ratio);
+        }
+        if d.hampel_windows < 3 {
+            bail!("detect.hampel_windows = {}: give at least 3", d.hampel_windows);
+        }
+        if d.hampel_k.is_nan() || d.hampel_k <= 0.0 {
+            bail!("detect.hampel_k = {}: give a positive number of deviations", d.hampel_k);
+        }
+        if !(d.warning > 0.0 && d.warning < d.critical && d.critical < d.page) {
+            bail!(
+                "detect thresholds warning = {}, critical = {}, page = {}: give fractions over the baseline p99 with 0 < warning < critical < page",
+                d.warning,
+                d.critical,
+                d.page
+            );
+        }
+        if d.pending_windows == 0 {
+            bail!("detect.pending_windows = 0: give at least 1");
+        }
+        if d.resolve_after_s < d.window_s {
+            bail!("detect.resolve_after_s = {}: give at least one window ({} s)", d.resolve_after_s, d.window_s);
+        }
+        if d.min_samples == 0 {
+            bail!("detect.min_samples = 0: give at least 1");
+        }
+        if d.min_increase_us.is_nan() || d.min_increase_us < 0.0 {
+            bail!("detect.min_increase_us = {}: give 0 or more microseconds", d.min_increase_us);
+        }
+        if !(d.memory_pressure_ratio > 0.0 && d.memory_pressure_ratio <= 1.0) {
+            bail!("detect.memory_pressure_ratio = {}: give a fraction above 0 and at most 1", d.memory_pressure_ratio);
+        }
+        if d.idle_gpu_percent > 100 {
+            bail!("detect.idle_gpu_percent = {}: give a percentage", d.idle_gpu_percent);
+        }
+        Ok(())
+    }
+}
+
+/// Checks that a sink URL is plain HTTP with a host (the sinks do not speak TLS).
+pub fn check_url(url: &str) -> std::result::Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|_| "not a URL: give http://HOST[:PORT][/PATH]".to_owned())?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => return Err("https is not supported; give the http address of the service (in-cluster, or a local proxy)".into()),
+        _ => return Err("not an http URL: give http://HOST[:PORT][/PATH]".into()),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -92,5 +268,26 @@ mod tests {
         assert!(Config::parse("listen = \"nowhere\"").is_err());
         assert_eq!(Config::parse("top_kernels = 0").unwrap_err().to_string(), "top_kernels = 0: give 1 to max_kernels (500)");
         assert_eq!(Config::parse("ringbuf_mib = 3").unwrap_err().to_string(), "ringbuf_mib = 3: a power of two up to 1024");
+        assert_eq!(
+            Config::parse("[detect]\nwarning = 0.4\n").unwrap_err().to_string(),
+            "detect thresholds warning = 0.4, critical = 0.3, page = 0.5: give fractions over the baseline p99 with 0 < warning < critical < page"
+        );
+        assert!(Config::parse("[detect]\nwindow = 5\n").unwrap_err().to_string().contains("unknown field `window`"));
+        assert_eq!(
+            Config::parse("[detect]\nresolve_after_s = 2\n").unwrap_err().to_string(),
+            "detect.resolve_after_s = 2: give at least one window (5 s)"
+        );
+        assert_eq!(
+            Config::parse("[alerts]\nwebhook_url = \"https://x/y\"\n").unwrap_err().to_string(),
+            "alerts.webhook_url = \"https://x/y\": https is not supported; give the http address of the service (in-cluster, or a local proxy)"
+        );
+        assert!(Config::parse("[detect]\nlevel_smoothing = 0\n").unwrap_err().to_string().starts_with("detect.level_smoothing = 0:"));
+    }
+
+    #[test]
+    fn detect_and_alert_tables() {
+        let c = Config::parse("[detect]\nwindow_s = 10\npage = 0.8\n[alerts]\nalertmanager_url = \"http://127.0.0.1:9093\"\n").unwrap();
+        assert_eq!((c.detect.window_s, c.detect.page, c.detect.warning), (10, 0.8, 0.10));
+        assert_eq!(c.alerts.alertmanager_url.as_deref(), Some("http://127.0.0.1:9093"));
     }
 }

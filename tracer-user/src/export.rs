@@ -22,6 +22,7 @@ use prometheus_client::{
 };
 use crate::{
     aggregate::{Aggregator, BUCKETS},
+    detect::Detector,
     identity::Identity,
     nvml::{GpuSample, REASONS},
 };
@@ -30,6 +31,8 @@ use crate::{
 pub struct Exported {
     /// The aggregate of traced calls.
     pub agg: Aggregator,
+    /// Contention detection and its alerts.
+    pub detector: Detector,
     /// Latest NVML sample.
     pub gpus: Vec<GpuSample>,
     /// Whether NVML is up.
@@ -194,6 +197,49 @@ impl Collector for CudatraceCollector {
             .map(|(sym, lib, on)| (vec![("symbol", (*sym).to_owned()), ("library", lib.clone())], f64::from(u8::from(*on))))
             .collect();
         gauge(&mut enc, "cudatrace_probe_attached", "1 when the symbol's probes are attached in the library, 0 when it is not exported.", None, &probes)?;
+        let alerts: Vec<(Labels, f64)> = ex
+            .detector
+            .active()
+            .map(|r| {
+                let aggressors: Vec<String> = r.aggressors.iter().map(|a| format!("{}:{}", a.pid, a.comm)).collect();
+                let labels = vec![
+                    ("alert", r.alert.to_owned()),
+                    ("state", r.state.as_str().to_owned()),
+                    ("severity", r.severity.as_str().to_owned()),
+                    ("cause", r.cause.as_str().to_owned()),
+                    ("signal", r.evidence.signal.to_owned()),
+                    ("gpu", r.gpu.clone()),
+                    ("pid", r.victim.pid.to_string()),
+                    ("comm", r.victim.comm.clone()),
+                    ("container", r.victim.container.clone().unwrap_or_default()),
+                    ("pod", r.victim.pod.clone().unwrap_or_default()),
+                    ("aggressors", aggressors.join(",")),
+                ];
+                (labels, 1.0)
+            })
+            .collect();
+        let signals: Vec<_> = ex.detector.signals().collect();
+        let signal_rows = |f: &dyn Fn(f64, f64) -> f64| -> Vec<(Labels, f64)> {
+            signals
+                .iter()
+                .map(|(pid, comm, id, signal, v, p99)| (with(process_labels(*pid, comm, id), &[("signal", signal.as_str().into())]), f(*v, *p99)))
+                .collect()
+        };
+        gauge(
+            &mut enc,
+            "cudatrace_signal_value",
+            "Last detection window's value of a process's signal: launch_latency_p99 and wait_per_launch in seconds, copy_time_per_mib in seconds per MiB.",
+            None,
+            &signal_rows(&|v, _| v),
+        )?;
+        gauge(
+            &mut enc,
+            "cudatrace_signal_baseline_p99",
+            "The signal's baseline p99 (same unit as cudatrace_signal_value); thresholds are fractions over it.",
+            None,
+            &signal_rows(&|_, p99| p99),
+        )?;
+        gauge(&mut enc, "cudatrace_alert_active", "1 for each alert cudatrace's detector holds pending or firing (see README).", None, &alerts)?;
         gauge(&mut enc, "cudatrace_nvml_up", "1 when NVML answers, 0 without it.", None, &[(vec![], f64::from(u8::from(ex.nvml_up)))])?;
         encode_gpus(&mut enc, &ex.gpus)
     }

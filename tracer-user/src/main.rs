@@ -1,8 +1,12 @@
 //! cudatrace: per-process CUDA driver call tracing with eBPF uprobes on libcuda.
 mod aggregate;
+mod alert;
 mod attach;
+mod baseline;
 mod caps;
+mod classify;
 mod config;
+mod detect;
 mod discover;
 mod events;
 mod export;
@@ -59,6 +63,12 @@ enum Command {
         /// NVML library to load instead of the loader's libnvidia-ml.so.1.
         #[arg(long, value_name = "PATH")]
         nvml_lib: Option<PathBuf>,
+        /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093.
+        #[arg(long, value_name = "URL")]
+        alertmanager: Option<String>,
+        /// POST each alert record (the stdout JSON line) to this URL.
+        #[arg(long, value_name = "URL")]
+        webhook: Option<String>,
         /// Stop after this many seconds.
         #[arg(long, value_name = "SECS")]
         duration: Option<f64>,
@@ -125,7 +135,7 @@ fn main() -> ExitCode {
                 };
                 trace::run(opts).await
             }
-            Command::Run { sel, listen, config, nvml_lib, duration } => {
+            Command::Run { sel, listen, config, nvml_lib, duration, alertmanager, webhook } => {
                 let mut cfg = match &config {
                     Some(path) => config::Config::load(path)?,
                     None => config::Config::default(),
@@ -136,6 +146,15 @@ fn main() -> ExitCode {
                 if nvml_lib.is_some() {
                     cfg.nvml_library = nvml_lib;
                 }
+                for (flag, url, slot) in [
+                    ("--alertmanager", alertmanager, &mut cfg.alerts.alertmanager_url),
+                    ("--webhook", webhook, &mut cfg.alerts.webhook_url),
+                ] {
+                    if let Some(url) = url {
+                        config::check_url(&url).map_err(|e| anyhow::anyhow!("{flag} {url}: {e}"))?;
+                        *slot = Some(url);
+                    }
+                }
                 let opts = trace::TraceOptions {
                     libs: sel.libs,
                     pid: sel.pid,
@@ -144,7 +163,7 @@ fn main() -> ExitCode {
                     duration: duration_arg(duration)?,
                     ringbuf_bytes: cfg.ringbuf_mib << 20,
                     rescan: Duration::from_millis(cfg.rescan_ms),
-                    mode: trace::Mode::Serve(cfg),
+                    mode: trace::Mode::Serve(Box::new(cfg)),
                 };
                 trace::run(opts).await
             }

@@ -2,8 +2,9 @@
 //! drain what is left in the ring buffer, print a summary and detach.
 use std::{
     collections::HashSet,
+    io::Write as _,
     path::PathBuf,
-    time::Duration,
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -20,9 +21,11 @@ use tracer_common::Kind;
 
 use crate::{
     aggregate::{Aggregator, Limits},
+    alert::Sinks,
     attach::{self, Tracer},
     caps,
     config::Config,
+    detect::Detector,
     discover,
     export::{self, Exported, Shared},
     nvml::Sampler,
@@ -62,7 +65,7 @@ pub enum Mode {
         json: bool,
     },
     /// `cudatrace run`: aggregate, sample NVML, serve Prometheus metrics.
-    Serve(Config),
+    Serve(Box<Config>),
 }
 
 /// Everything learned from the events of one run.
@@ -113,9 +116,13 @@ impl State {
             Out::Print(printer) => printer.print(&ev, kernel.as_deref(), est.as_ref(), Some(&identity)),
             Out::Serve(ex) => {
                 ex.agg.observe(&ev, kernel.as_deref(), &identity);
+                ex.detector.observe(&ev, &identity, est.as_ref());
                 if matches!(ev.api.info().kind, Kind::Alloc | Kind::Free | Kind::Sync | Kind::Memcpy) {
                     let memory = self.memory.get(ev.pid).map(|m| (m.current_bytes, m.peak_bytes));
                     ex.agg.set_process_gauges(ev.pid, memory, self.gpu.process_estimate(ev.pid));
+                    if let Some((current, _)) = memory {
+                        ex.detector.set_memory(ev.pid, current);
+                    }
                 }
                 Ok(())
             }
@@ -126,6 +133,7 @@ impl State {
     fn forget(&mut self, pid: u32, out: &mut Out<'_>) {
         if let Out::Serve(ex) = out {
             ex.agg.forget(pid);
+            ex.detector.forget(pid, SystemTime::now());
         }
         if let Some(m) = self.memory.get(pid) {
             eprintln!("{}", memory_line(pid, m));
@@ -256,6 +264,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             };
             let shared: Shared = Arc::new(Mutex::new(Exported {
                 agg: Aggregator::new(limits),
+                detector: Detector::new(cfg.detect.clone(), 0.0),
                 gpus: Vec::new(),
                 nvml_up: sampler.up(),
                 probes: probe_rows(&tracer),
@@ -268,6 +277,18 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             });
             (None, Some(shared), Some(sampler))
         }
+    };
+    // Alert evaluation: one tick per detection window, the first a window from now.
+    let started = Instant::now();
+    let window = match &opts.mode {
+        Mode::Serve(cfg) => Duration::from_secs(cfg.detect.window_s),
+        Mode::Print { .. } => Duration::from_secs(3600),
+    };
+    let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
+    detect_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let sinks = match &opts.mode {
+        Mode::Serve(cfg) => Sinks::start(&cfg.alerts, format!("http://{}/metrics", cfg.listen)),
+        Mode::Print { .. } => None,
     };
     // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
     tracer.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
@@ -331,6 +352,16 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
                     ex.gpus = gpus;
                 }
             }
+            _ = detect_tick.tick(), if shared.is_some() => {
+                let shared = shared.as_ref().expect("checked");
+                let changes = {
+                    let mut ex = shared.lock().expect("poisoned");
+                    let ex = &mut *ex;
+                    ex.detector.evaluate(started.elapsed().as_secs_f64(), SystemTime::now(), &ex.gpus);
+                    ex.detector.take_changes()
+                };
+                publish(&changes, sinks.as_ref());
+            }
             _ = poll.tick() => {
                 if drain(ring.get_mut(), &mut state, printer.as_mut(), shared.as_ref()).is_err() {
                     output_closed = true;
@@ -359,8 +390,32 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
     let inflight = entries.keys().count();
     let tracked = state.tracked.keys().count();
     summary(&state, tracer.probe_count(), dropped, orphans, inflight, tracked);
+    if let Some(shared) = &shared {
+        // Victims that exited since the last window resolve; firing alerts of live processes are
+        // left to expire in Alertmanager (the problem is not known to be over).
+        let changes = shared.lock().expect("poisoned").detector.take_changes();
+        publish(&changes, sinks.as_ref());
+    }
     tracer.detach_in_background();
+    if let Some(sinks) = sinks {
+        sinks.finish(Duration::from_secs(3)).await;
+    }
     Ok(())
+}
+
+/// Writes alert state changes as JSON lines on stdout and hands them to the sinks.
+fn publish(changes: &[crate::alert::Record], sinks: Option<&Sinks>) {
+    let mut out = std::io::stdout().lock();
+    for r in changes {
+        if let Ok(line) = serde_json::to_string(r) {
+            // A closed stdout loses the lines, not the alerts: the sinks and metrics go on.
+            let _ = writeln!(out, "{line}");
+        }
+        if let Some(s) = sinks {
+            s.send(r);
+        }
+    }
+    let _ = out.flush();
 }
 
 /// (symbol, library, attached) of every entry point in every attached library.

@@ -1,0 +1,278 @@
+//! End-to-end: cudatrace's own contention detector on the shared simulated device. Quiet jobs
+//! fire nothing; a heavy neighbour on the same GPU fires a compute-contention alert naming both,
+//! seen on stdout, by a webhook, in the metrics and by a real Alertmanager, and it resolves after
+//! the neighbour stops.
+use std::{
+    collections::BTreeMap,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{Tracer, Webhook, device_file, env, finish_workload, free_port, http_get, spawn_workload_as};
+use serde_json::Value;
+
+/// A real Alertmanager (Debian's prometheus-alertmanager) on loopback.
+struct Alertmanager {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Alertmanager {
+    fn start() -> Alertmanager {
+        let dir = std::env::temp_dir().join(format!("cudatrace-am-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("alertmanager.yml");
+        std::fs::write(&config, "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n").unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus-alertmanager")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus-alertmanager (Debian package) is needed: scripts/setup.sh installs it");
+        let am = Alertmanager { child, port, dir };
+        let start = Instant::now();
+        while am.alerts().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(30), "Alertmanager did not answer within 30 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        am
+    }
+
+    /// The alerts its API lists (active ones), or None while it does not answer.
+    fn alerts(&self) -> Option<Vec<Value>> {
+        let out = Command::new("curl")
+            .args(["-sf", "--max-time", "5", &format!("http://127.0.0.1:{}/api/v2/alerts", self.port)])
+            .output()
+            .ok()?;
+        out.status.success().then(|| serde_json::from_slice::<Value>(&out.stdout).ok()?.as_array().cloned()).flatten()
+    }
+
+    /// Waits (up to 15 s) until `pred` holds for the listed alerts.
+    fn wait_until(&self, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let alerts = self.alerts().unwrap_or_default();
+            if pred(&alerts) || start.elapsed() > Duration::from_secs(15) {
+                return alerts;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// (pid, signal) -> value of one metric's samples.
+fn signal_values(text: &str, metric: &str) -> BTreeMap<(String, String), f64> {
+    let label = |line: &str, name: &str| -> String {
+        let start = line.find(&format!("{name}=\"")).map(|i| i + name.len() + 2).unwrap_or(0);
+        line[start..].split('"').next().unwrap_or_default().to_owned()
+    };
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+        .filter_map(|l| Some(((label(l, "pid"), label(l, "signal")), l.rsplit(' ').next()?.parse().ok()?)))
+        .collect()
+}
+
+fn baseline_line(pid: u64, signal: &str) -> impl Fn(&str) -> bool {
+    let prefix = format!("baseline: pid={pid} ");
+    let signal = format!(" signal={signal} ");
+    move |l: &str| l.starts_with(&prefix) && l.contains(&signal)
+}
+
+/// The pid of a spawned workload (the symlink is exec'd directly, so it is the workload itself).
+fn pid(child: &Child) -> u64 {
+    u64::from(child.id())
+}
+
+/// A steady job alone on its GPU for a minute, and beside it, on another GPU, a job whose calls
+/// are at random 10x slower (0.5% of them): both baselines are learned, nothing fires.
+#[test]
+fn quiet_jobs_fire_nothing() {
+    let Some(env) = env() else { return };
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let lib = env.libcuda();
+    let daemon = Tracer::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen], &[]);
+    let (dev_a, dev_b) = (device_file("steady"), device_file("noisy"));
+    // 1 ms kernels, a wait after each: about 1,000 launches and 1,000 waits a second.
+    let steady = spawn_workload_as(
+        &env,
+        "steady-server",
+        &[("CUDA_STANDIN_DEVICE", &dev_a), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "1")],
+        &["loop", "62", "1000", "1"],
+    );
+    let noisy = spawn_workload_as(
+        &env,
+        "noisy-server",
+        &[
+            ("CUDA_STANDIN_DEVICE", &dev_b),
+            ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+            ("CUDA_STANDIN_OUTLIER_PPM", "5000"),
+            ("CUDA_VISIBLE_DEVICES", "2"),
+        ],
+        &["loop", "62", "1000", "1"],
+    );
+    let (steady_pid, noisy_pid) = (pid(&steady), pid(&noisy));
+    // While they run: the highest window value over baseline p99 each signal reached.
+    let mut highest: BTreeMap<(String, String), f64> = BTreeMap::new();
+    let (mut steady, mut noisy) = (steady, noisy);
+    let mut saw_alert_metric = false;
+    while steady.try_wait().unwrap().is_none() || noisy.try_wait().unwrap().is_none() {
+        let text = http_get(&format!("http://{listen}/metrics"), None);
+        saw_alert_metric |= text.contains("cudatrace_alert_active");
+        let value = signal_values(&text, "cudatrace_signal_value");
+        for (key, p99) in signal_values(&text, "cudatrace_signal_baseline_p99") {
+            if let Some(v) = value.get(&key) {
+                let e = highest.entry(key).or_insert(0.0);
+                *e = e.max(v / p99);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    let (steady, noisy) = (finish_workload(steady), finish_workload(noisy));
+    let metrics = http_get(&format!("http://{listen}/metrics"), None);
+    let traced = daemon.stop();
+    let learned: Vec<&String> = traced.stderr.iter().filter(|l| l.starts_with("baseline: ")).collect();
+    eprintln!(
+        "e2e quiet_jobs_fire_nothing: steady launches={} noisy launches={} baselines learned={} alert records={} \
+         highest window/baseline-p99 seen (pid, signal): {highest:?}",
+        steady["launches"], noisy["launches"], learned.len(), traced.events.len()
+    );
+    assert!(!saw_alert_metric);
+    for pid in [steady_pid, noisy_pid] {
+        assert!(highest.keys().any(|(p, _)| *p == pid.to_string()), "no signal values were exported for pid {pid}");
+    }
+    for pid in [steady_pid, noisy_pid] {
+        for signal in ["launch_latency_p99", "wait_per_launch"] {
+            assert!(traced.stderr.iter().any(|l| baseline_line(pid, signal)(l)), "no {signal} baseline for pid {pid}: {:?}", traced.stderr);
+        }
+    }
+    assert_eq!(traced.events, Vec::<Value>::new(), "alert records on stdout");
+    assert!(!metrics.contains("cudatrace_alert_active"), "{metrics}");
+    assert_eq!(traced.summary()["dropped"], 0);
+}
+
+/// A light job learns its baseline alone; a heavy second job on the same simulated GPU fires a
+/// compute-contention alert naming both within 60 s, which reaches the webhook, the metrics and a
+/// real Alertmanager, and resolves after the heavy job stops.
+#[test]
+fn contention_alert_names_both_and_resolves() {
+    let Some(env) = env() else { return };
+    let am = Alertmanager::start();
+    let hook = Webhook::start();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let lib = env.libcuda();
+    let daemon = Tracer::start_daemon(
+        &env,
+        &[
+            "--lib",
+            lib.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--alertmanager",
+            &format!("http://127.0.0.1:{}", am.port),
+            "--webhook",
+            &format!("http://127.0.0.1:{}/hook", hook.port),
+        ],
+        &[],
+    );
+    let dev = device_file("contention");
+    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
+    // The victim: 1 ms kernels, a wait after each, for longer than the test needs.
+    let mut victim = spawn_workload_as(&env, "model-server", &vars, &["loop", "400", "1000", "1"]);
+    let victim_pid = pid(&victim);
+    let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "wait_per_launch"));
+    assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
+
+    // The aggressor: 4 ms kernels, two queued before each wait, for 45 s.
+    let heavy_start = Instant::now();
+    let heavy = spawn_workload_as(&env, "trainer", &vars, &["loop", "45", "4000", "2"]);
+    let heavy_pid = pid(&heavy);
+    let is = |state: &'static str| {
+        move |v: &Value| v["state"] == state && v["evidence"]["signal"] == "wait_per_launch" && v["victim"]["pid"].as_u64() == Some(victim_pid)
+    };
+    let firing = hook.wait_for(Duration::from_secs(60), is("firing"));
+    let fired_after = heavy_start.elapsed();
+    let firing = firing.unwrap_or_else(|| panic!("no firing alert within 60 s; webhook got {:?}", hook.received()));
+    assert_eq!(firing["alert"], "CudatraceComputeContention");
+    assert_eq!(firing["cause"], "compute_contention");
+    assert_eq!(firing["gpu"], "0");
+    assert_eq!(firing["victim"]["comm"], "model-server");
+    let aggressors: Vec<(u64, &str)> =
+        firing["aggressors"].as_array().unwrap().iter().map(|a| (a["pid"].as_u64().unwrap(), a["comm"].as_str().unwrap())).collect();
+    assert_eq!(aggressors, vec![(heavy_pid, "trainer")]);
+    let share = firing["aggressors"][0]["share"].as_f64().unwrap();
+    let ratio = firing["evidence"]["ratio"].as_f64().unwrap();
+    assert_eq!(share, 1.0, "the only other process on GPU 0");
+    assert!(ratio > 1.5 && firing["severity"] == "page", "{firing}");
+    assert!(firing["evidence"]["now"].as_f64().unwrap() > firing["evidence"]["baseline_p99"].as_f64().unwrap());
+
+    // The metric and Alertmanager.
+    let metrics = http_get(&format!("http://{listen}/metrics"), None);
+    let active = metrics.lines().find(|l| l.starts_with("cudatrace_alert_active{") && l.contains(&format!("pid=\"{victim_pid}\"")) && l.contains("signal=\"wait_per_launch\""));
+    let active = active.unwrap_or_else(|| panic!("no cudatrace_alert_active for the victim:\n{metrics}"));
+    assert!(active.contains("alert=\"CudatraceComputeContention\"") && active.contains("state=\"firing\"") && active.rsplit(' ').next() == Some("1.0"), "{active}");
+    assert!(active.contains(&format!("aggressors=\"{heavy_pid}:trainer\"")), "{active}");
+    let ours = |alerts: &[Value]| -> Option<Value> {
+        alerts
+            .iter()
+            .find(|a| a["labels"]["alertname"] == "CudatraceComputeContention" && a["labels"]["pid"] == victim_pid.to_string().as_str())
+            .cloned()
+    };
+    let listed = am.wait_until(|a| ours(a).is_some());
+    let listed = ours(&listed).unwrap_or_else(|| panic!("Alertmanager does not list the alert: {listed:?}"));
+    assert_eq!(listed["labels"]["cause"], "compute_contention");
+    assert_eq!(listed["labels"]["comm"], "model-server");
+    assert_eq!(listed["labels"]["signal"], "wait_per_launch");
+    assert_eq!(listed["annotations"]["aggressors"], format!("{heavy_pid}:trainer").as_str());
+    assert_eq!(listed["status"]["state"], "active");
+
+    // The heavy job ends; the victim is back to its baseline and the alert resolves.
+    let heavy = finish_workload(heavy);
+    let heavy_end = Instant::now();
+    let resolved = hook.wait_for(Duration::from_secs(90), is("resolved"));
+    let resolved_after = heavy_end.elapsed();
+    let resolved = resolved.unwrap_or_else(|| panic!("not resolved within 90 s of the heavy job's end; webhook got {:?}", hook.received()));
+    assert_eq!(resolved["reason"], "back_to_baseline");
+    let gone = am.wait_until(|a| ours(a).is_none());
+    assert!(ours(&gone).is_none(), "Alertmanager still lists it: {gone:?}");
+    let metrics = http_get(&format!("http://{listen}/metrics"), None);
+    let _ = victim.kill();
+    let _ = victim.wait();
+    let traced = daemon.stop();
+    eprintln!(
+        "e2e contention_alert_names_both_and_resolves: heavy launches={} fired {:.1} s after the heavy job started \
+         (ratio {ratio:.1}, share {share}), resolved {:.1} s after it ended; stdout records: {:?}; firing record: {firing}",
+        heavy["launches"],
+        fired_after.as_secs_f64(),
+        resolved_after.as_secs_f64(),
+        traced.events.iter().map(|e| format!("{}/{}/{}", e["alert"].as_str().unwrap(), e["evidence"]["signal"].as_str().unwrap(), e["state"].as_str().unwrap())).collect::<Vec<_>>()
+    );
+    assert!(fired_after < Duration::from_secs(60));
+    assert!(resolved_after <= Duration::from_secs(60 + 2 * 5 + 5), "{resolved_after:?}");
+    assert!(!metrics.lines().any(|l| l.starts_with("cudatrace_alert_active{") && l.contains("signal=\"wait_per_launch\"")), "{metrics}");
+
+    // Stdout: the wait alert's three state changes, in order, each as on the webhook; every record
+    // names the light job as the victim (the heavy job was never slowed), and nothing is left open.
+    let waits: Vec<&Value> = traced.events.iter().filter(|e| e["evidence"]["signal"] == "wait_per_launch").collect();
+    assert_eq!(waits.iter().map(|e| e["state"].as_str().unwrap()).collect::<Vec<_>>(), vec!["pending", "firing", "resolved"]);
+    assert_eq!(*waits[1], firing);
+    assert_eq!(*waits[2], resolved);
+    assert!(traced.events.iter().all(|e| e["victim"]["pid"].as_u64() == Some(victim_pid)), "{:?}", traced.events);
+    assert_eq!(hook.received(), traced.events, "the webhook gets exactly the stdout records");
+    assert_eq!(traced.summary()["dropped"], 0);
+}
