@@ -111,14 +111,7 @@ impl Tracer {
 
     /// Waits (up to `limit`) for a stderr line for which `pred` holds; returns it.
     pub fn wait_stderr(&self, limit: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(l) = self.stderr_now().into_iter().find(|l| pred(l)) {
-                return Some(l);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        None
+        poll(limit, || self.stderr_now().into_iter().find(|l| pred(l)))
     }
 
     /// Starts `cudatrace trace ARGS` and waits for its `ready:` line (panics after 60 s).
@@ -334,14 +327,7 @@ impl Webhook {
 
     /// Waits (up to `limit`) for a body for which `pred` holds.
     pub fn wait_for(&self, limit: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(v) = self.received().into_iter().find(|v| pred(v)) {
-                return Some(v);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        None
+        poll(limit, || self.received().into_iter().find(|v| pred(v)))
     }
 }
 
@@ -380,5 +366,62 @@ fn serve_http(stream: std::net::TcpStream, bodies: &Mutex<Vec<Value>>) {
         if writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
             return;
         }
+    }
+}
+
+/// Calls `f` every 100 ms until it returns something or `limit` passes.
+pub fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A server program (Prometheus, Alertmanager) on a free loopback port, with its own temporary
+/// folder holding its config file; killed and cleaned up when dropped.
+pub struct Server {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Server {
+    /// Writes `config` to `config_name` in a new folder and starts `program` with
+    /// `args(config path, folder, port)`; `package` names what to install when it is missing.
+    pub fn start(
+        program: &str,
+        package: &str,
+        config_name: &str,
+        config: &str,
+        args: impl Fn(&std::path::Path, &std::path::Path, u16) -> Vec<String>,
+    ) -> Server {
+        let dir = std::env::temp_dir().join(format!("cudatrace-{program}-{}-{}", std::process::id(), free_port()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(config_name);
+        std::fs::write(&path, config).unwrap();
+        let port = free_port();
+        let child = Command::new(program)
+            .args(args(&path, &dir, port))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program} ({e}): the Debian package {package} is needed; scripts/setup.sh installs it"));
+        Server { child, port, dir }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

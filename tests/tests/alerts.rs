@@ -4,73 +4,49 @@
 //! the neighbour stops.
 use std::{
     collections::BTreeMap,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
-use integration_tests::{Tracer, Webhook, device_file, env, finish_workload, free_port, http_get, spawn_workload_as};
+use integration_tests::{Server, Tracer, Webhook, poll, device_file, env, finish_workload, free_port, http_get, spawn_workload_as};
 use serde_json::Value;
 
 /// A real Alertmanager (Debian's prometheus-alertmanager) on loopback.
-struct Alertmanager {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
+struct Alertmanager(Server);
 
 impl Alertmanager {
     fn start() -> Alertmanager {
-        let dir = std::env::temp_dir().join(format!("cudatrace-am-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("alertmanager.yml");
-        std::fs::write(&config, "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n").unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus-alertmanager")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--cluster.listen-address=")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus-alertmanager (Debian package) is needed: scripts/setup.sh installs it");
-        let am = Alertmanager { child, port, dir };
-        let start = Instant::now();
-        while am.alerts().is_none() {
-            assert!(start.elapsed() < Duration::from_secs(30), "Alertmanager did not answer within 30 s");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let config = "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n";
+        let server = Server::start("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager.yml", config, |config, dir, port| {
+            vec![
+                format!("--config.file={}", config.display()),
+                format!("--storage.path={}", dir.join("data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--cluster.listen-address=".into(),
+            ]
+        });
+        let am = Alertmanager(server);
+        assert!(poll(Duration::from_secs(30), || am.alerts()).is_some(), "Alertmanager did not answer within 30 s");
         am
     }
 
     /// The alerts its API lists (active ones), or None while it does not answer.
     fn alerts(&self) -> Option<Vec<Value>> {
         let out = Command::new("curl")
-            .args(["-sf", "--max-time", "5", &format!("http://127.0.0.1:{}/api/v2/alerts", self.port)])
+            .args(["-sf", "--max-time", "5", &format!("http://127.0.0.1:{}/api/v2/alerts", self.0.port)])
             .output()
             .ok()?;
         out.status.success().then(|| serde_json::from_slice::<Value>(&out.stdout).ok()?.as_array().cloned()).flatten()
     }
 
-    /// Waits (up to 15 s) until `pred` holds for the listed alerts.
+    /// Waits (up to 15 s) until `pred` holds for the listed alerts; returns the last listing.
     fn wait_until(&self, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let start = Instant::now();
-        loop {
-            let alerts = self.alerts().unwrap_or_default();
-            if pred(&alerts) || start.elapsed() > Duration::from_secs(15) {
-                return alerts;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-impl Drop for Alertmanager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let mut last = Vec::new();
+        poll(Duration::from_secs(15), || {
+            last = self.alerts().unwrap_or_default();
+            pred(&last).then_some(())
+        });
+        last
     }
 }
 
@@ -184,7 +160,7 @@ fn contention_alert_names_both_and_resolves() {
             "--listen",
             &listen,
             "--alertmanager",
-            &format!("http://127.0.0.1:{}", am.port),
+            &format!("http://127.0.0.1:{}", am.0.port),
             "--webhook",
             &format!("http://127.0.0.1:{}/hook", hook.port),
         ],

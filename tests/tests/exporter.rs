@@ -2,42 +2,27 @@
 //! stand-in NVML replaying a scenario.
 use std::{
     io::Write as _,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use integration_tests::{Tracer, device_file, env, finish_workload, free_port, http_get, spawn_workload};
+use integration_tests::{Server, Tracer, device_file, env, finish_workload, free_port, http_get, spawn_workload};
 use serde_json::Value;
 
-struct Prometheus {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
+struct Prometheus(Server);
 
 impl Prometheus {
     fn start(target: u16) -> Prometheus {
-        let dir = std::env::temp_dir().join(format!("cudatrace-prom-{}-{target}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cudatrace\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-            ),
-        )
-        .unwrap();
-        let port = free_port();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (Debian package) is needed: scripts/setup.sh installs it");
-        Prometheus { child, port, dir }
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cudatrace\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        );
+        Prometheus(Server::start("prometheus", "prometheus", "prometheus.yml", &config, |config, dir, port| {
+            vec![
+                format!("--config.file={}", config.display()),
+                format!("--storage.tsdb.path={}", dir.join("data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+            ]
+        }))
     }
 
     /// Instant query; returns (labels, value) per sample.
@@ -45,7 +30,7 @@ impl Prometheus {
         let out = Command::new("curl")
             .args(["-sf", "--max-time", "10", "--data-urlencode"])
             .arg(format!("query={promql}"))
-            .arg(format!("http://127.0.0.1:{}/api/v1/query", self.port))
+            .arg(format!("http://127.0.0.1:{}/api/v1/query", self.0.port))
             .output()
             .unwrap();
         if !out.status.success() {
@@ -76,14 +61,6 @@ impl Prometheus {
             std::thread::sleep(Duration::from_millis(250));
         }
         last
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
