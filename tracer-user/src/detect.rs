@@ -126,6 +126,8 @@ struct Proc {
     window: Window,
     memory_bytes: u64,
     tracks: [Track; 3],
+    /// Windows in a row without a call.
+    idle_windows: u32,
 }
 
 /// The detector of every traced process.
@@ -133,6 +135,8 @@ pub struct Detector {
     cfg: DetectConfig,
     params: Params,
     procs: HashMap<u32, Proc>,
+    /// Processes held at most; past it the longest-idle one without an alert is dropped.
+    max_processes: usize,
     /// Monotonic seconds at the start of the current window.
     window_start: f64,
     /// State changes not yet handed out.
@@ -154,8 +158,8 @@ fn wall_at(mono: f64, now_mono: f64, now_wall: SystemTime) -> SystemTime {
 }
 
 impl Detector {
-    /// A detector; `now` is monotonic seconds.
-    pub fn new(cfg: DetectConfig, now: f64) -> Detector {
+    /// A detector holding at most `max_processes`; `now` is monotonic seconds.
+    pub fn new(cfg: DetectConfig, max_processes: usize, now: f64) -> Detector {
         let params = Params {
             warmup: cfg.warmup_windows,
             alpha: cfg.level_smoothing,
@@ -166,7 +170,7 @@ impl Detector {
             hampel_windows: cfg.hampel_windows,
             hampel_k: cfg.hampel_k,
         };
-        Detector { cfg, params, procs: HashMap::new(), window_start: now, outbox: Vec::new() }
+        Detector { cfg, params, procs: HashMap::new(), max_processes, window_start: now, outbox: Vec::new() }
     }
 
     /// Counts one call into its process's window; `closed` is what a wait closed (GPU time).
@@ -177,6 +181,7 @@ impl Detector {
             comm: ev.comm.clone(),
             window: Window::new(),
             memory_bytes: 0,
+            idle_windows: 0,
             tracks: std::array::from_fn(|_| Track {
                 baseline: Baseline::new(params),
                 phase: Phase::Normal,
@@ -340,7 +345,16 @@ impl Detector {
                     self.outbox.push(t.record.take().expect("checked"));
                 }
             }
+            let w = &p.window;
+            let called = w.launches + w.waits + w.sync_copies + u64::from(w.copy_bytes > 0) > 0;
+            p.idle_windows = if called { 0 } else { p.idle_windows.saturating_add(1) };
             p.window.reset();
+        }
+        // Exits release processes; this bounds what lost exits (or many idle ones) could hold.
+        while self.procs.len() > self.max_processes {
+            let quiet = self.procs.iter().filter(|(_, p)| p.tracks.iter().all(|t| t.record.is_none()));
+            let Some(pid) = quiet.max_by_key(|(_, p)| p.idle_windows).map(|(pid, _)| *pid) else { break };
+            self.procs.remove(&pid);
         }
     }
 
@@ -528,7 +542,7 @@ mod tests {
 
     #[test]
     fn contention_goes_pending_fires_names_the_aggressor_and_resolves() {
-        let mut d = Detector::new(DetectConfig::default(), 0.0);
+        let mut d = Detector::new(DetectConfig::default(), 100, 0.0);
         // 10 quiet windows, 12 contended (wait 1 ms -> 4 ms while pid 2 launches), then quiet.
         let out = run(&mut d, 0..40, |k| if (10..22).contains(&k) { (4_000_000, 500) } else { (1_000_000, 0) });
         let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
@@ -557,7 +571,7 @@ mod tests {
 
     #[test]
     fn single_outlier_windows_fire_nothing() {
-        let mut d = Detector::new(DetectConfig::default(), 0.0);
+        let mut d = Detector::new(DetectConfig::default(), 100, 0.0);
         // Every 4th window 10x: never 3 in a row.
         let out = run(&mut d, 0..60, |k| (if k > 8 && k % 4 == 0 { 10_000_000 } else { 1_000_000 }, 0));
         assert_eq!(out.iter().map(|(k, c)| (*k, states(c))).collect::<Vec<_>>(), vec![]);
@@ -565,7 +579,7 @@ mod tests {
 
     #[test]
     fn a_short_breach_goes_pending_and_back() {
-        let mut d = Detector::new(DetectConfig::default(), 0.0);
+        let mut d = Detector::new(DetectConfig::default(), 100, 0.0);
         let out = run(&mut d, 0..20, |k| (if (10..14).contains(&k) { 2_000_000 } else { 1_000_000 }, 0));
         let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
         // No neighbour, no NVML: unexplained slowdown, pending at window 13, over at window 15.
@@ -577,7 +591,7 @@ mod tests {
 
     #[test]
     fn unexplained_slowdowns_can_be_kept_quiet() {
-        let mut d = Detector::new(DetectConfig { report_unexplained: false, ..DetectConfig::default() }, 0.0);
+        let mut d = Detector::new(DetectConfig { report_unexplained: false, ..DetectConfig::default() }, 100, 0.0);
         let out = run(&mut d, 0..30, |k| (if k >= 10 { 2_000_000 } else { 1_000_000 }, 0));
         assert!(out.is_empty());
         // A neighbour appears while the breach goes on: now there is a cause, and it goes pending
@@ -591,7 +605,7 @@ mod tests {
 
     #[test]
     fn a_lasting_change_becomes_the_new_normal() {
-        let mut d = Detector::new(DetectConfig { rebaseline_after_s: 60, ..DetectConfig::default() }, 0.0);
+        let mut d = Detector::new(DetectConfig { rebaseline_after_s: 60, ..DetectConfig::default() }, 100, 0.0);
         // From window 11 on, waits double for good, with a neighbour.
         let out = run(&mut d, 0..80, |k| if k >= 10 { (2_000_000, 100) } else { (1_000_000, 0) });
         let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
@@ -607,8 +621,24 @@ mod tests {
     }
 
     #[test]
+    fn past_max_processes_the_longest_idle_goes() {
+        let mut d = Detector::new(DetectConfig::default(), 2, 0.0);
+        let id = Arc::new(Identity::default());
+        window(&mut d, 1, &id, 20, 1000);
+        window(&mut d, 2, &id, 20, 1000);
+        d.evaluate(5.0, wall(5.0), &[]);
+        window(&mut d, 2, &id, 20, 1000);
+        window(&mut d, 3, &id, 20, 1000);
+        d.evaluate(10.0, wall(10.0), &[]);
+        // Pid 1 was idle in the second window: it goes.
+        let mut pids: Vec<u32> = d.procs.keys().copied().collect();
+        pids.sort();
+        assert_eq!(pids, vec![2, 3]);
+    }
+
+    #[test]
     fn an_exited_victim_resolves_and_small_rises_do_not_breach() {
-        let mut d = Detector::new(DetectConfig { firing_after_s: 0, ..DetectConfig::default() }, 0.0);
+        let mut d = Detector::new(DetectConfig { firing_after_s: 0, ..DetectConfig::default() }, 100, 0.0);
         // 1 µs waits tripled: far over p99 in ratio, but under min_increase_us (10 µs).
         let out = run(&mut d, 0..20, |k| (if k >= 10 { 3_000 } else { 1_000 }, 0));
         assert!(out.is_empty());

@@ -264,7 +264,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
             };
             let shared: Shared = Arc::new(Mutex::new(Exported {
                 agg: Aggregator::new(limits),
-                detector: Detector::new(cfg.detect.clone(), 0.0),
+                detector: Detector::new(cfg.detect.clone(), cfg.max_processes, 0.0),
                 gpus: Vec::new(),
                 nvml_up: sampler.up(),
                 probes: probe_rows(&tracer),
