@@ -252,3 +252,66 @@ fn contention_alert_names_both_and_resolves() {
     assert_eq!(hook.received(), traced.events, "the webhook gets exactly the stdout records");
     assert_eq!(traced.summary()["dropped"], 0);
 }
+
+/// With NVML reporting GPU 0's clocks held down (thermal), a slowdown of a job alone on GPU 0 is
+/// named throttling, with NVML's facts as evidence; the alert resolves when the victim exits.
+/// (The slowdown comes from a job on the same simulated device that says, through
+/// `CUDA_VISIBLE_DEVICES`, that it is on GPU 1, as the clocks of a throttled GPU would.)
+#[test]
+fn throttled_gpu_is_named_from_nvml() {
+    let Some(env) = env() else { return };
+    let scenario = std::env::temp_dir().join(format!("cudatrace-nvml-throttle-{}.txt", std::process::id()));
+    std::fs::write(
+        &scenario,
+        "gpu 0 uuid=GPU-00000000-1111-2222-3333-444444444444 sm=90 mem=30 total=85899345920 used=4294967296 temp=91 power_mw=300000 sm_clock=1100 reasons=0x40 pcie_tx_kbs=0 pcie_rx_kbs=0\n\
+         gpu 1 uuid=GPU-55555555-6666-7777-8888-999999999999 sm=5 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x1 pcie_tx_kbs=0 pcie_rx_kbs=0\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let (lib, nvml) = (env.libcuda(), env.standin.join("libnvidia-ml.so.1"));
+    let daemon = Tracer::start_daemon(
+        &env,
+        &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", nvml.to_str().unwrap()],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let dev = device_file("throttle");
+    let on_gpu = |gpu| [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", gpu)];
+    let (v0, v1) = (on_gpu("0"), on_gpu("1"));
+    let mut victim = spawn_workload_as(&env, "model-server", &v0, &["loop", "400", "1000", "1"]);
+    let victim_pid = pid(&victim);
+    let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "wait_per_launch"));
+    assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
+    let mut load = spawn_workload_as(&env, "other-gpu-job", &v1, &["loop", "60", "4000", "2"]);
+    let start = Instant::now();
+    let firing = poll(Duration::from_secs(60), || {
+        let text = http_get(&format!("http://{listen}/metrics"), None);
+        text.lines().any(|l| l.starts_with("cudatrace_alert_active{") && l.contains("state=\"firing\"") && l.contains(&format!("pid=\"{victim_pid}\""))).then_some(())
+    });
+    let fired_after = start.elapsed();
+    let _ = load.kill();
+    let _ = load.wait();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    // The exit is seen, and the next window resolves the alert.
+    std::thread::sleep(Duration::from_secs(6));
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&scenario);
+    eprintln!(
+        "e2e throttled_gpu_is_named_from_nvml: fired {:.1} s after the slowdown began; records: {:?}",
+        fired_after.as_secs_f64(),
+        traced.events.iter().map(|e| format!("{}/{}/{}", e["alert"].as_str().unwrap(), e["evidence"]["signal"].as_str().unwrap(), e["state"].as_str().unwrap())).collect::<Vec<_>>()
+    );
+    assert!(firing.is_some(), "no firing alert within 60 s: {:?}", traced.events);
+    let waits: Vec<&Value> = traced.events.iter().filter(|e| e["evidence"]["signal"] == "wait_per_launch").collect();
+    assert_eq!(waits.iter().map(|e| e["state"].as_str().unwrap()).collect::<Vec<_>>(), vec!["pending", "firing", "resolved"]);
+    let f = waits[1];
+    assert_eq!((f["alert"].as_str(), f["cause"].as_str(), f["gpu"].as_str()), (Some("CudatraceGpuThrottled"), Some("throttling"), Some("0")));
+    assert_eq!(f["victim"]["pid"].as_u64(), Some(victim_pid));
+    assert_eq!(f["aggressors"], serde_json::json!([]));
+    assert_eq!(f["evidence"]["clock_event_reasons"], serde_json::json!(["hw_thermal_slowdown"]));
+    assert_eq!(f["evidence"]["gpu_utilization"].as_f64(), Some(0.9));
+    assert_eq!(f["evidence"]["gpu_memory_used_ratio"].as_f64(), Some(4294967296.0 / 85899345920.0));
+    assert_eq!(waits[2]["reason"], "victim_exited");
+    assert!(traced.events.iter().all(|e| e["victim"]["pid"].as_u64() == Some(victim_pid)), "{:?}", traced.events);
+}
