@@ -11,6 +11,8 @@
  *     die-in-call               exit while a thread is blocked inside cuStreamSynchronize
  *     calls N [SECONDS]         N timed cuLaunchKernel calls per thread (benchmarks)
  *     kernels K                 K distinct kernel names looked up and launched once each
+ *     copies SECONDS BYTES GAP_US
+ *                               synchronous host-to-device copies of BYTES, GAP_US apart
  *   --settle MS sleeps between dlopen and the first call.
  *
  * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
@@ -332,6 +334,24 @@ static void run_loop(double seconds, unsigned grid, long sync_every, long limit)
            (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)s, launches, syncs);
 }
 
+/* ---- copies ----------------------------------------------------------------------------------- */
+
+static void run_copies(double seconds, size_t bytes, long gap_us) {
+    setup(bytes);
+    PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
+    uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+    long copies = 0;
+    while (now_ns() < end) {
+        CHECK(htod(dev_a, host_buf, bytes));
+        copies++;
+        if (gap_us > 0) {
+            struct timespec ts = {gap_us / 1000000, (gap_us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    printf("{\"pid\":%d,\"copies\":%ld,\"bytes\":%llu}\n", getpid(), copies, (unsigned long long)bytes * copies);
+}
+
 /* ---- calls (benchmark) ------------------------------------------------------------------------ */
 
 struct calls_args { long n; double seconds; long done; uint64_t ns; };
@@ -414,7 +434,7 @@ static void run_die_in_call(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US\n");
     exit(64);
 }
 
@@ -456,6 +476,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "calls") && (i + 1 == argc || i + 2 == argc))
         run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0);
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
+    else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else usage();
     return 0;
 }

@@ -236,7 +236,7 @@ fn contention_alert_names_both_and_resolves() {
         heavy["launches"],
         fired_after.as_secs_f64(),
         resolved_after.as_secs_f64(),
-        traced.events.iter().map(|e| format!("{}/{}/{}", e["alert"].as_str().unwrap(), e["evidence"]["signal"].as_str().unwrap(), e["state"].as_str().unwrap())).collect::<Vec<_>>()
+        names(&traced.events)
     );
     assert!(fired_after < Duration::from_secs(60));
     assert!(resolved_after <= Duration::from_secs(60 + 2 * 5 + 5), "{resolved_after:?}");
@@ -244,7 +244,7 @@ fn contention_alert_names_both_and_resolves() {
 
     // Stdout: the wait alert's three state changes, in order, each as on the webhook; every record
     // names the light job as the victim (the heavy job was never slowed), and nothing is left open.
-    let waits: Vec<&Value> = traced.events.iter().filter(|e| e["evidence"]["signal"] == "wait_per_launch").collect();
+    let waits = of_signal(&traced.events, "wait_per_launch");
     assert_eq!(waits.iter().map(|e| e["state"].as_str().unwrap()).collect::<Vec<_>>(), vec!["pending", "firing", "resolved"]);
     assert_eq!(*waits[1], firing);
     assert_eq!(*waits[2], resolved);
@@ -278,32 +278,15 @@ fn throttled_gpu_is_named_from_nvml() {
     let dev = device_file("throttle");
     let on_gpu = |gpu| [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", gpu)];
     let (v0, v1) = (on_gpu("0"), on_gpu("1"));
-    let mut victim = spawn_workload_as(&env, "model-server", &v0, &["loop", "400", "1000", "1"]);
+    let victim = spawn_workload_as(&env, "model-server", &v0, &["loop", "400", "1000", "1"]);
     let victim_pid = pid(&victim);
     let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "wait_per_launch"));
     assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
-    let mut load = spawn_workload_as(&env, "other-gpu-job", &v1, &["loop", "60", "4000", "2"]);
-    let start = Instant::now();
-    let firing = poll(Duration::from_secs(60), || {
-        let text = http_get(&format!("http://{listen}/metrics"), None);
-        text.lines().any(|l| l.starts_with("cudatrace_alert_active{") && l.contains("state=\"firing\"") && l.contains(&format!("pid=\"{victim_pid}\""))).then_some(())
-    });
-    let fired_after = start.elapsed();
-    let _ = load.kill();
-    let _ = load.wait();
-    let _ = victim.kill();
-    let _ = victim.wait();
-    // The exit is seen, and the next window resolves the alert.
-    std::thread::sleep(Duration::from_secs(6));
-    let traced = daemon.stop();
+    let load = spawn_workload_as(&env, "other-gpu-job", &v1, &["loop", "60", "4000", "2"]);
+    let (fired_after, traced) = fire_then_exit(&listen, daemon, victim, load, "wait_per_launch");
     let _ = std::fs::remove_file(&scenario);
-    eprintln!(
-        "e2e throttled_gpu_is_named_from_nvml: fired {:.1} s after the slowdown began; records: {:?}",
-        fired_after.as_secs_f64(),
-        traced.events.iter().map(|e| format!("{}/{}/{}", e["alert"].as_str().unwrap(), e["evidence"]["signal"].as_str().unwrap(), e["state"].as_str().unwrap())).collect::<Vec<_>>()
-    );
-    assert!(firing.is_some(), "no firing alert within 60 s: {:?}", traced.events);
-    let waits: Vec<&Value> = traced.events.iter().filter(|e| e["evidence"]["signal"] == "wait_per_launch").collect();
+    eprintln!("e2e throttled_gpu_is_named_from_nvml: fired {fired_after:.1?} after the slowdown began; records: {:?}", names(&traced.events));
+    let waits = of_signal(&traced.events, "wait_per_launch");
     assert_eq!(waits.iter().map(|e| e["state"].as_str().unwrap()).collect::<Vec<_>>(), vec!["pending", "firing", "resolved"]);
     let f = waits[1];
     assert_eq!((f["alert"].as_str(), f["cause"].as_str(), f["gpu"].as_str()), (Some("CudatraceGpuThrottled"), Some("throttling"), Some("0")));
@@ -314,4 +297,75 @@ fn throttled_gpu_is_named_from_nvml() {
     assert_eq!(f["evidence"]["gpu_memory_used_ratio"].as_f64(), Some(4294967296.0 / 85899345920.0));
     assert_eq!(waits[2]["reason"], "victim_exited");
     assert!(traced.events.iter().all(|e| e["victim"]["pid"].as_u64() == Some(victim_pid)), "{:?}", traced.events);
+}
+
+/// A job copying to its GPU slows down while another process copies to the same GPU: copy
+/// contention, naming the copier (not compute, though both are busy with the device).
+#[test]
+fn copy_contention_names_the_copier() {
+    let Some(env) = env() else { return };
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let lib = env.libcuda();
+    let daemon = Tracer::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen], &[]);
+    let dev = device_file("copies");
+    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_VISIBLE_DEVICES", "0")];
+    // 4 MiB synchronous copies (0.4 ms at the stand-in's 10 GB/s), 1 ms apart.
+    let victim = spawn_workload_as(&env, "model-server", &vars, &["copies", "400", "4194304", "1000"]);
+    let victim_pid = pid(&victim);
+    let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "copy_time_per_mib"));
+    assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
+    // 64 MiB copies back to back: the copy engine is always busy.
+    let loader = spawn_workload_as(&env, "data-loader", &vars, &["copies", "60", "67108864", "0"]);
+    let loader_pid = pid(&loader);
+    let (fired_after, traced) = fire_then_exit(&listen, daemon, victim, loader, "copy_time_per_mib");
+    eprintln!("e2e copy_contention_names_the_copier: fired {fired_after:.1?} after the copier began; records: {:?}", names(&traced.events));
+    let copies = of_signal(&traced.events, "copy_time_per_mib");
+    assert_eq!(copies.iter().map(|e| e["state"].as_str().unwrap()).collect::<Vec<_>>(), vec!["pending", "firing", "resolved"]);
+    let f = copies[1];
+    assert_eq!((f["alert"].as_str(), f["cause"].as_str(), f["gpu"].as_str()), (Some("CudatraceCopyContention"), Some("copy_contention"), Some("0")));
+    assert_eq!(f["evidence"]["unit"], "seconds_per_mib");
+    assert_eq!(f["aggressors"], serde_json::json!([{"pid": loader_pid, "comm": "data-loader", "container": null, "pod": null, "share": 1.0}]));
+    assert_eq!(copies[2]["reason"], "victim_exited");
+    assert!(traced.events.iter().all(|e| e["victim"]["pid"].as_u64() == Some(victim_pid)), "{:?}", traced.events);
+}
+
+/// Waits (up to 60 s) until the metrics show the victim's `signal` alert firing, then ends the
+/// load and the victim, lets a window pass so the victim's exit resolves the alert, and stops
+/// the daemon. Returns how long firing took (panics when it did not fire) and what it printed.
+fn fire_then_exit(listen: &str, daemon: Tracer, mut victim: Child, mut load: Child, signal: &str) -> (Duration, integration_tests::Traced) {
+    let victim_pid = victim.id();
+    let start = Instant::now();
+    let firing = poll(Duration::from_secs(60), || {
+        let text = http_get(&format!("http://{listen}/metrics"), None);
+        text.lines()
+            .any(|l| {
+                l.starts_with("cudatrace_alert_active{")
+                    && l.contains("state=\"firing\"")
+                    && l.contains(&format!("signal=\"{signal}\""))
+                    && l.contains(&format!("pid=\"{victim_pid}\""))
+            })
+            .then_some(())
+    });
+    let fired_after = start.elapsed();
+    for child in [&mut load, &mut victim] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    let traced = daemon.stop();
+    assert!(firing.is_some(), "no firing {signal} alert within 60 s: {:?}", traced.events);
+    (fired_after, traced)
+}
+
+fn of_signal<'a>(events: &'a [Value], signal: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["evidence"]["signal"] == signal).collect()
+}
+
+/// alert/signal/state of each record.
+fn names(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| format!("{}/{}/{}", e["alert"].as_str().unwrap(), e["evidence"]["signal"].as_str().unwrap(), e["state"].as_str().unwrap()))
+        .collect()
 }
