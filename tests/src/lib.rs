@@ -133,6 +133,17 @@ impl Tracer {
         })
     }
 
+    /// Starts `cudatrace run` on the stand-in libcuda with metrics on a free loopback port, plus
+    /// `extra` arguments and `vars`; returns it and its listen address.
+    pub fn start_daemon_on_loopback(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> (Tracer, String) {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let lib = env.libcuda();
+        let mut args = vec!["--lib", lib.to_str().unwrap(), "--listen", &listen];
+        args.extend_from_slice(extra);
+        let daemon = Self::start_daemon(env, &args, vars);
+        (daemon, listen)
+    }
+
     /// Starts `cudatrace COMMAND ARGS`; on failure to become ready, returns what it printed.
     pub fn try_start_command(env: &Env, command: &str, args: &[&str], vars: &[(&str, &str)]) -> Result<Tracer, Traced> {
         let mut child = Command::new(&env.bin)

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Server, Tracer, Webhook, poll, device_file, env, finish_workload, free_port, http_get, spawn_workload_as};
+use integration_tests::{Server, Tracer, Webhook, poll, device_file, env, finish_workload, http_get, spawn_workload_as};
 use serde_json::Value;
 
 /// A real Alertmanager (Debian's prometheus-alertmanager) on loopback.
@@ -78,10 +78,7 @@ fn pid(child: &Child) -> u64 {
 #[test]
 fn quiet_jobs_fire_nothing() {
     let Some(env) = env() else { return };
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let lib = env.libcuda();
-    let daemon = Tracer::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen], &[]);
+    let (daemon, listen) = Tracer::start_daemon_on_loopback(&env, &[], &[]);
     let (dev_a, dev_b) = (device_file("steady"), device_file("noisy"));
     // 1 ms kernels, a wait after each: about 1,000 launches and 1,000 waits a second.
     let steady = spawn_workload_as(
@@ -149,23 +146,8 @@ fn contention_alert_names_both_and_resolves() {
     let Some(env) = env() else { return };
     let am = Alertmanager::start();
     let hook = Webhook::start();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let lib = env.libcuda();
-    let daemon = Tracer::start_daemon(
-        &env,
-        &[
-            "--lib",
-            lib.to_str().unwrap(),
-            "--listen",
-            &listen,
-            "--alertmanager",
-            &format!("http://127.0.0.1:{}", am.0.port),
-            "--webhook",
-            &format!("http://127.0.0.1:{}/hook", hook.port),
-        ],
-        &[],
-    );
+    let (am_url, hook_url) = (format!("http://127.0.0.1:{}", am.0.port), format!("http://127.0.0.1:{}/hook", hook.port));
+    let (daemon, listen) = Tracer::start_daemon_on_loopback(&env, &["--alertmanager", &am_url, "--webhook", &hook_url], &[]);
     let dev = device_file("contention");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
     // The victim: 1 ms kernels, a wait after each, for longer than the test needs.
@@ -267,14 +249,9 @@ fn throttled_gpu_is_named_from_nvml() {
          gpu 1 uuid=GPU-55555555-6666-7777-8888-999999999999 sm=5 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x1 pcie_tx_kbs=0 pcie_rx_kbs=0\n",
     )
     .unwrap();
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let (lib, nvml) = (env.libcuda(), env.standin.join("libnvidia-ml.so.1"));
-    let daemon = Tracer::start_daemon(
-        &env,
-        &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", nvml.to_str().unwrap()],
-        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
-    );
+    let nvml = env.standin.join("libnvidia-ml.so.1");
+    let (daemon, listen) =
+        Tracer::start_daemon_on_loopback(&env, &["--nvml-lib", nvml.to_str().unwrap()], &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())]);
     let dev = device_file("throttle");
     let on_gpu = |gpu| [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", gpu)];
     let (v0, v1) = (on_gpu("0"), on_gpu("1"));
@@ -304,10 +281,7 @@ fn throttled_gpu_is_named_from_nvml() {
 #[test]
 fn copy_contention_names_the_copier() {
     let Some(env) = env() else { return };
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let lib = env.libcuda();
-    let daemon = Tracer::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen], &[]);
+    let (daemon, listen) = Tracer::start_daemon_on_loopback(&env, &[], &[]);
     let dev = device_file("copies");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_VISIBLE_DEVICES", "0")];
     // 4 MiB synchronous copies (0.4 ms at the stand-in's 10 GB/s), 1 ms apart.

@@ -329,8 +329,13 @@ impl Endpoint {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default()
+/// The `instance` label: `NODE_NAME` when set (a DaemonSet passes the node's name through the
+/// downward API; the pod's hostname would name the pod), else the hostname.
+fn instance() -> String {
+    match std::env::var("NODE_NAME") {
+        Ok(node) if !node.is_empty() => node,
+        _ => std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default(),
+    }
 }
 
 async fn run(cfg: AlertConfig, generator: String, mut rx: mpsc::UnboundedReceiver<Record>) {
@@ -341,7 +346,7 @@ async fn run(cfg: AlertConfig, generator: String, mut rx: mpsc::UnboundedReceive
         let url = if base.ends_with("/api/v2/alerts") { base.to_owned() } else { format!("{base}/api/v2/alerts") };
         Endpoint::new("alertmanager", &url)
     });
-    let instance = hostname();
+    let instance = instance();
     let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
     let mut tick = tokio::time::interval(resend);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
