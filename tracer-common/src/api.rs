@@ -145,8 +145,15 @@ macro_rules! apis {
             /// Every entry point, in id order.
             pub const ALL: &'static [Api] = &[ $( Api::$variant, )* ];
 
-            /// Static facts about this entry point.
+            /// Static facts of every entry point, by id, computed at compile time.
+            const INFOS: &'static [ApiInfo] = &[ $( Api::$variant.compute_info(), )* ];
+
+            /// Static facts about this entry point (a table read: decoding calls it per event).
             pub const fn info(self) -> ApiInfo {
+                Self::INFOS[self as usize]
+            }
+
+            const fn compute_info(self) -> ApiInfo {
                 match self {
                     $( Api::$variant => ApiInfo {
                         symbol: $sym,

@@ -6,8 +6,10 @@
 //! `pending_windows` consecutive breaching windows, firing once the breach has lasted
 //! `firing_after_s`, resolved after `resolve_after_s` without one. Breaching windows are not
 //! learned, so contention does not become the baseline (until `rebaseline_after_s` of firing).
+// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
+// its cost per lookup; these maps are looked up several times per traced call.
+use foldhash::{HashMap, HashMapExt as _};
 use std::{
-    collections::HashMap,
     sync::Arc,
     time::{Duration, SystemTime},
 };
@@ -178,7 +180,7 @@ impl Detector {
         let params = self.params;
         let p = self.procs.entry(ev.pid).or_insert_with(|| Proc {
             identity: identity.clone(),
-            comm: ev.comm.clone(),
+            comm: ev.comm.to_string(),
             window: Window::new(),
             memory_bytes: 0,
             idle_windows: 0,
@@ -502,7 +504,7 @@ mod tests {
     }
 
     fn ev(pid: u32, api: Api, ns: u64, detail: Detail) -> Event {
-        Event { api, pid, tid: pid, comm: format!("job{pid}"), start_ns: 0, duration_ns: ns, result: 0, detail }
+        Event { api, pid, tid: pid, comm: format!("job{pid}").into(), start_ns: 0, duration_ns: ns, result: 0, detail }
     }
 
     /// One window of a process: `n` launches of 4 µs, each followed by a wait of `wait_ns`.

@@ -9,8 +9,10 @@
 //! not estimated. Event waits and `cuStreamWaitEvent` do not close a batch (which stream an event
 //! was recorded on is not traced), and the legacy default stream's implicit synchronization with
 //! other streams is not modelled.
-use std::collections::HashMap;
 
+// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
+// its cost per lookup; these maps are looked up several times per traced call.
+use foldhash::HashMap;
 use serde::Serialize;
 use tracer_common::api::{Kind, Shape};
 
@@ -156,7 +158,7 @@ mod tests {
     use super::*;
 
     fn ev(api: Api, start_ns: u64, duration_ns: u64, detail: Detail) -> Event {
-        Event { api, pid: 1, tid: 5, comm: String::new(), start_ns, duration_ns, result: 0, detail }
+        Event { api, pid: 1, tid: 5, comm: "".into(), start_ns, duration_ns, result: 0, detail }
     }
     fn launch(api: Api, start: u64, stream: u64) -> Event {
         ev(api, start, 10, Detail::Launch { function: 1, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream })

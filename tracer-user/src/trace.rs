@@ -158,13 +158,6 @@ enum Out<'a> {
     Serve(&'a mut Exported),
 }
 
-/// CLOCK_MONOTONIC now, in ns (the clock of `start_ns`).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 fn filter(opts: &TraceOptions) -> Result<Filter> {
     let mut f = Filter::default();
@@ -328,7 +321,7 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
                 let before = tracer.libraries.len();
                 let _ = attach_all(&mut tracer, &new, false);
                 for lib in &tracer.libraries[before..] {
-                    eprintln!("discovered: {} at_ns={}", lib.path.display(), monotonic_ns());
+                    eprintln!("discovered: {} at_ns={}", lib.path.display(), events::monotonic_ns());
                 }
                 if let Some(shared) = shared.as_ref().filter(|_| tracer.libraries.len() > before) {
                     shared.lock().expect("poisoned").probes = probe_rows(&tracer);
