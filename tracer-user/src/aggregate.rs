@@ -72,7 +72,10 @@ fn sketch() -> Histogram<u32> {
     Histogram::new_with_bounds(1, MAX_UNITS, 2).expect("valid bounds")
 }
 
-/// Latency sketches of one (process, api): since start, and per time slice for the windows.
+/// Latency sketches of one (process, api): per 10 s slice for the 1-minute window, per 60 s slice
+/// for the 5-minute one, and since start. A call is recorded once, in its 10 s slice; a slice is
+/// added into its minute and into the total when the next one begins (or at scrape time, for the
+/// newest), which keeps the cost per event to one record.
 struct Windows {
     all: Histogram<u32>,
     /// 10-second slices, newest last, covering at most the last minute.
@@ -96,26 +99,48 @@ impl Windows {
         Windows { all: sketch(), short: VecDeque::new(), long: VecDeque::new() }
     }
 
+    /// Records a call that ended `secs` after start (non-decreasing from call to call).
     fn record(&mut self, secs: u64, ns: u64) {
         let units = ns.div_ceil(UNIT_NS).clamp(1, MAX_UNITS);
-        let _ = self.all.record(units);
-        let _ = slice_for(&mut self.short, secs / 10, 6).record(units);
-        let _ = slice_for(&mut self.long, secs / 60, 5).record(units);
+        let index = secs / 10;
+        if self.short.back().is_some_and(|(i, _)| *i != index) {
+            // The newest slice is complete: fold it into its minute and the total.
+            let (i, done) = self.short.back().expect("checked");
+            let _ = self.all.add(done);
+            let _ = slice_for(&mut self.long, i / 6, 5).add(done);
+        }
+        let _ = slice_for(&mut self.short, index, 6).record(units);
     }
 
     /// The sketch over the last `window` seconds (60 or 300), or since start.
     fn merged(&self, now_secs: u64, window: Option<u64>) -> Option<Histogram<u32>> {
-        let (slices, width) = match window {
-            None => return Some(self.all.clone()),
-            Some(60) => (&self.short, 10),
-            Some(_) => (&self.long, 60),
-        };
-        let horizon = window.unwrap_or(0);
+        let newest = self.short.back();
         let mut h = sketch();
-        for (i, s) in slices {
-            // A slice counts while any of it lies inside the window.
-            if (i + 1) * width + horizon > now_secs {
-                h.add(s).ok()?;
+        match window {
+            None => {
+                h.add(&self.all).ok()?;
+                if let Some((_, s)) = newest {
+                    h.add(s).ok()?;
+                }
+            }
+            Some(60) => {
+                for (i, s) in &self.short {
+                    // A slice counts while any of it lies inside the window.
+                    if (i + 1) * 10 + 60 > now_secs {
+                        h.add(s).ok()?;
+                    }
+                }
+            }
+            Some(horizon) => {
+                for (i, s) in &self.long {
+                    if (i + 1) * 60 + horizon > now_secs {
+                        h.add(s).ok()?;
+                    }
+                }
+                // The newest 10 s slice is not folded into its minute yet.
+                if let Some((_, s)) = newest.filter(|(i, _)| (i + 1) * 10 + horizon > now_secs) {
+                    h.add(s).ok()?;
+                }
             }
         }
         (!h.is_empty()).then_some(h)
@@ -195,6 +220,8 @@ pub struct Aggregator {
     /// CLOCK_MONOTONIC ns at `started`: events place themselves in the windows by their own
     /// timestamps, which saves reading the clock per event.
     started_ns: u64,
+    /// The latest call's end, seconds after start.
+    latest_secs: u64,
     processes: HashMap<u32, Process>,
     /// Events consumed.
     pub events: u64,
@@ -211,6 +238,7 @@ impl Aggregator {
             limits,
             started: Instant::now(),
             started_ns: crate::events::monotonic_ns(),
+            latest_secs: 0,
             processes: HashMap::new(),
             events: 0,
             dropped: 0,
@@ -225,7 +253,10 @@ impl Aggregator {
     /// Counts one call.
     pub fn observe(&mut self, ev: &Event, kernel: Option<&KernelName>, identity: &Arc<Identity>) {
         self.events += 1;
-        let secs = (ev.start_ns + ev.duration_ns).saturating_sub(self.started_ns) / 1_000_000_000;
+        // Calls reach the ring buffer about in the order they end, not exactly: keep the clock
+        // non-decreasing so that slices are only ever appended.
+        let secs = ((ev.start_ns + ev.duration_ns).saturating_sub(self.started_ns) / 1_000_000_000).max(self.latest_secs);
+        self.latest_secs = secs;
         let limits = self.limits;
         if self.processes.get(&ev.pid).is_some_and(|p| p.exited_at.is_some()) {
             // The pid was reused by a new process.
@@ -431,6 +462,22 @@ mod tests {
         assert!((get("1m", 0.5) - 2e-6).abs() < 0.05e-6, "{}", get("1m", 0.5));
         assert!((get("all", 0.99) - 2e-6).abs() < 0.05e-6);
         assert!((get("5m", 0.999_f64.min(0.99)) - 2e-6).abs() < 0.05e-6);
+    }
+
+    #[test]
+    fn slices_fold_into_minutes_and_the_total() {
+        let mut w = Windows::new();
+        for (secs, ns) in [(5, 1_000), (15, 2_000), (65, 3_000), (130, 4_000), (400, 5_000)] {
+            w.record(secs, ns);
+        }
+        let count = |h: Option<Histogram<u32>>| h.map_or(0, |h| h.len());
+        assert_eq!(count(w.merged(405, None)), 5);
+        // The last minute: the call at 400 s only.
+        assert_eq!(count(w.merged(405, Some(60))), 1);
+        // The last five minutes: minutes 1 and 2 (folded) and the newest slice; minute 0 is out.
+        assert_eq!(count(w.merged(405, Some(300))), 3);
+        assert_eq!(w.merged(405, Some(300)).unwrap().min(), 30, "3 µs in 100 ns units");
+        assert_eq!(count(w.merged(1000, Some(60))), 0);
     }
 
     #[test]
