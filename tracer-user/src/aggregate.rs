@@ -5,8 +5,8 @@
 //! `max_kernels` per process are counted under `kernel="other"` from the start, and at scrape
 //! time only the top `top_kernels` by time keep their own label (the rest are summed into
 //! "other"). Window slices exist only while calls arrive.
-// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
-// its cost per lookup; these maps are looked up several times per traced call.
+// foldhash, here and in the other per-process tables: randomly seeded like std's SipHash (no
+// crafted-collision floods) at a fraction of its cost; they are looked up on every traced call.
 use foldhash::{HashMap, HashMapExt as _};
 use std::{
     collections::VecDeque,
@@ -19,7 +19,7 @@ use tracer_common::{Api, Kind};
 
 use crate::{
     events::{Detail, Event},
-    identity::Identity,
+    identity::{Identity, ProcessRef},
     kernels::KernelName,
 };
 
@@ -166,6 +166,12 @@ struct Process {
     exited_at: Option<Instant>,
 }
 
+impl Process {
+    fn view(&self, pid: u32) -> ProcessRef<'_> {
+        ProcessRef { pid, comm: &self.comm, identity: &self.identity }
+    }
+}
+
 /// Limits on what is kept (from the config file).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -182,11 +188,7 @@ pub struct Limits {
 /// What a scrape sees of one series.
 pub struct SeriesView<'a> {
     /// The process.
-    pub pid: u32,
-    /// Its identity.
-    pub identity: &'a Identity,
-    /// Its comm.
-    pub comm: &'a str,
+    pub process: ProcessRef<'a>,
     /// The api.
     pub api: Api,
     /// The kernel label ("" when not a launch).
@@ -198,11 +200,7 @@ pub struct SeriesView<'a> {
 /// One quantile of one (process, api) over one window.
 pub struct QuantileView<'a> {
     /// The process.
-    pub pid: u32,
-    /// Its identity.
-    pub identity: &'a Identity,
-    /// Its comm.
-    pub comm: &'a str,
+    pub process: ProcessRef<'a>,
     /// The api.
     pub api: Api,
     /// `1m`, `5m` or `all`.
@@ -211,6 +209,18 @@ pub struct QuantileView<'a> {
     pub quantile: f64,
     /// Seconds.
     pub seconds: f64,
+}
+
+/// What a scrape sees of one process's gauges.
+pub struct ProcessView<'a> {
+    /// The process.
+    pub process: ProcessRef<'a>,
+    /// Device memory held.
+    pub memory_bytes: u64,
+    /// Highest device memory held.
+    pub memory_peak_bytes: u64,
+    /// GPU-time estimate, ns.
+    pub gpu_ns_estimate: u64,
 }
 
 /// The aggregate of every traced call.
@@ -333,15 +343,24 @@ impl Aggregator {
         }
     }
 
-    /// Sets a process's device memory (current and peak bytes) and GPU-time estimate.
-    pub fn set_process_gauges(&mut self, pid: u32, memory: Option<(u64, u64)>, gpu_ns_estimate: u64) {
+    /// Sets a process's device memory (current and peak bytes).
+    pub fn set_memory(&mut self, pid: u32, current: u64, peak: u64) {
         if let Some(p) = self.processes.get_mut(&pid) {
-            if let Some((current, peak)) = memory {
-                p.memory_bytes = current;
-                p.memory_peak_bytes = peak;
-            }
+            p.memory_bytes = current;
+            p.memory_peak_bytes = peak;
+        }
+    }
+
+    /// Sets a process's GPU-time estimate.
+    pub fn set_gpu_estimate(&mut self, pid: u32, gpu_ns_estimate: u64) {
+        if let Some(p) = self.processes.get_mut(&pid) {
             p.gpu_ns_estimate = gpu_ns_estimate;
         }
+    }
+
+    /// A process's device memory, from its traced allocations and frees (0 when unknown).
+    pub fn memory_bytes(&self, pid: u32) -> u64 {
+        self.processes.get(&pid).map_or(0, |p| p.memory_bytes)
     }
 
     /// Marks a process exited; [`Aggregator::sweep`] drops it after the retention time.
@@ -377,7 +396,7 @@ impl Aggregator {
                 merged.entry((*api, label)).or_default().add(s);
             }
             for ((api, kernel), series) in merged {
-                out.push(SeriesView { pid: *pid, identity: &p.identity, comm: &p.comm, api, kernel, series });
+                out.push(SeriesView { process: p.view(*pid), api, kernel, series });
             }
         }
         out
@@ -393,9 +412,7 @@ impl Aggregator {
                     let Some(h) = w.merged(now, secs) else { continue };
                     for q in [0.5, 0.9, 0.99] {
                         out.push(QuantileView {
-                            pid: *pid,
-                            identity: &p.identity,
-                            comm: &p.comm,
+                            process: p.view(*pid),
                             api: *api,
                             window,
                             quantile: q,
@@ -408,11 +425,14 @@ impl Aggregator {
         out
     }
 
-    /// Per process: (pid, identity, comm, memory bytes, peak bytes, GPU-time estimate ns).
-    pub fn processes(&self) -> impl Iterator<Item = (u32, &Identity, &str, u64, u64, u64)> {
-        self.processes
-            .iter()
-            .map(|(pid, p)| (*pid, &*p.identity, p.comm.as_str(), p.memory_bytes, p.memory_peak_bytes, p.gpu_ns_estimate))
+    /// Every process's gauges.
+    pub fn processes(&self) -> impl Iterator<Item = ProcessView<'_>> {
+        self.processes.iter().map(|(pid, p)| ProcessView {
+            process: p.view(*pid),
+            memory_bytes: p.memory_bytes,
+            memory_peak_bytes: p.memory_peak_bytes,
+            gpu_ns_estimate: p.gpu_ns_estimate,
+        })
     }
 
     /// Number of processes held.
@@ -500,7 +520,7 @@ mod tests {
             a.observe(&launch(pid, 1000, 1), None, &id);
         }
         assert_eq!((a.process_count(), a.evicted), (10, 1));
-        assert!(a.processes().all(|p| p.0 != 7));
+        assert!(a.processes().all(|p| p.process.pid != 7));
         a.sweep();
         assert_eq!(a.process_count(), 10);
     }

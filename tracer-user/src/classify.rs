@@ -3,7 +3,7 @@
 //! contention; memory pressure and throttling need NVML.
 use crate::{
     alert::{Cause, Party},
-    identity::Identity,
+    identity::{Identity, ProcessRef},
     nvml::{GpuSample, REASONS},
 };
 
@@ -54,13 +54,10 @@ pub struct Activity {
 }
 
 /// A process as classification sees it.
+#[derive(Clone, Copy)]
 pub struct Seen<'a> {
-    /// Process id.
-    pub pid: u32,
-    /// Its comm.
-    pub comm: &'a str,
-    /// Its identity.
-    pub identity: &'a Identity,
+    /// Which process.
+    pub process: ProcessRef<'a>,
     /// Its last window.
     pub activity: Activity,
 }
@@ -151,10 +148,10 @@ pub struct Limits {
 
 fn party(s: &Seen<'_>, share: Option<f64>) -> Party {
     Party {
-        pid: s.pid,
-        comm: s.comm.to_owned(),
-        container: s.identity.container_id.clone(),
-        pod: s.identity.pod_uid.clone(),
+        pid: s.process.pid,
+        comm: s.process.comm.to_owned(),
+        container: s.process.identity.container_id.clone(),
+        pod: s.process.identity.pod_uid.clone(),
         share,
     }
 }
@@ -166,7 +163,7 @@ fn party(s: &Seen<'_>, share: Option<f64>) -> Party {
 fn shares(victim: &Seen<'_>, vset: &GpuSet, others: &[(Seen<'_>, GpuSet)], weight: impl Fn(&Activity) -> f64) -> (Vec<Party>, Option<String>) {
     let on_gpu: Vec<(&Seen<'_>, String)> = others
         .iter()
-        .filter(|(s, _)| s.pid != victim.pid && weight(&s.activity) > 0.0)
+        .filter(|(s, _)| s.process.pid != victim.process.pid && weight(&s.activity) > 0.0)
         .filter_map(|(s, set)| vset.shared_with(set).map(|g| (s, g)))
         .collect();
     let total: f64 = on_gpu.iter().map(|(s, _)| weight(&s.activity)).sum();
@@ -174,7 +171,7 @@ fn shares(victim: &Seen<'_>, vset: &GpuSet, others: &[(Seen<'_>, GpuSet)], weigh
         on_gpu.iter().map(|(s, _)| party(s, Some(round3(weight(&s.activity) / total)))).collect();
     parties.sort_by(|a, b| b.share.unwrap_or(0.0).total_cmp(&a.share.unwrap_or(0.0)).then(a.pid.cmp(&b.pid)));
     parties.truncate(5);
-    let gpu = parties.first().and_then(|p| on_gpu.iter().find(|(s, _)| s.pid == p.pid)).map(|(_, g)| g.clone());
+    let gpu = parties.first().and_then(|p| on_gpu.iter().find(|(s, _)| s.process.pid == p.pid)).map(|(_, g)| g.clone());
     (parties, gpu)
 }
 
@@ -185,7 +182,7 @@ fn round3(x: f64) -> f64 {
 /// Classifies why `victim`'s `signal` breached, given every process's last window (`everyone`
 /// may include the victim) and the latest NVML sample (empty without NVML).
 pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: &[GpuSample], limits: Limits) -> Verdict {
-    let vset = gpus_of(victim.pid, victim.identity, gpus);
+    let vset = gpus_of(victim.process.pid, victim.process.identity, gpus);
     let mine: Vec<&GpuSample> = gpus.iter().filter(|g| vset.holds(g.index)).collect();
     let memory_ratio = mine
         .iter()
@@ -200,8 +197,8 @@ pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: 
     reasons.dedup();
     let others: Vec<(Seen<'_>, GpuSet)> = everyone
         .iter()
-        .filter(|s| s.pid != victim.pid)
-        .map(|s| (Seen { pid: s.pid, comm: s.comm, identity: s.identity, activity: s.activity }, gpus_of(s.pid, s.identity, gpus)))
+        .filter(|s| s.process.pid != victim.process.pid)
+        .map(|s| (*s, gpus_of(s.process.pid, s.process.identity, gpus)))
         .collect();
     let verdict = |cause, aggressors, gpu: Option<String>| Verdict {
         cause,
@@ -246,6 +243,9 @@ mod tests {
     fn id(cvd: Option<&str>) -> Identity {
         Identity { cuda_visible_devices: cvd.map(str::to_owned), container_id: Some("c1".into()), ..Default::default() }
     }
+    fn seen<'a>(pid: u32, comm: &'a str, identity: &'a Identity, activity: Activity) -> Seen<'a> {
+        Seen { process: ProcessRef { pid, comm, identity }, activity }
+    }
     const LIMITS: Limits = Limits { memory_pressure_ratio: 0.95, idle_gpu_percent: 10 };
 
     fn act(launches: u64, gpu_ns: u64, copy_bytes: u64) -> Activity {
@@ -256,9 +256,9 @@ mod tests {
     fn neighbour_on_the_same_visible_device_is_the_aggressor() {
         let (v, h, other_gpu) = (id(Some("0")), id(Some("0")), id(Some("1")));
         let everyone = [
-            Seen { pid: 1, comm: "server", identity: &v, activity: act(1000, 1_000_000, 0) },
-            Seen { pid: 2, comm: "trainer", identity: &h, activity: act(500, 9_000_000, 0) },
-            Seen { pid: 3, comm: "elsewhere", identity: &other_gpu, activity: act(9000, 50_000_000, 0) },
+            seen(1, "server", &v, act(1000, 1_000_000, 0)),
+            seen(2, "trainer", &h, act(500, 9_000_000, 0)),
+            seen(3, "elsewhere", &other_gpu, act(9000, 50_000_000, 0)),
         ];
         let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &[], LIMITS);
         assert_eq!((got.cause, got.gpu.as_str()), (Cause::ComputeContention, "0"));
@@ -276,9 +276,9 @@ mod tests {
     fn unset_visible_devices_share_everything_and_copies_blame_copiers() {
         let (a, b, c) = (id(None), id(None), id(Some("GPU-abcd")));
         let everyone = [
-            Seen { pid: 1, comm: "a", identity: &a, activity: act(10, 0, 1 << 20) },
-            Seen { pid: 2, comm: "b", identity: &b, activity: act(10, 0, 3 << 20) },
-            Seen { pid: 3, comm: "c", identity: &c, activity: act(1000, 0, 0) },
+            seen(1, "a", &a, act(10, 0, 1 << 20)),
+            seen(2, "b", &b, act(10, 0, 3 << 20)),
+            seen(3, "c", &c, act(1000, 0, 0)),
         ];
         let got = classify(Signal::CopyTime, &everyone[0], &everyone, &[], LIMITS);
         assert_eq!((got.cause, got.gpu.as_str()), (Cause::CopyContention, "all"));
@@ -305,8 +305,8 @@ mod tests {
             ..Default::default()
         };
         let everyone = [
-            Seen { pid: 1, comm: "v", identity: &v, activity: Activity { memory_bytes: 10, ..act(10, 0, 0) } },
-            Seen { pid: 2, comm: "n", identity: &n, activity: Activity { memory_bytes: 86, ..act(10, 0, 0) } },
+            seen(1, "v", &v, Activity { memory_bytes: 10, ..act(10, 0, 0) }),
+            seen(2, "n", &n, Activity { memory_bytes: 86, ..act(10, 0, 0) }),
         ];
         // Both unset, but NVML puts them on different GPUs: no contention; GPU 0 throttles.
         let gpus = [gpu(0, 50, 0x20 | 0x1, &[1]), gpu(1, 50, 0, &[2])];

@@ -6,8 +6,6 @@
 //! `pending_windows` consecutive breaching windows, firing once the breach has lasted
 //! `firing_after_s`, resolved after `resolve_after_s` without one. Breaching windows are not
 //! learned, so contention does not become the baseline (until `rebaseline_after_s` of firing).
-// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
-// its cost per lookup; these maps are looked up several times per traced call.
 use foldhash::{HashMap, HashMapExt as _};
 use std::{
     sync::Arc,
@@ -24,7 +22,7 @@ use crate::{
     config::DetectConfig,
     events::{Detail, Event},
     gputime::BatchEstimate,
-    identity::Identity,
+    identity::{Identity, ProcessRef},
     nvml::GpuSample,
 };
 
@@ -126,7 +124,6 @@ struct Proc {
     identity: Arc<Identity>,
     comm: String,
     window: Window,
-    memory_bytes: u64,
     tracks: [Track; 3],
     /// Windows in a row without a call.
     idle_windows: u32,
@@ -182,7 +179,6 @@ impl Detector {
             identity: identity.clone(),
             comm: ev.comm.to_string(),
             window: Window::new(),
-            memory_bytes: 0,
             idle_windows: 0,
             tracks: std::array::from_fn(|_| Track {
                 baseline: Baseline::new(params),
@@ -227,13 +223,6 @@ impl Detector {
         }
     }
 
-    /// Sets a process's traced device memory (for memory-pressure shares).
-    pub fn set_memory(&mut self, pid: u32, bytes: u64) {
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.memory_bytes = bytes;
-        }
-    }
-
     /// Forgets an exited process; its pending or firing alerts resolve.
     pub fn forget(&mut self, pid: u32, now_wall: SystemTime) {
         let Some(p) = self.procs.remove(&pid) else { return };
@@ -252,13 +241,14 @@ impl Detector {
         self.procs.values().flat_map(|p| p.tracks.iter().filter_map(|t| t.record.as_ref()))
     }
 
-    /// Per process and signal with a ready baseline: (pid, comm, identity, signal, last window's
-    /// value, baseline p99), in seconds (per MiB for copy time).
-    pub fn signals(&self) -> impl Iterator<Item = (u32, &str, &Identity, Signal, f64, f64)> {
+    /// Per process and signal with a ready baseline: the process, the signal, the last window's
+    /// value and the baseline p99, in seconds (per MiB for copy time).
+    pub fn signals(&self) -> impl Iterator<Item = (ProcessRef<'_>, Signal, f64, f64)> {
         self.procs.iter().flat_map(|(pid, p)| {
+            let process = ProcessRef { pid: *pid, comm: &p.comm, identity: &p.identity };
             Signal::ALL.into_iter().zip(&p.tracks).filter_map(move |(signal, t)| {
                 let (v, p99) = t.last?;
-                Some((*pid, p.comm.as_str(), &*p.identity, signal, v / 1e9, p99 / 1e9))
+                Some((process, signal, v / 1e9, p99 / 1e9))
             })
         })
     }
@@ -269,8 +259,9 @@ impl Detector {
     }
 
     /// Closes the window that ends now: values, baselines, breaches, state changes (collected for
-    /// [`Detector::take_changes`]). `gpus` is the latest NVML sample (empty without NVML).
-    pub fn evaluate(&mut self, now: f64, now_wall: SystemTime, gpus: &[GpuSample]) {
+    /// [`Detector::take_changes`]). `gpus` is the latest NVML sample (empty without NVML);
+    /// `memory` gives a process's traced device memory (for memory-pressure shares).
+    pub fn evaluate(&mut self, now: f64, now_wall: SystemTime, gpus: &[GpuSample], memory: impl Fn(u32) -> u64) {
         let start = std::mem::replace(&mut self.window_start, now);
         let cfg = self.cfg.clone();
         let snapshot: Vec<(u32, Activity)> = self
@@ -278,7 +269,7 @@ impl Detector {
             .iter()
             .map(|(pid, p)| {
                 let w = &p.window;
-                (*pid, Activity { launches: w.launches, gpu_ns: w.gpu_ns, copy_bytes: w.copy_bytes, memory_bytes: p.memory_bytes })
+                (*pid, Activity { launches: w.launches, gpu_ns: w.gpu_ns, copy_bytes: w.copy_bytes, memory_bytes: memory(*pid) })
             })
             .collect();
         let mut breached: Vec<(u32, usize, Severity, f64, f64, u64)> = Vec::new();
@@ -375,24 +366,37 @@ impl Detector {
         gpus: &[GpuSample],
         snapshot: &[(u32, Activity)],
     ) {
-        let cfg = &self.cfg;
         let signal = Signal::ALL[i];
+        let Some(p) = self.procs.get_mut(&pid) else { return };
+        let t = &mut p.tracks[i];
+        t.breaches += 1;
+        if t.breaches == 1 {
+            t.since = start;
+            t.tier = tier;
+        }
+        t.tier = t.tier.min(tier);
+        t.last_breach = now;
+        if t.phase == Phase::Normal && t.breaches < self.cfg.pending_windows {
+            // Not an alert yet: nothing to classify.
+            return;
+        }
+        let cfg = &self.cfg;
         let seen: Vec<Seen<'_>> = snapshot
             .iter()
             .filter_map(|(pid, a)| {
                 let p = self.procs.get(pid)?;
-                Some(Seen { pid: *pid, comm: &p.comm, identity: &p.identity, activity: *a })
+                Some(Seen { process: ProcessRef { pid: *pid, comm: &p.comm, identity: &p.identity }, activity: *a })
             })
             .collect();
-        let Some(victim) = seen.iter().find(|s| s.pid == pid) else { return };
+        let Some(victim) = seen.iter().find(|s| s.process.pid == pid) else { return };
         let limits = classify::Limits { memory_pressure_ratio: cfg.memory_pressure_ratio, idle_gpu_percent: cfg.idle_gpu_percent };
         let baseline = self.procs[&pid].tracks[i].baseline.forecast();
         let verdict = classify::classify(signal, victim, &seen, gpus, limits);
         let victim_party = Party {
             pid,
-            comm: victim.comm.to_owned(),
-            container: victim.identity.container_id.clone(),
-            pod: victim.identity.pod_uid.clone(),
+            comm: victim.process.comm.to_owned(),
+            container: victim.process.identity.container_id.clone(),
+            pod: victim.process.identity.pod_uid.clone(),
             share: None,
         };
         let evidence = Evidence {
@@ -409,20 +413,13 @@ impl Detector {
             clock_event_reasons: verdict.reasons.clone(),
         };
         let t = &mut self.procs.get_mut(&pid).expect("seen").tracks[i];
-        t.breaches += 1;
-        if t.breaches == 1 {
-            t.since = start;
-            t.tier = tier;
-        }
-        t.tier = t.tier.min(tier);
-        t.last_breach = now;
         let started_at = rfc3339(wall_at(t.since, now, now_wall));
         let at = rfc3339(now_wall);
         // Without a cause and not asked to report those, the breach stays silent (and unlearned);
         // a later window may find a neighbour.
         let silent = verdict.cause == crate::alert::Cause::Unexplained && !cfg.report_unexplained;
         match t.phase {
-            Phase::Normal if t.breaches >= cfg.pending_windows && !silent => {
+            Phase::Normal if !silent => {
                 t.phase = Phase::Pending;
                 let record = Record {
                     alert: verdict.cause.alert_name(),
@@ -533,7 +530,7 @@ mod tests {
                 window(d, 2, &n, neighbour, 1_000_000);
             }
             let end = f64::from(k + 1) * 5.0;
-            d.evaluate(end, wall(end), &[]);
+            d.evaluate(end, wall(end), &[], |_| 0);
             let changes = d.take_changes();
             if !changes.is_empty() {
                 out.push((k + 1, changes));
@@ -619,7 +616,7 @@ mod tests {
         let (k, resolved) = &got[2];
         assert_eq!(resolved, &vec![(1, "wait_per_launch", "resolved", name)]);
         assert!((40..80).contains(k), "resolved at window {k}");
-        assert!(d.signals().any(|(pid, _, _, s, v, p99)| pid == 1 && s == Signal::WaitPerLaunch && v < p99 && p99 > 0.002));
+        assert!(d.signals().any(|(p, s, v, p99)| p.pid == 1 && s == Signal::WaitPerLaunch && v < p99 && p99 > 0.002));
     }
 
     #[test]
@@ -628,10 +625,10 @@ mod tests {
         let id = Arc::new(Identity::default());
         window(&mut d, 1, &id, 20, 1000);
         window(&mut d, 2, &id, 20, 1000);
-        d.evaluate(5.0, wall(5.0), &[]);
+        d.evaluate(5.0, wall(5.0), &[], |_| 0);
         window(&mut d, 2, &id, 20, 1000);
         window(&mut d, 3, &id, 20, 1000);
-        d.evaluate(10.0, wall(10.0), &[]);
+        d.evaluate(10.0, wall(10.0), &[], |_| 0);
         // Pid 1 was idle in the second window: it goes.
         let mut pids: Vec<u32> = d.procs.keys().copied().collect();
         pids.sort();

@@ -21,9 +21,9 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 use crate::{
-    aggregate::{Aggregator, BUCKETS},
+    aggregate::{Aggregator, BUCKETS, ProcessView},
     detect::Detector,
-    identity::Identity,
+    identity::ProcessRef,
     nvml::{GpuSample, REASONS},
 };
 
@@ -56,12 +56,12 @@ impl std::fmt::Debug for SharedDebug {
 
 type Labels = Vec<(&'static str, String)>;
 
-fn process_labels(pid: u32, comm: &str, id: &Identity) -> Labels {
+fn process_labels(p: ProcessRef<'_>) -> Labels {
     vec![
-        ("pid", pid.to_string()),
-        ("comm", comm.to_owned()),
-        ("container", id.container_id.clone().unwrap_or_default()),
-        ("pod", id.pod_uid.clone().unwrap_or_default()),
+        ("pid", p.pid.to_string()),
+        ("comm", p.comm.to_owned()),
+        ("container", p.identity.container_id.clone().unwrap_or_default()),
+        ("pod", p.identity.pod_uid.clone().unwrap_or_default()),
     ]
 }
 
@@ -98,7 +98,7 @@ impl Collector for CudatraceCollector {
         let series = ex.agg.series();
         let call_labels = |s: &crate::aggregate::SeriesView| {
             with(
-                process_labels(s.pid, s.comm, s.identity),
+                process_labels(s.process),
                 &[("api", s.api.symbol().into()), ("kind", s.api.info().kind.as_str().into()), ("kernel", s.kernel.to_string())],
             )
         };
@@ -132,7 +132,7 @@ impl Collector for CudatraceCollector {
             .iter()
             .map(|q| {
                 let labels = with(
-                    process_labels(q.pid, q.comm, q.identity),
+                    process_labels(q.process),
                     &[
                         ("api", q.api.symbol().into()),
                         ("kind", q.api.info().kind.as_str().into()),
@@ -156,7 +156,7 @@ impl Collector for CudatraceCollector {
             .map(|s| {
                 let dir = s.api.info().direction.map(|d| d.as_str()).unwrap_or_default();
                 let labels = with(
-                    process_labels(s.pid, s.comm, s.identity),
+                    process_labels(s.process),
                     &[("api", s.api.symbol().into()), ("direction", dir.into())],
                 );
                 (labels, s.series.bytes as f64)
@@ -164,17 +164,17 @@ impl Collector for CudatraceCollector {
             .collect();
         counter(&mut enc, "cudatrace_memcpy_bytes", "Bytes copied by driver copy calls.", None, &bytes)?;
         let procs: Vec<_> = ex.agg.processes().collect();
-        let rows = |f: &dyn Fn(&(u32, &Identity, &str, u64, u64, u64)) -> f64| -> Vec<(Labels, f64)> {
-            procs.iter().map(|p| (process_labels(p.0, p.2, p.1), f(p))).collect()
+        let rows = |f: &dyn Fn(&ProcessView) -> f64| -> Vec<(Labels, f64)> {
+            procs.iter().map(|p| (process_labels(p.process), f(p))).collect()
         };
-        gauge(&mut enc, "cudatrace_device_memory_bytes", "Device memory a process holds, from traced allocations and frees.", None, &rows(&|p| p.3 as f64))?;
-        gauge(&mut enc, "cudatrace_device_memory_peak_bytes", "Highest device memory a process held while traced.", None, &rows(&|p| p.4 as f64))?;
+        gauge(&mut enc, "cudatrace_device_memory_bytes", "Device memory a process holds, from traced allocations and frees.", None, &rows(&|p| p.memory_bytes as f64))?;
+        gauge(&mut enc, "cudatrace_device_memory_peak_bytes", "Highest device memory a process held while traced.", None, &rows(&|p| p.memory_peak_bytes as f64))?;
         counter(
             &mut enc,
             "cudatrace_gpu_time_estimate_seconds",
             "Estimated device time of a process's completed work (upper bound; see README).",
             None,
-            &rows(&|p| p.5 as f64 / 1e9),
+            &rows(&|p| p.gpu_ns_estimate as f64 / 1e9),
         )?;
         counter(&mut enc, "cudatrace_events", "Ring-buffer records consumed.", None, &[(vec![], ex.agg.events as f64)])?;
         counter(
@@ -222,7 +222,7 @@ impl Collector for CudatraceCollector {
         let signal_rows = |f: &dyn Fn(f64, f64) -> f64| -> Vec<(Labels, f64)> {
             signals
                 .iter()
-                .map(|(pid, comm, id, signal, v, p99)| (with(process_labels(*pid, comm, id), &[("signal", signal.as_str().into())]), f(*v, *p99)))
+                .map(|(process, signal, v, p99)| (with(process_labels(*process), &[("signal", signal.as_str().into())]), f(*v, *p99)))
                 .collect()
         };
         gauge(

@@ -10,8 +10,6 @@
 //! was recorded on is not traced), and the legacy default stream's implicit synchronization with
 //! other streams is not modelled.
 
-// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
-// its cost per lookup; these maps are looked up several times per traced call.
 use foldhash::HashMap;
 use serde::Serialize;
 use tracer_common::api::{Kind, Shape};

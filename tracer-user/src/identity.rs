@@ -1,8 +1,6 @@
 //! Who a process is: pid plus start time (safe against pid reuse), comm, exe, command line,
 //! cgroup path, container id and Kubernetes pod UID from the cgroup path, and
 //! `CUDA_VISIBLE_DEVICES`. Read from /proc once per process and cached until it exits.
-// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
-// its cost per lookup; these maps are looked up several times per traced call.
 use foldhash::HashMap;
 use std::{fs, sync::Arc};
 
@@ -34,6 +32,17 @@ pub struct Identity {
     /// Whether the process was running (not gone, not a zombie) when this was read.
     #[serde(skip)]
     pub alive: bool,
+}
+
+/// A traced process as views of it name it: pid, comm and identity.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessRef<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Its comm.
+    pub comm: &'a str,
+    /// Its identity.
+    pub identity: &'a Identity,
 }
 
 /// Start time from the text of /proc/PID/stat (the comm field may hold spaces and parentheses).

@@ -1,8 +1,6 @@
 //! Kernel names for launches: handles returned by `cuModuleGetFunction`, `cuLibraryGetKernel` and
 //! `cuKernelGetFunction` are remembered per process, so that every later launch of that handle
 //! carries the kernel's name. A process's table is dropped when the process exits.
-// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
-// its cost per lookup; these maps are looked up several times per traced call.
 use foldhash::HashMap;
 use std::sync::Arc;
 

@@ -1,8 +1,6 @@
 //! Device memory per process from allocations and frees: bytes held now, the peak, and frees of
 //! pointers this tracer never saw allocated (allocated before it started, or a bug).
 
-// foldhash: randomly seeded like std's SipHash (no crafted-collision floods) at a fraction of
-// its cost per lookup; these maps are looked up several times per traced call.
 use foldhash::HashMap;
 use serde::Serialize;
 

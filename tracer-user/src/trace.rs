@@ -117,12 +117,15 @@ impl State {
             Out::Serve(ex) => {
                 ex.agg.observe(&ev, kernel.as_deref(), &identity);
                 ex.detector.observe(&ev, &identity, est.as_ref());
-                if matches!(ev.api.info().kind, Kind::Alloc | Kind::Free | Kind::Sync | Kind::Memcpy) {
-                    let memory = self.memory.get(ev.pid).map(|m| (m.current_bytes, m.peak_bytes));
-                    ex.agg.set_process_gauges(ev.pid, memory, self.gpu.process_estimate(ev.pid));
-                    if let Some((current, _)) = memory {
-                        ex.detector.set_memory(ev.pid, current);
+                // The gauges change only with allocations and frees (memory) and when a wait
+                // closes a batch (GPU time): other calls leave them be.
+                if matches!(ev.api.info().kind, Kind::Alloc | Kind::Free) {
+                    if let Some(m) = self.memory.get(ev.pid) {
+                        ex.agg.set_memory(ev.pid, m.current_bytes, m.peak_bytes);
                     }
+                }
+                if est.is_some() {
+                    ex.agg.set_gpu_estimate(ev.pid, self.gpu.process_estimate(ev.pid));
                 }
                 Ok(())
             }
@@ -350,7 +353,8 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
                 let changes = {
                     let mut ex = shared.lock().expect("poisoned");
                     let ex = &mut *ex;
-                    ex.detector.evaluate(started.elapsed().as_secs_f64(), SystemTime::now(), &ex.gpus);
+                    let agg = &ex.agg;
+                    ex.detector.evaluate(started.elapsed().as_secs_f64(), SystemTime::now(), &ex.gpus, |pid| agg.memory_bytes(pid));
                     ex.detector.take_changes()
                 };
                 publish(&changes, sinks.as_ref());
@@ -398,6 +402,9 @@ pub async fn run(opts: TraceOptions) -> Result<()> {
 
 /// Writes alert state changes as JSON lines on stdout and hands them to the sinks.
 fn publish(changes: &[crate::alert::Record], sinks: Option<&Sinks>) {
+    if changes.is_empty() {
+        return;
+    }
     let mut out = std::io::stdout().lock();
     for r in changes {
         if let Ok(line) = serde_json::to_string(r) {
