@@ -95,6 +95,18 @@ const fn hi(v: u64) -> u32 {
     (v >> 32) as u32
 }
 
+// Record layouts, checked at compile time on both sides.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<ExitEvent>() == 8 && offset_of!(ExitEvent, pid) == 4);
+    assert!(size_of::<CallEvent>() == 112);
+    assert!(offset_of!(CallEvent, api) == 4 && offset_of!(CallEvent, pid) == 8 && offset_of!(CallEvent, tid) == 12);
+    assert!(offset_of!(CallEvent, start_ns) == 16 && offset_of!(CallEvent, duration_ns) == 24);
+    assert!(offset_of!(CallEvent, result) == 32 && offset_of!(CallEvent, args) == 40);
+    assert!(offset_of!(CallEvent, out) == 88 && offset_of!(CallEvent, comm) == 96);
+    assert!(size_of::<LookupEvent>() == 112 + NAME_MAX && offset_of!(LookupEvent, name) == 112);
+};
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain `#[repr(C)]` integers and arrays with explicit padding; any bit pattern is valid.

@@ -3,9 +3,13 @@
 #![no_std]
 
 pub mod api;
+pub mod caps;
+pub mod entry;
 pub mod event;
+pub mod names;
 
 pub use api::{Api, Kind, Layout};
+pub use entry::Entry;
 pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NAME_MAX};
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.
@@ -54,3 +58,10 @@ pub const MAX_TRACKED: u32 = 65536;
 pub const MAX_INFLIGHT: u32 = 16384;
 /// Default ring-buffer size in bytes (a power of two, multiple of the page size).
 pub const DEFAULT_RINGBUF_BYTES: u32 = 8 << 20;
+
+// The layout both sides rely on: a change here is a change of the ABI, and must be deliberate.
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<Filter>() == 32);
+    assert!(offset_of!(Filter, cgroup_id) == 8 && offset_of!(Filter, comm) == 16);
+};

@@ -8,18 +8,9 @@ use aya_ebpf::{
     programs::ProbeContext,
 };
 
-use tracer_common::{FILTER_CGROUP, FILTER_COMM};
+use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
 
 use crate::maps::{ENTRIES, FILTER, enabled};
-
-/// What the return probe needs from the entry: when, which api (cookie), and the arguments.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct Entry {
-    pub start_ns: u64,
-    pub cookie: u64,
-    pub args: [u64; 6],
-}
 
 /// Register argument `n` as a raw 64-bit value (0 when out of range).
 #[inline(always)]
@@ -34,6 +25,7 @@ fn wanted() -> bool {
     if filter.flags == 0 {
         return true;
     }
+    // SAFETY: bpf_get_current_cgroup_id has no preconditions.
     if filter.flags & FILTER_CGROUP != 0 && unsafe { bpf_get_current_cgroup_id() } != filter.cgroup_id {
         return false;
     }
@@ -50,9 +42,10 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
     if !enabled() || !wanted() {
         return;
     }
-    // SAFETY: helpers valid in uprobe context.
+    // SAFETY: the context pointer is the program's own, as bpf_get_attach_cookie requires.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let mut entry = Entry { start_ns: 0, cookie, args };
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
     entry.start_ns = unsafe { bpf_ktime_get_ns() };
     let _ = ENTRIES.insert(&bpf_get_current_pid_tgid(), &entry, 0);
 }

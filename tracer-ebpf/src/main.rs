@@ -1,15 +1,12 @@
 //! eBPF programs of cudatrace: one entry program per argument layout (the api id arrives in the
-//! attach cookie), and one return program that turns the saved entry into a ring-buffer record.
+//! attach cookie), one return program that turns the saved entry into a ring-buffer record, and
+//! the exit hook. Map and program names are tracer-common's (`names`).
 #![no_std]
 #![no_main]
 
 mod entry;
-mod exit;
-mod launch;
-mod launch_ex;
 mod maps;
-mod regs;
-mod ret;
+mod probes;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -1,11 +1,11 @@
-//! Maps shared by the programs. User space resizes `EVENTS` and reads `STATS`.
+//! Maps shared by the programs. Each static's identifier is its name in the object, and equals
+//! tracer-common's `names::MAP_*` (a user-space test checks). User space resizes `EVENTS` and
+//! reads `STATS`.
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
-use tracer_common::{CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, Filter, MAX_INFLIGHT, MAX_TRACKED, STAT_COUNT};
-
-use crate::entry::Entry;
+use tracer_common::{CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_INFLIGHT, MAX_TRACKED, STAT_COUNT};
 
 /// Completed calls, consumed by the cudatrace binary.
 #[map]

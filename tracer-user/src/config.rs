@@ -151,15 +151,11 @@ impl Config {
         if c.top_kernels == 0 || c.top_kernels > c.max_kernels {
             bail!("top_kernels = {}: give 1 to max_kernels ({})", c.top_kernels, c.max_kernels);
         }
-        if !c.ringbuf_mib.is_power_of_two() || c.ringbuf_mib > 1024 {
-            bail!("ringbuf_mib = {}: a power of two up to 1024", c.ringbuf_mib);
-        }
+        check_ringbuf_mib(c.ringbuf_mib).map_err(|e| anyhow::anyhow!("ringbuf_mib = {e}"))?;
         if c.max_processes == 0 {
             bail!("max_processes = 0: give at least 1");
         }
-        if c.rescan_ms == 0 {
-            bail!("rescan_ms = 0: give a period of at least 1 ms");
-        }
+        check_rescan_ms(c.rescan_ms).map_err(|e| anyhow::anyhow!("rescan_ms = {e}"))?;
         c.detect.validate()?;
         for (key, url) in [("alertmanager_url", &c.alerts.alertmanager_url), ("webhook_url", &c.alerts.webhook_url)] {
             if let Some(url) = url {
@@ -235,6 +231,24 @@ impl DetectConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a ring-buffer size in MiB (the config key and `--ringbuf-mib`); the error starts
+/// with the value.
+pub fn check_ringbuf_mib(mib: u32) -> std::result::Result<(), String> {
+    if !mib.is_power_of_two() || mib > 1024 {
+        return Err(format!("{mib}: a power of two up to 1024"));
+    }
+    Ok(())
+}
+
+/// Checks a rescan period in ms (the config key and `--rescan-ms`); the error starts with the
+/// value.
+pub fn check_rescan_ms(ms: u64) -> std::result::Result<(), String> {
+    if ms == 0 {
+        return Err("0: give a period of at least 1 ms".into());
+    }
+    Ok(())
 }
 
 /// Checks that a sink URL is plain HTTP with a host (the sinks do not speak TLS).

@@ -207,7 +207,7 @@ fn cstr(bytes: &[u8]) -> String {
 
 /// One ring-buffer record.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Record {
+pub enum RingRecord {
     /// A completed call.
     Call(Event),
     /// A tracked process exited.
@@ -215,12 +215,12 @@ pub enum Record {
 }
 
 /// Decodes one ring-buffer record.
-pub fn decode_record(bytes: &[u8]) -> Result<Record, DecodeError> {
+pub fn decode_record(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     let tag: u32 = read(bytes)?;
     if tag == EventTag::Exit as u32 {
-        return Ok(Record::Exit(read::<ExitEvent>(bytes)?.pid));
+        return Ok(RingRecord::Exit(read::<ExitEvent>(bytes)?.pid));
     }
-    decode(bytes).map(Record::Call)
+    decode(bytes).map(RingRecord::Call)
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock of `start_ns`.
@@ -368,6 +368,6 @@ mod tests {
         ev.api = 999;
         assert_eq!(decode(bytes(&ev)), Err(DecodeError::Api(999)));
         let exit = ExitEvent { tag: EventTag::Exit as u32, pid: 42 };
-        assert_eq!(decode_record(bytes(&exit)), Ok(Record::Exit(42)));
+        assert_eq!(decode_record(bytes(&exit)), Ok(RingRecord::Exit(42)));
     }
 }

@@ -1,44 +1,12 @@
 //! Why a process is slowed: which GPU it shares with whom, what the others did on it in the same
 //! window, and what NVML says of that GPU. Traced calls alone are enough for compute and copy
 //! contention; memory pressure and throttling need NVML.
+use super::signals::Signal;
 use crate::{
     alert::{Cause, Party},
-    identity::{Identity, ProcessRef},
     nvml::{GpuSample, REASONS},
+    pipeline::enrich::identity::{Identity, ProcessRef},
 };
-
-/// The signals a process's baseline is kept for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Signal {
-    /// p99 of launch call durations (CPU-side).
-    LaunchLatency,
-    /// Host time blocked in waits per launch.
-    WaitPerLaunch,
-    /// Time of synchronous copies per MiB (inverse copy throughput).
-    CopyTime,
-}
-
-impl Signal {
-    /// Every signal.
-    pub const ALL: [Signal; 3] = [Signal::LaunchLatency, Signal::WaitPerLaunch, Signal::CopyTime];
-
-    /// The name in alerts.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Signal::LaunchLatency => "launch_latency_p99",
-            Signal::WaitPerLaunch => "wait_per_launch",
-            Signal::CopyTime => "copy_time_per_mib",
-        }
-    }
-
-    /// Unit of the signal's values in alerts.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Signal::CopyTime => "seconds_per_mib",
-            _ => "seconds",
-        }
-    }
-}
 
 /// What one process did in the last window, as far as classification needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -146,16 +114,6 @@ pub struct Limits {
     pub idle_gpu_percent: u32,
 }
 
-fn party(s: &Seen<'_>, share: Option<f64>) -> Party {
-    Party {
-        pid: s.process.pid,
-        comm: s.process.comm.to_owned(),
-        container: s.process.identity.container_id.clone(),
-        pod: s.process.identity.pod_uid.clone(),
-        share,
-    }
-}
-
 /// Others on the victim's GPU with a positive `weight`, with their share of the others' total
 /// weight there, biggest first; and the GPU they share. The victim is left out of the total: its
 /// own work is what its baseline already holds, and under contention its GPU-time estimate also
@@ -168,7 +126,7 @@ fn shares(victim: &Seen<'_>, vset: &GpuSet, others: &[(Seen<'_>, GpuSet)], weigh
         .collect();
     let total: f64 = on_gpu.iter().map(|(s, _)| weight(&s.activity)).sum();
     let mut parties: Vec<Party> =
-        on_gpu.iter().map(|(s, _)| party(s, Some(round3(weight(&s.activity) / total)))).collect();
+        on_gpu.iter().map(|(s, _)| Party::of(s.process, Some(round3(weight(&s.activity) / total)))).collect();
     parties.sort_by(|a, b| b.share.unwrap_or(0.0).total_cmp(&a.share.unwrap_or(0.0)).then(a.pid.cmp(&b.pid)));
     parties.truncate(5);
     let gpu = parties.first().and_then(|p| on_gpu.iter().find(|(s, _)| s.process.pid == p.pid)).map(|(_, g)| g.clone());

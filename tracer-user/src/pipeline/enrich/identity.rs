@@ -1,8 +1,7 @@
 //! Who a process is: pid plus start time (safe against pid reuse), comm, exe, command line,
 //! cgroup path, container id and Kubernetes pod UID from the cgroup path, and
 //! `CUDA_VISIBLE_DEVICES`. Read from /proc once per process and cached until it exits.
-use foldhash::HashMap;
-use std::{fs, sync::Arc};
+use std::fs;
 
 use serde::Serialize;
 
@@ -134,36 +133,6 @@ pub fn read(pid: u32) -> Identity {
         cgroup,
         cuda_visible_devices,
         alive: parse_alive(&stat),
-    }
-}
-
-/// Identities of the processes seen, until they exit.
-#[derive(Default)]
-pub struct Identities {
-    by_pid: HashMap<u32, Arc<Identity>>,
-}
-
-impl Identities {
-    /// The identity of a process already seen.
-    pub fn get(&self, pid: u32) -> Option<Arc<Identity>> {
-        self.by_pid.get(&pid).cloned()
-    }
-
-    /// Reads a process's identity from /proc and remembers it.
-    pub fn read(&mut self, pid: u32) -> Arc<Identity> {
-        let id = Arc::new(read(pid));
-        self.by_pid.insert(pid, id.clone());
-        id
-    }
-
-    /// Forgets an exited process.
-    pub fn forget(&mut self, pid: u32) {
-        self.by_pid.remove(&pid);
-    }
-
-    /// Processes known.
-    pub fn len(&self) -> usize {
-        self.by_pid.len()
     }
 }
 

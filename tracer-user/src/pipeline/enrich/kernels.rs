@@ -1,12 +1,12 @@
 //! Kernel names for launches: handles returned by `cuModuleGetFunction`, `cuLibraryGetKernel` and
 //! `cuKernelGetFunction` are remembered per process, so that every later launch of that handle
-//! carries the kernel's name. A process's table is dropped when the process exits.
+//! carries the kernel's name. The table lives in the process's registry entry and dies with it.
 use foldhash::HashMap;
 use std::sync::Arc;
 
 use tracer_common::api::Shape;
 
-use crate::events::{Detail, Event};
+use crate::pipeline::decode::{Detail, Event};
 
 /// A kernel's name as the module declares it and as a person reads it.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,38 +29,33 @@ impl KernelName {
     }
 }
 
-/// Handle-to-name tables of every traced process.
+/// One process's handle-to-name table.
 #[derive(Default)]
-pub struct KernelTable {
-    by_pid: HashMap<u32, HashMap<u64, Arc<KernelName>>>,
+pub struct KernelNames {
+    by_handle: HashMap<u64, Arc<KernelName>>,
 }
 
-impl KernelTable {
+impl KernelNames {
     /// Learns from lookups; returns the kernel a launch runs, when its handle is known.
     pub fn observe(&mut self, ev: &Event) -> Option<Arc<KernelName>> {
         match &ev.detail {
-            Detail::Launch { function, .. } => self.by_pid.get(&ev.pid)?.get(function).cloned(),
+            Detail::Launch { function, .. } => self.by_handle.get(function).cloned(),
             Detail::Lookup { handle, source, name } if ev.result == 0 && *handle != 0 => {
                 let name = match ev.api.info().shape {
-                    Shape::KernelGetFunction => self.by_pid.get(&ev.pid)?.get(source).cloned()?,
+                    Shape::KernelGetFunction => self.by_handle.get(source).cloned()?,
                     _ => Arc::new(KernelName::new(name.as_deref()?)),
                 };
-                self.by_pid.entry(ev.pid).or_default().insert(*handle, name.clone());
+                self.by_handle.insert(*handle, name.clone());
                 Some(name)
             }
             _ => None,
         }
     }
 
-    /// Forgets an exited process.
-    pub fn forget(&mut self, pid: u32) {
-        self.by_pid.remove(&pid);
-    }
-
-    /// Number of processes with a table.
+    /// Handles known.
     #[cfg(test)]
-    pub fn processes(&self) -> usize {
-        self.by_pid.len()
+    pub fn len(&self) -> usize {
+        self.by_handle.len()
     }
 }
 
@@ -87,20 +82,18 @@ mod tests {
     }
 
     #[test]
-    fn names_follow_handles_per_process() {
-        let mut t = KernelTable::default();
+    fn names_follow_handles() {
+        let mut t = KernelNames::default();
         let lookup = Detail::Lookup { handle: 0x10, source: 0x1, name: Some("_Z3addv".into()) };
         t.observe(&ev(Api::ModuleGetFunction, 1, lookup));
         assert_eq!(&*t.observe(&launch(1, 0x10)).unwrap().demangled, "add()");
-        assert_eq!(t.observe(&launch(2, 0x10)), None, "handles are per process");
+        assert_eq!(KernelNames::default().observe(&launch(2, 0x10)), None, "handles are per process");
         let lib = Detail::Lookup { handle: 0x20, source: 0x2, name: Some("_Z3mulv".into()) };
         t.observe(&ev(Api::LibraryGetKernel, 1, lib));
         let conv = Detail::Lookup { handle: 0x30, source: 0x20, name: None };
         t.observe(&ev(Api::KernelGetFunction, 1, conv));
         assert_eq!(t.observe(&launch(1, 0x30)).unwrap().mangled, "_Z3mulv");
         assert_eq!(t.observe(&launch(1, 0x20)).unwrap().mangled, "_Z3mulv", "a CUkernel launched as a CUfunction");
-        t.forget(1);
-        assert_eq!(t.observe(&launch(1, 0x10)), None);
-        assert_eq!(t.processes(), 0);
+        assert_eq!(t.len(), 3);
     }
 }

@@ -4,9 +4,9 @@
 use foldhash::HashMap;
 use serde::Serialize;
 
-use crate::events::{Detail, Event};
+use crate::pipeline::decode::{Detail, Event};
 
-/// Device memory of one process.
+/// Device memory of one process (its registry entry holds it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProcessMemory {
     /// Bytes allocated and not yet freed.
@@ -23,21 +23,15 @@ pub struct ProcessMemory {
     live: HashMap<u64, u64>,
 }
 
-/// Device memory of every traced process.
-#[derive(Default)]
-pub struct MemoryTable {
-    by_pid: HashMap<u32, ProcessMemory>,
-}
-
-impl MemoryTable {
+impl ProcessMemory {
     /// Accounts an allocation or free; other events are ignored.
     pub fn observe(&mut self, ev: &Event) {
         if ev.result != 0 {
             return;
         }
+        let m = self;
         match ev.detail {
             Detail::Alloc { dptr, bytes, .. } if dptr != 0 => {
-                let m = self.by_pid.entry(ev.pid).or_default();
                 if let Some(old) = m.live.insert(dptr, bytes) {
                     // The same pointer again without a free we saw: replace, don't double count.
                     m.current_bytes -= old;
@@ -47,7 +41,6 @@ impl MemoryTable {
                 m.allocs += 1;
             }
             Detail::Free { dptr, .. } => {
-                let m = self.by_pid.entry(ev.pid).or_default();
                 match m.live.remove(&dptr) {
                     Some(bytes) => {
                         m.current_bytes -= bytes;
@@ -60,19 +53,22 @@ impl MemoryTable {
         }
     }
 
-    /// The process's memory, if it allocated or freed anything.
-    pub fn get(&self, pid: u32) -> Option<&ProcessMemory> {
-        self.by_pid.get(&pid)
+    /// Forgets the live allocations (the process exited); the totals stay.
+    pub fn release(&mut self) {
+        self.live = HashMap::default();
     }
 
-    /// Every process, by pid.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &ProcessMemory)> {
-        self.by_pid.iter().map(|(p, m)| (*p, m))
+    /// Whether the process allocated or freed anything while traced.
+    pub fn touched(&self) -> bool {
+        self.allocs + self.frees + self.unknown_frees > 0
     }
 
-    /// Forgets an exited process.
-    pub fn forget(&mut self, pid: u32) {
-        self.by_pid.remove(&pid);
+    /// The `memory:` line printed when the process exits or tracing stops.
+    pub fn line(&self, pid: u32) -> String {
+        format!(
+            "memory: pid={pid} current_bytes={} peak_bytes={} allocs={} frees={} unknown_frees={}",
+            self.current_bytes, self.peak_bytes, self.allocs, self.frees, self.unknown_frees
+        )
     }
 }
 
@@ -88,7 +84,7 @@ mod tests {
 
     #[test]
     fn current_peak_and_unknown_frees() {
-        let mut t = MemoryTable::default();
+        let mut t = ProcessMemory::default();
         t.observe(&ev(Api::MemAlloc, Detail::Alloc { dptr: 0x1000, bytes: 100, stream: None }));
         t.observe(&ev(Api::MemAllocAsync, Detail::Alloc { dptr: 0x2000, bytes: 50, stream: Some(1) }));
         t.observe(&ev(Api::MemFree, Detail::Free { dptr: 0x1000, stream: None }));
@@ -96,7 +92,8 @@ mod tests {
         let mut failed = ev(Api::MemAlloc, Detail::Alloc { dptr: 0x3000, bytes: 7, stream: None });
         failed.result = 2;
         t.observe(&failed);
-        let m = t.get(1).unwrap();
+        let m = &t;
+        assert!(m.touched());
         assert_eq!((m.current_bytes, m.peak_bytes, m.allocs, m.frees, m.unknown_frees), (50, 150, 2, 1, 1));
     }
 }

@@ -9,12 +9,19 @@ use crate::maps::{ENTRIES, EVENTS, TRACKED, bump};
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn cuda_exit(_ctx: RawTracePointContext) -> u32 {
+    try_cuda_exit();
+    0
+}
+
+#[inline(always)]
+fn try_cuda_exit() {
     let id = bpf_get_current_pid_tgid();
     let _ = ENTRIES.remove(&id);
     let (pid, tid) = ((id >> 32) as u32, id as u32);
     // The leader's exit stands for the process's: reported once, for tracked processes only.
+    // SAFETY: the value is only tested for presence, never read through the reference.
     if pid != tid || unsafe { TRACKED.get(&pid) }.is_none() {
-        return 0;
+        return;
     }
     let _ = TRACKED.remove(&pid);
     match EVENTS.reserve::<ExitEvent>(0) {
@@ -24,5 +31,4 @@ pub fn cuda_exit(_ctx: RawTracePointContext) -> u32 {
         }
         None => bump(STAT_DROPPED),
     }
-    0
 }

@@ -6,6 +6,11 @@ use crate::entry::{arg, save};
 
 #[uprobe]
 pub fn cuda_regs(ctx: ProbeContext) -> u32 {
-    save(&ctx, [arg(&ctx, 0), arg(&ctx, 1), arg(&ctx, 2), arg(&ctx, 3), arg(&ctx, 4), arg(&ctx, 5)]);
+    try_cuda_regs(&ctx);
     0
+}
+
+#[inline(always)]
+fn try_cuda_regs(ctx: &ProbeContext) {
+    save(ctx, [arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), arg(ctx, 4), arg(ctx, 5)]);
 }

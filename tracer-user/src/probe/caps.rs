@@ -1,30 +1,18 @@
 //! Checks, before anything is loaded, that this process may load BPF programs and open uprobes,
 //! so that a missing privilege is reported as one line saying what to do.
-use std::fs;
-
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
-
-/// Effective capability set of this process, from /proc/self/status.
-fn effective() -> Option<u64> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
-    u64::from_str_radix(hex, 16).ok()
-}
+use tracer_common::caps::{CAP_BPF, CAP_PERFMON, can_trace, effective_from_status, has};
 
 /// Why tracing is not allowed, as a sentence that says what to do; `None` when it is.
 pub fn missing_privilege() -> Option<String> {
-    let caps = effective()?;
-    let has = |cap: u32| caps & (1u64 << cap) != 0;
-    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+    let caps = effective_from_status(&std::fs::read_to_string("/proc/self/status").ok()?)?;
+    if can_trace(caps) {
         return None;
     }
     let mut missing = Vec::new();
-    if !has(CAP_BPF) {
+    if !has(caps, CAP_BPF) {
         missing.push("CAP_BPF");
     }
-    if !has(CAP_PERFMON) {
+    if !has(caps, CAP_PERFMON) {
         missing.push("CAP_PERFMON");
     }
     // SAFETY: geteuid has no preconditions.

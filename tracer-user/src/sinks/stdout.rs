@@ -1,13 +1,15 @@
-//! Writes events to stdout: one JSON object a line, or a table for people.
+//! Stdout: events as one JSON object a line or a table for people (`trace`), and alert changes
+//! as JSON lines (`run`).
 use std::io::{self, BufWriter, Stdout, Write};
 
 use serde::Serialize;
 
 use crate::{
-    events::{Detail, Event},
-    gputime::BatchEstimate,
-    identity::Identity,
-    kernels::KernelName,
+    alert::AlertChange,
+    pipeline::{
+        decode::{Detail, Event},
+        enrich::{gputime::BatchEstimate, identity::Identity, kernels::KernelName},
+    },
 };
 
 /// An event with what the tracer learned about it, as one JSON line.
@@ -137,4 +139,19 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
         s += &format!(" (estimate: {} launches, {} us on the GPU)", e.launches, e.gpu_ns_estimate / 1000);
     }
     s
+}
+
+/// Writes alert changes as JSON lines on stdout. A closed stdout loses the lines, not the
+/// alerts: the sinks and metrics go on.
+pub fn print_changes(changes: &[AlertChange]) {
+    if changes.is_empty() {
+        return;
+    }
+    let mut out = io::stdout().lock();
+    for change in changes {
+        if let Ok(line) = serde_json::to_string(change) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    let _ = out.flush();
 }

@@ -1,5 +1,6 @@
-//! Loads the eBPF object and attaches one entry and one return probe per exported entry point of
-//! each library, reporting per symbol what was attached and what the library does not export.
+//! Loads the eBPF object, takes a typed handle to every map, and attaches one entry and one return
+//! probe per exported entry point of each library, reporting per symbol what was attached and
+//! what the library does not export.
 use std::{
     collections::HashSet,
     fmt::Write as _,
@@ -10,24 +11,25 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, MapData},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         RawTracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
-use tracer_common::{Api, CONFIG_ENABLED, CONFIG_WAKEUP_BYTES, Filter, Layout};
+use tracer_common::{
+    Api, CONFIG_ENABLED, CONFIG_WAKEUP_BYTES, Entry, Filter, Layout, STAT_DROPPED, STAT_ORPHAN_RETURNS,
+    names::{
+        MAP_CONFIG, MAP_ENTRIES, MAP_EVENTS, MAP_FILTER, MAP_STATS, MAP_TRACKED, PROG_EXIT, PROG_LAUNCH,
+        PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN,
+    },
+};
 
-use crate::symbols::{self, Resolution};
+use super::symbols::{self, Resolution};
 
 /// The compiled eBPF programs, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 
-const ENTRY_LAUNCH: &str = "cuda_launch";
-const ENTRY_LAUNCH_EX: &str = "cuda_launch_ex";
-const ENTRY_REGS: &str = "cuda_regs";
-const RETURN: &str = "cuda_ret";
-const EXIT: &str = "cuda_exit";
 
 /// What was attached in one library.
 #[derive(Debug, Clone)]
@@ -38,28 +40,50 @@ pub struct LibraryProbes {
     pub resolution: Resolution,
 }
 
-/// The loaded programs; dropping it detaches every probe.
-pub struct Tracer {
+/// Typed handles to the maps user space reads and writes.
+pub struct Maps {
+    /// Settings, by `CONFIG_*`.
+    config: Array<MapData, u32>,
+    /// The in-kernel filter.
+    filter: Array<MapData, Filter>,
+    /// Per-CPU counters, by `STAT_*`.
+    stats: PerCpuArray<MapData, u64>,
+    /// Per-thread entry state.
+    entries: BpfHashMap<MapData, u64, Entry>,
+    /// Processes whose exit the kernel reports.
+    tracked: BpfHashMap<MapData, u32, u8>,
+}
+
+/// The loaded programs and their maps; dropping it detaches every probe.
+pub struct Probes {
     /// The loaded object; its programs hold the links.
-    pub ebpf: Ebpf,
+    ebpf: Ebpf,
+    maps: Maps,
+    /// The ring buffer, until the reader takes it.
+    ring: Option<RingBuf<MapData>>,
     /// Libraries attached so far, in order.
     pub libraries: Vec<LibraryProbes>,
     scope: UProbeScope,
     seen: HashSet<(u64, u64)>,
 }
 
+fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T> {
+    let map = ebpf.take_map(name).with_context(|| format!("eBPF object lacks map {name}"))?;
+    T::try_from(map).with_context(|| format!("map {name} is not of the expected type"))
+}
+
 /// Loads the programs, sizing the ring buffer to `ringbuf_bytes`.
-pub fn load(ringbuf_bytes: u32, pid: Option<u32>) -> Result<Tracer> {
+pub fn load(ringbuf_bytes: u32, pid: Option<u32>) -> Result<Probes> {
     let mut ebpf = EbpfLoader::new()
-        .map_max_entries("EVENTS", ringbuf_bytes)
+        .map_max_entries(MAP_EVENTS, ringbuf_bytes)
         .load(EBPF_OBJECT)
         .context("cannot load the eBPF programs (is BPF enabled in this kernel, and are you root?)")?;
     let exit: &mut RawTracePoint =
-        ebpf.program_mut(EXIT).context("eBPF object lacks program cuda_exit")?.try_into()?;
+        ebpf.program_mut(PROG_EXIT).context("eBPF object lacks program cuda_exit")?.try_into()?;
     exit.load().context("the kernel refused eBPF program cuda_exit")?;
     // A raw tracepoint needs no tracefs; it is attached by name.
     exit.attach("sched_process_exit").context("cannot attach to sched_process_exit")?;
-    for name in [ENTRY_LAUNCH, ENTRY_LAUNCH_EX, ENTRY_REGS, RETURN] {
+    for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
         let prog: &mut UProbe = ebpf
             .program_mut(name)
             .with_context(|| format!("eBPF object lacks program {name}"))?
@@ -70,10 +94,18 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>) -> Result<Tracer> {
         Some(pid) => UProbeScope::OneProcess(pid),
         None => UProbeScope::AllProcesses,
     };
-    Ok(Tracer { ebpf, libraries: Vec::new(), scope, seen: HashSet::new() })
+    let maps = Maps {
+        config: take(&mut ebpf, MAP_CONFIG)?,
+        filter: take(&mut ebpf, MAP_FILTER)?,
+        stats: take(&mut ebpf, MAP_STATS)?,
+        entries: take(&mut ebpf, MAP_ENTRIES)?,
+        tracked: take(&mut ebpf, MAP_TRACKED)?,
+    };
+    let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
+    Ok(Probes { ebpf, maps, ring, libraries: Vec::new(), scope, seen: HashSet::new() })
 }
 
-impl Tracer {
+impl Probes {
     /// Attaches every exported entry point of `path`. Returns `Ok(None)` when this very file
     /// (same device and inode) is attached already; an error when it cannot be read or exports
     /// none of the entry points.
@@ -98,11 +130,11 @@ impl Tracer {
         }
         for r in &resolution.found {
             let entry = match r.api.info().layout {
-                Layout::Launch => ENTRY_LAUNCH,
-                Layout::LaunchEx => ENTRY_LAUNCH_EX,
-                Layout::Regs => ENTRY_REGS,
+                Layout::Launch => PROG_LAUNCH,
+                Layout::LaunchEx => PROG_LAUNCH_EX,
+                Layout::Regs => PROG_REGS,
             };
-            for program in [entry, RETURN] {
+            for program in [entry, PROG_RETURN] {
                 let prog: &mut UProbe = self.ebpf.program_mut(program).expect("loaded above").try_into()?;
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(r.offset),
@@ -128,18 +160,41 @@ impl Tracer {
     }
 
     fn set_config(&mut self, index: u32, value: u32) -> Result<()> {
-        let mut config: Array<&mut MapData, u32> =
-            Array::try_from(self.ebpf.map_mut("CONFIG").context("CONFIG map missing")?)?;
-        config.set(index, value, 0)?;
+        self.maps.config.set(index, value, 0)?;
         Ok(())
     }
 
     /// Sets the in-kernel filter (before recording starts).
     pub fn set_filter(&mut self, filter: Filter) -> Result<()> {
-        let mut map: Array<&mut MapData, Filter> =
-            Array::try_from(self.ebpf.map_mut("FILTER").context("FILTER map missing")?)?;
-        map.set(0, filter, 0)?;
+        self.maps.filter.set(0, filter, 0)?;
         Ok(())
+    }
+
+    /// The ring buffer, handed to its reader once.
+    pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
+        self.ring.take()
+    }
+
+    /// Asks the kernel to report this process's exit (a tracked process).
+    pub fn track(&mut self, pid: u32) {
+        // A full map only costs the exit record; the process is then released by eviction.
+        let _ = self.maps.tracked.insert(pid, 1, 0);
+    }
+
+    /// Stops tracking a process (it was found gone).
+    pub fn untrack(&mut self, pid: u32) {
+        let _ = self.maps.tracked.remove(&pid);
+    }
+
+    /// What the kernel side counted: records dropped (ring buffer full) and orphan returns.
+    pub fn counters(&self) -> Result<(u64, u64)> {
+        let sum = |i: u32| -> Result<u64> { Ok(self.maps.stats.get(&i, 0)?.iter().sum()) };
+        Ok((sum(STAT_DROPPED)?, sum(STAT_ORPHAN_RETURNS)?))
+    }
+
+    /// Threads inside a driver call now, and processes tracked for their exit.
+    pub fn inflight_and_tracked(&self) -> (usize, usize) {
+        (self.maps.entries.keys().count(), self.maps.tracked.keys().count())
     }
 
     /// Detaches every probe without making the caller wait for it.
@@ -162,6 +217,19 @@ impl Tracer {
     pub fn probe_count(&self) -> usize {
         self.libraries.iter().map(|l| l.resolution.found.len() * 2).sum()
     }
+
+    /// (symbol, library, attached) of every entry point in every attached library.
+    pub fn rows(&self) -> Vec<(&'static str, String, bool)> {
+        let mut rows = Vec::new();
+        for lib in &self.libraries {
+            let path = lib.path.display().to_string();
+            let r = &lib.resolution;
+            rows.extend(r.found.iter().map(|f| (f.api.symbol(), path.clone(), true)));
+            rows.extend(r.aliases.iter().map(|(a, _)| (a.symbol(), path.clone(), true)));
+            rows.extend(r.missing.iter().map(|a| (a.symbol(), path.clone(), false)));
+        }
+        rows
+    }
 }
 
 /// One line per library: attached symbols, aliases and the entry points it does not export.
@@ -183,4 +251,21 @@ pub fn report(lib: &LibraryProbes) -> String {
         let _ = write!(s, "; not exported: {}", missing.join(" "));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object, ObjectSymbol};
+    use tracer_common::names::{MAPS, PROGRAMS};
+
+    use super::EBPF_OBJECT;
+
+    #[test]
+    fn the_object_holds_every_map_and_program_tracer_common_names() {
+        let file = object::File::parse(EBPF_OBJECT).expect("the embedded eBPF object is ELF");
+        let names: Vec<&str> = file.symbols().filter_map(|s| s.name().ok()).collect();
+        for name in MAPS.iter().chain(PROGRAMS.iter()) {
+            assert!(names.contains(name), "{name} is not in the eBPF object; symbols: {names:?}");
+        }
+    }
 }

@@ -8,12 +8,19 @@ use crate::entry::{arg, save};
 
 #[uprobe]
 pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
-    let config = arg(&ctx, 0);
+    try_cuda_launch_ex(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_cuda_launch_ex(ctx: &ProbeContext) {
+    let config = arg(ctx, 0);
     let words: [u64; 5] = if config == 0 {
         [0; 5]
     } else {
+        // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad
+        // pointer from the caller is an error, which leaves the dimensions 0.
         unsafe { bpf_probe_read_user(config as *const [u64; 5]) }.unwrap_or([0; 5])
     };
-    save(&ctx, [arg(&ctx, 1), words[0], words[1], words[2], words[3] as u32 as u64, words[4]]);
-    0
+    save(ctx, [arg(ctx, 1), words[0], words[1], words[2], words[3] as u32 as u64, words[4]]);
 }

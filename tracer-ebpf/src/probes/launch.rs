@@ -8,20 +8,28 @@ use crate::entry::{arg, save};
 
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
-    // SAFETY: the context's registers are valid for the duration of the program.
+    try_cuda_launch(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_cuda_launch(ctx: &ProbeContext) {
+    // SAFETY: `ctx.regs` points at the probed thread's saved registers, valid (and only read)
+    // for the duration of the program.
     let sp = unsafe { (*ctx.regs).rsp };
-    // One read for the three stack slots; a fault leaves them 0 rather than losing the call.
+    // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad address is
+    // an error, never a fault. One read for the three stack slots; a fault leaves them 0 rather
+    // than losing the call.
     let stack: [u64; 3] = unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) }.unwrap_or([0; 3]);
     save(
-        &ctx,
+        ctx,
         [
-            arg(&ctx, 0),
-            pack(arg(&ctx, 1) as u32, arg(&ctx, 2) as u32),
-            pack(arg(&ctx, 3) as u32, arg(&ctx, 4) as u32),
-            pack(arg(&ctx, 5) as u32, stack[0] as u32),
+            arg(ctx, 0),
+            pack(arg(ctx, 1) as u32, arg(ctx, 2) as u32),
+            pack(arg(ctx, 3) as u32, arg(ctx, 4) as u32),
+            pack(arg(ctx, 5) as u32, stack[0] as u32),
             stack[1] as u32 as u64,
             stack[2],
         ],
     );
-    0
 }

@@ -14,7 +14,7 @@ use foldhash::HashMap;
 use serde::Serialize;
 use tracer_common::api::{Kind, Shape};
 
-use crate::events::{Detail, Event};
+use crate::pipeline::decode::{Detail, Event};
 
 /// `CU_STREAM_LEGACY`: what stream 0 means for the plain entry points.
 const STREAM_LEGACY: u64 = 1;
@@ -47,23 +47,14 @@ pub struct BatchEstimate {
     pub gpu_ns_estimate: u64,
 }
 
-/// Stream key: (pid, stream handle, thread for the per-thread default stream).
-pub type Key = (u32, u64, u32);
-
-/// The streams of one process, kept together so that a context-wide wait, the per-process total
-/// and forgetting an exited process touch only that process.
+/// The streams of one process (its registry entry holds them), kept together so that a
+/// context-wide wait and the per-process total touch only that process.
 #[derive(Default)]
-struct ProcessStreams {
+pub struct Streams {
     /// By (stream handle, thread for the per-thread default stream).
     streams: HashMap<(u64, u32), StreamTime>,
     /// Sum of the streams' `gpu_ns_estimate`.
     gpu_ns_estimate: u64,
-}
-
-/// Per-stream estimates of every traced process.
-#[derive(Default)]
-pub struct GpuTime {
-    by_pid: HashMap<u32, ProcessStreams>,
 }
 
 fn key(ev: &Event, stream: u64) -> (u64, u32) {
@@ -76,7 +67,7 @@ fn key(ev: &Event, stream: u64) -> (u64, u32) {
     }
 }
 
-impl GpuTime {
+impl Streams {
     /// Accounts a launch or a wait; returns what a wait closed.
     pub fn observe(&mut self, ev: &Event) -> Option<BatchEstimate> {
         if ev.result != 0 {
@@ -84,7 +75,7 @@ impl GpuTime {
         }
         match ev.detail {
             Detail::Launch { stream, .. } | Detail::Graph { stream, .. } => {
-                let s = self.by_pid.entry(ev.pid).or_default().streams.entry(key(ev, stream)).or_default();
+                let s = self.streams.entry(key(ev, stream)).or_default();
                 s.launches += 1;
                 s.pending += 1;
                 s.batch_start.get_or_insert(ev.start_ns);
@@ -103,7 +94,7 @@ impl GpuTime {
 
     /// Closes the batch of one stream, or of every stream of the process when `only` is None.
     fn close(&mut self, ev: &Event, only: Option<(u64, u32)>) -> BatchEstimate {
-        let end = ev.start_ns + ev.duration_ns;
+        let end = ev.start_ns.saturating_add(ev.duration_ns);
         let mut closed = BatchEstimate { launches: 0, gpu_ns_estimate: 0 };
         let mut account = |s: &mut StreamTime| {
             if let Some(start) = s.batch_start.take() {
@@ -115,37 +106,50 @@ impl GpuTime {
             s.launches_completed += s.pending;
             s.pending = 0;
         };
-        let p = self.by_pid.entry(ev.pid).or_default();
         match only {
             Some(k) => {
-                let s = p.streams.entry(k).or_default();
+                let s = self.streams.entry(k).or_default();
                 s.wait_ns += ev.duration_ns;
                 account(s);
             }
-            None => p.streams.values_mut().for_each(&mut account),
+            None => self.streams.values_mut().for_each(&mut account),
         }
-        p.gpu_ns_estimate += closed.gpu_ns_estimate;
+        self.gpu_ns_estimate += closed.gpu_ns_estimate;
         closed
     }
 
-    /// Every stream: ((pid, stream, tid), totals).
-    pub fn iter(&self) -> impl Iterator<Item = (Key, &StreamTime)> {
-        self.by_pid.iter().flat_map(|(pid, p)| p.streams.iter().map(move |((s, t), v)| ((*pid, *s, *t), v)))
+    /// Every stream: ((stream, tid), totals), in key order.
+    pub fn sorted(&self) -> Vec<((u64, u32), &StreamTime)> {
+        let mut v: Vec<_> = self.streams.iter().map(|(k, s)| (*k, s)).collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
     }
 
-    /// The streams of one process: ((pid, stream, tid), totals).
-    pub fn of_process(&self, pid: u32) -> impl Iterator<Item = (Key, &StreamTime)> {
-        self.by_pid.get(&pid).into_iter().flat_map(move |p| p.streams.iter().map(move |((s, t), v)| ((pid, *s, *t), v)))
+    /// Forgets the streams (the process exited); the total stays.
+    pub fn release(&mut self) {
+        self.streams = HashMap::default();
     }
 
-    /// A process's estimated device time over all its streams, ns.
-    pub fn process_estimate(&self, pid: u32) -> u64 {
-        self.by_pid.get(&pid).map_or(0, |p| p.gpu_ns_estimate)
+    /// The process's estimated device time over all its streams, ns.
+    pub fn estimate_ns(&self) -> u64 {
+        self.gpu_ns_estimate
     }
 
-    /// Forgets an exited process.
-    pub fn forget(&mut self, pid: u32) {
-        self.by_pid.remove(&pid);
+    /// The `gpu-time estimate:` lines printed when the process exits or tracing stops.
+    pub fn lines(&self, pid: u32) -> Vec<String> {
+        self.sorted()
+            .into_iter()
+            .map(|((stream, tid), s)| {
+                format!(
+                    "gpu-time estimate: pid={pid} stream={stream:#x}{} launches={} completed={} gpu_ns_estimate={} wait_ns={}",
+                    if tid != 0 { format!(" tid={tid}") } else { String::new() },
+                    s.launches,
+                    s.launches_completed,
+                    s.gpu_ns_estimate,
+                    s.wait_ns
+                )
+            })
+            .collect()
     }
 }
 
@@ -164,26 +168,25 @@ mod tests {
 
     #[test]
     fn stream_sync_closes_its_batch() {
-        let mut g = GpuTime::default();
+        let mut g = Streams::default();
         g.observe(&launch(Api::LaunchKernel, 1_000, 7));
         g.observe(&launch(Api::LaunchKernel, 2_000, 7));
         g.observe(&launch(Api::LaunchKernel, 2_500, 8));
         let sync = ev(Api::StreamSynchronize, 3_000, 5_000, Detail::Sync { stream: Some(7), event: None });
         assert_eq!(g.observe(&sync), Some(BatchEstimate { launches: 2, gpu_ns_estimate: 7_000 }));
-        let s7 = g.iter().find(|(k, _)| k.1 == 7).unwrap().1;
+        let s7 = g.sorted().into_iter().find(|(k, _)| k.0 == 7).unwrap().1;
         assert_eq!((s7.launches_completed, s7.wait_ns, s7.gpu_ns_estimate), (2, 5_000, 7_000));
         // The context wait closes stream 8 too; stream 7 has nothing pending.
         let ctx = ev(Api::CtxSynchronize, 9_000, 1_000, Detail::Sync { stream: None, event: None });
         assert_eq!(g.observe(&ctx), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 7_500 }));
-        assert_eq!(g.process_estimate(1), 14_500);
-        assert_eq!(g.of_process(1).count(), 2);
-        g.forget(1);
-        assert_eq!((g.process_estimate(1), g.iter().count()), (0, 0));
+        assert_eq!(g.estimate_ns(), 14_500);
+        assert_eq!(g.sorted().len(), 2);
+        assert_eq!(g.lines(1)[0], "gpu-time estimate: pid=1 stream=0x7 launches=2 completed=2 gpu_ns_estimate=7000 wait_ns=5000");
     }
 
     #[test]
     fn per_thread_default_stream_is_its_own() {
-        let mut g = GpuTime::default();
+        let mut g = Streams::default();
         g.observe(&launch(Api::LaunchKernelPtsz, 100, 0));
         g.observe(&launch(Api::LaunchKernel, 100, 0));
         let sync = ev(Api::StreamSynchronizePtsz, 200, 50, Detail::Sync { stream: Some(0), event: None });

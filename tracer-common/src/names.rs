@@ -1,0 +1,33 @@
+//! Names of the maps and programs in the eBPF object, for both sides. The eBPF side names each
+//! map and program by its identifier, so those identifiers must equal these strings; a user-space
+//! test checks the built object holds every one of them.
+
+/// Ring buffer of records (`EVENTS`): [`crate::CallEvent`], [`crate::LookupEvent`],
+/// [`crate::ExitEvent`].
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Per-thread entry state (LRU hash, pid_tgid to [`crate::Entry`]).
+pub const MAP_ENTRIES: &str = "ENTRIES";
+/// Per-CPU counters, indexed by `STAT_*` (u64 each).
+pub const MAP_STATS: &str = "STATS";
+/// Settings, indexed by `CONFIG_*` (u32 each).
+pub const MAP_CONFIG: &str = "CONFIG";
+/// The in-kernel [`crate::Filter`] (one entry).
+pub const MAP_FILTER: &str = "FILTER";
+/// Processes whose exit user space wants to hear of (pid to u8).
+pub const MAP_TRACKED: &str = "TRACKED";
+
+/// Entry program for `cuLaunchKernel`-shaped calls.
+pub const PROG_LAUNCH: &str = "cuda_launch";
+/// Entry program for `cuLaunchKernelEx`.
+pub const PROG_LAUNCH_EX: &str = "cuda_launch_ex";
+/// Entry program for calls whose arguments all sit in registers.
+pub const PROG_REGS: &str = "cuda_regs";
+/// The return program, on every probed symbol.
+pub const PROG_RETURN: &str = "cuda_ret";
+/// The `sched_process_exit` raw tracepoint program.
+pub const PROG_EXIT: &str = "cuda_exit";
+
+/// Every map name.
+pub const MAPS: [&str; 6] = [MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED];
+/// Every program name.
+pub const PROGRAMS: [&str; 5] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT];

@@ -1,0 +1,106 @@
+//! The one return program, attached to every probed symbol: pairs the return with the thread's
+//! saved entry and writes a record to the ring buffer, counting it as dropped when the buffer is
+//! full. Records are built whole before they reach the ring buffer, never field by field through
+//! a reference into its uninitialised memory.
+use core::ptr::addr_of_mut;
+
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user,
+        generated::{bpf_ktime_get_ns, bpf_probe_read_user_str},
+    },
+    macros::uretprobe,
+    programs::RetProbeContext,
+};
+use tracer_common::{
+    CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_DROPPED, STAT_ORPHAN_RETURNS,
+    api::{COOKIE_API_MASK, COOKIE_READ_NAME, COOKIE_READ_OUT},
+};
+
+use crate::maps::{ENTRIES, EVENTS, bump, submit_flags};
+
+#[uretprobe]
+pub fn cuda_ret(ctx: RetProbeContext) -> u32 {
+    try_cuda_ret(&ctx);
+    0
+}
+
+#[inline(always)]
+fn try_cuda_ret(ctx: &RetProbeContext) {
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let end = unsafe { bpf_ktime_get_ns() };
+    let id = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed, so no reference outlives it.
+    let entry = match unsafe { ENTRIES.get(&id) } {
+        Some(e) => *e,
+        None => {
+            bump(STAT_ORPHAN_RETURNS);
+            return;
+        }
+    };
+    let _ = ENTRIES.remove(&id);
+    let result = ctx.ret::<u64>() as i32;
+    let tag = if entry.cookie & COOKIE_READ_NAME != 0 { EventTag::Lookup } else { EventTag::Call };
+    let call = record(tag, &entry, id, end, result);
+    match tag {
+        EventTag::Lookup => emit_lookup(call, entry.args[2]),
+        _ => emit_call(call),
+    }
+}
+
+/// The call's record, built on the stack.
+#[inline(always)]
+fn record(tag: EventTag, entry: &Entry, id: u64, end: u64, result: i32) -> CallEvent {
+    // Out-parameters hold their value only after a successful return.
+    let out = if entry.cookie & COOKIE_READ_OUT != 0 && result == 0 && entry.args[0] != 0 {
+        // SAFETY: a faulting user read is an error, not a fault; the value is then 0.
+        unsafe { bpf_probe_read_user(entry.args[0] as *const u64) }.unwrap_or(0)
+    } else {
+        0
+    };
+    CallEvent {
+        tag: tag as u32,
+        api: (entry.cookie & COOKIE_API_MASK) as u32,
+        pid: (id >> 32) as u32,
+        tid: id as u32,
+        start_ns: entry.start_ns,
+        duration_ns: end.wrapping_sub(entry.start_ns),
+        result,
+        _pad: 0,
+        args: entry.args,
+        out,
+        comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    }
+}
+
+#[inline(always)]
+fn emit_call(call: CallEvent) {
+    let Some(mut slot) = EVENTS.reserve::<CallEvent>(0) else {
+        bump(STAT_DROPPED);
+        return;
+    };
+    slot.write(call);
+    slot.submit(submit_flags());
+}
+
+#[inline(always)]
+fn emit_lookup(call: CallEvent, name_ptr: u64) {
+    let Some(mut slot) = EVENTS.reserve::<LookupEvent>(0) else {
+        bump(STAT_DROPPED);
+        return;
+    };
+    let p: *mut LookupEvent = slot.as_mut_ptr();
+    // SAFETY: `p` points at a reservation sized and aligned for a LookupEvent. Each part is
+    // written through a raw pointer (no reference to uninitialised memory): the call whole,
+    // then the name's first byte (an empty name if the read below fails), then the name by the
+    // kernel's string read, which writes at most NAME_MAX bytes into the field.
+    unsafe {
+        addr_of_mut!((*p).call).write(call);
+        let name = addr_of_mut!((*p).name).cast::<u8>();
+        name.write(0);
+        if name_ptr != 0 {
+            bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _);
+        }
+    }
+    slot.submit(submit_flags());
+}

@@ -1,0 +1,314 @@
+//! Aggregation of traced calls for `cudatrace run`: per process and (api, kernel) counts, bytes,
+//! bucketed latency, and latency quantiles over sliding windows (1 min, 5 min) and since start.
+//!
+//! Memory stays flat as events grow: a process's series live in its registry entry and go with
+//! it, kernels beyond `max_kernels` per process are counted under `kernel="other"` from the
+//! start, and at scrape time only the top `top_kernels` by time keep their own label (the rest
+//! are summed into "other"). Window slices exist only while calls arrive.
+pub mod sketch;
+pub mod windows;
+
+// foldhash, here and in the other per-process tables: randomly seeded like std's SipHash (no
+// crafted-collision floods) at a fraction of its cost; they are looked up on every traced call.
+use foldhash::HashMap;
+use std::{sync::Arc, time::Instant};
+
+use tracer_common::{Api, Kind};
+
+use crate::{
+    pipeline::{
+        decode::{Detail, Event, monotonic_ns},
+        enrich::{identity::ProcessRef, kernels::KernelName},
+    },
+    registry::Registry,
+};
+use sketch::AGGREGATE;
+use windows::Windows;
+
+/// Upper bounds (seconds) of the Prometheus latency buckets: 1 µs to 10 s.
+pub const BUCKETS: [f64; 22] = [
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
+    0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// The label under which kernels past the limits are counted.
+pub const OTHER: &str = "other";
+/// Series key of the launches past `max_kernels`.
+const OVERFLOW: u64 = u64::MAX;
+/// Series key of calls that are not launches.
+const NO_KERNEL: u64 = u64::MAX - 1;
+
+/// Cumulative totals of one (process, api, kernel) series.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    /// Calls completed.
+    pub calls: u64,
+    /// Calls that returned an error.
+    pub errors: u64,
+    /// Bytes copied (copies only).
+    pub bytes: u64,
+    /// Sum of durations, ns.
+    pub sum_ns: u64,
+    /// Count per bucket of [`BUCKETS`] (not cumulative), plus +Inf last.
+    pub buckets: [u64; BUCKETS.len() + 1],
+}
+
+impl Series {
+    fn add(&mut self, other: &Series) {
+        self.calls += other.calls;
+        self.errors += other.errors;
+        self.bytes += other.bytes;
+        self.sum_ns += other.sum_ns;
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *a += b;
+        }
+    }
+}
+
+/// One process's series (its registry entry holds them).
+#[derive(Default)]
+pub struct ProcessSeries {
+    /// Keyed by (api, function handle; `NO_KERNEL` when not a launch, `OVERFLOW` past
+    /// `max_kernels`): hashing a handle per event is cheaper than hashing a name. The label
+    /// rides along.
+    series: HashMap<(Api, u64), (Arc<str>, Series)>,
+    windows: HashMap<Api, Windows>,
+    kernels: usize,
+}
+
+/// Limits on the series kept per process (from the config file).
+#[derive(Clone, Copy, Debug)]
+pub struct SeriesLimits {
+    /// Kernels per process with their own label at scrape time.
+    pub top_kernels: usize,
+    /// Kernels per process tracked at all; later ones count as "other" from the start.
+    pub max_kernels: usize,
+}
+
+/// What a scrape sees of one series.
+pub struct SeriesView<'a> {
+    /// The process.
+    pub process: ProcessRef<'a>,
+    /// The api.
+    pub api: Api,
+    /// The kernel label ("" when not a launch).
+    pub kernel: Arc<str>,
+    /// Totals.
+    pub series: Series,
+}
+
+/// One quantile of one (process, api) over one window.
+pub struct QuantileView<'a> {
+    /// The process.
+    pub process: ProcessRef<'a>,
+    /// The api.
+    pub api: Api,
+    /// `1m`, `5m` or `all`.
+    pub window: &'static str,
+    /// The quantile (0.5, 0.9, 0.99).
+    pub quantile: f64,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+/// The aggregation's clock and limits; the series themselves live in the registry.
+pub struct Aggregator {
+    limits: SeriesLimits,
+    started: Instant,
+    /// CLOCK_MONOTONIC ns at `started`: events place themselves in the windows by their own
+    /// timestamps, which saves reading the clock per event.
+    started_ns: u64,
+    /// The latest call's end, seconds after start.
+    latest_secs: u64,
+}
+
+impl Aggregator {
+    /// An aggregation starting now.
+    pub fn new(limits: SeriesLimits) -> Self {
+        Aggregator { limits, started: Instant::now(), started_ns: monotonic_ns(), latest_secs: 0 }
+    }
+
+    fn now_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// Counts one call into its process's series.
+    pub fn observe(&mut self, p: &mut ProcessSeries, ev: &Event, kernel: Option<&KernelName>) {
+        // Calls reach the ring buffer about in the order they end, not exactly: keep the clock
+        // non-decreasing so that slices are only ever appended.
+        let end = ev.start_ns.saturating_add(ev.duration_ns);
+        let secs = (end.saturating_sub(self.started_ns) / 1_000_000_000).max(self.latest_secs);
+        self.latest_secs = secs;
+        let handle = match ev.detail {
+            Detail::Launch { function, .. } => function,
+            _ => NO_KERNEL,
+        };
+        let mut key = (ev.api, handle);
+        if handle != NO_KERNEL && !p.series.contains_key(&key) {
+            if p.kernels >= self.limits.max_kernels {
+                key.1 = OVERFLOW;
+            } else {
+                p.kernels += 1;
+            }
+        }
+        let (label, s) = p.series.entry(key).or_insert_with(|| {
+            let label: Arc<str> = match (key.1, kernel) {
+                (NO_KERNEL, _) => Arc::from(""),
+                (OVERFLOW, _) => Arc::from(OTHER),
+                (_, Some(k)) => k.demangled.clone(),
+                (h, None) => Arc::from(format!("{h:#x}")),
+            };
+            (label, Series::default())
+        });
+        // A handle launched before its lookup was seen is named once the name is known.
+        if let Some(k) = kernel.filter(|_| key.1 != OVERFLOW && label.starts_with("0x")) {
+            *label = k.demangled.clone();
+        }
+        s.calls += 1;
+        s.errors += u64::from(ev.result != 0);
+        s.sum_ns = s.sum_ns.saturating_add(ev.duration_ns);
+        if let Detail::Copy { bytes, .. } = ev.detail {
+            s.bytes = s.bytes.saturating_add(bytes);
+        }
+        let secs_f = ev.duration_ns as f64 / 1e9;
+        let b = BUCKETS.iter().position(|le| secs_f <= *le).unwrap_or(BUCKETS.len());
+        s.buckets[b] += 1;
+        // Quantile sketches for the calls that carry latency (launches, copies, waits); the rare
+        // lookups and allocations have their buckets only, which keeps memory per process small.
+        if matches!(ev.api.info().kind, Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync) {
+            p.windows.entry(ev.api).or_default().record(secs, ev.duration_ns);
+        }
+    }
+
+    /// Every series, with kernels past the top `top_kernels` of their process (by total time)
+    /// summed into "other".
+    pub fn series<'a>(&self, registry: &'a Registry) -> Vec<SeriesView<'a>> {
+        let mut out = Vec::new();
+        for p in registry.iter() {
+            let mut time_by_label: HashMap<&Arc<str>, u64> = HashMap::default();
+            for (label, s) in p.series.series.values().filter(|(l, _)| !l.is_empty() && &**l != OTHER) {
+                *time_by_label.entry(label).or_default() += s.sum_ns;
+            }
+            let mut by_time: Vec<(&Arc<str>, u64)> = time_by_label.into_iter().collect();
+            by_time.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let top: std::collections::HashSet<&str> =
+                by_time.iter().take(self.limits.top_kernels).map(|(k, _)| &***k).collect();
+            // Handles with one name (the same kernel in two modules) share a series here.
+            let mut merged: HashMap<(Api, Arc<str>), Series> = HashMap::default();
+            for ((api, _), (kernel, s)) in &p.series.series {
+                let label = if kernel.is_empty() || top.contains(&**kernel) { kernel.clone() } else { Arc::from(OTHER) };
+                merged.entry((*api, label)).or_default().add(s);
+            }
+            for ((api, kernel), series) in merged {
+                out.push(SeriesView { process: p.view(), api, kernel, series });
+            }
+        }
+        out
+    }
+
+    /// Latency quantiles (0.5, 0.9, 0.99) per (process, api) over 1 min, 5 min and since start.
+    pub fn quantiles<'a>(&self, registry: &'a Registry) -> Vec<QuantileView<'a>> {
+        let now = self.now_secs();
+        let mut out = Vec::new();
+        for p in registry.iter() {
+            for (api, w) in &p.series.windows {
+                for (window, secs) in [("1m", Some(60)), ("5m", Some(300)), ("all", None)] {
+                    let Some(h) = w.merged(now, secs) else { continue };
+                    for q in [0.5, 0.9, 0.99] {
+                        out.push(QuantileView {
+                            process: p.view(),
+                            api: *api,
+                            window,
+                            quantile: q,
+                            seconds: AGGREGATE.ns(h.value_at_quantile(q)) as f64 / 1e9,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{
+        pipeline::enrich::identity::Identity,
+        registry::{Registry, RegistryLimits},
+    };
+
+    fn launch(pid: u32, ns: u64, function: u64) -> Event {
+        Event {
+            api: Api::LaunchKernel,
+            pid,
+            tid: pid,
+            comm: "job".into(),
+            start_ns: 0,
+            duration_ns: ns,
+            result: 0,
+            detail: Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream: 0 },
+        }
+    }
+
+    fn registry(max_processes: usize) -> Registry {
+        Registry::new(RegistryLimits { max_processes, retain_exited: Duration::from_secs(600) })
+    }
+
+    /// Counts one call the way the daemon does: into the process's entry, made on first sight.
+    fn observe(a: &mut Aggregator, r: &mut Registry, ev: &Event, kernel: Option<&KernelName>) {
+        if r.live_mut(ev.pid).is_none() {
+            r.insert(ev.pid, ev.comm, Identity::default());
+        }
+        a.observe(&mut r.live_mut(ev.pid).expect("inserted").series, ev, kernel);
+    }
+
+    #[test]
+    fn counts_buckets_and_quantiles() {
+        let mut a = Aggregator::new(SeriesLimits { top_kernels: 10, max_kernels: 100 });
+        let mut r = registry(10);
+        let k = KernelName::new("_Z3addv");
+        for i in 0..1000u64 {
+            // 990 calls of 2 µs, 10 of 800 µs: p99 falls at the boundary, p50 at 2 µs.
+            let ns = if i % 100 == 0 { 800_000 } else { 2_000 };
+            observe(&mut a, &mut r, &launch(1, ns, 0x10), Some(&k));
+        }
+        let series = a.series(&r);
+        assert_eq!(series.len(), 1);
+        let s = &series[0];
+        assert_eq!((s.series.calls, &*s.kernel), (1000, "add()"));
+        assert_eq!(s.series.buckets[1], 990, "2 µs falls in the 2.5 µs bucket");
+        assert_eq!(s.series.buckets[9], 10, "800 µs falls in the 1 ms bucket");
+        let q = a.quantiles(&r);
+        let get = |w: &str, q0: f64| q.iter().find(|v| v.window == w && v.quantile == q0).unwrap().seconds;
+        assert!((get("1m", 0.5) - 2e-6).abs() < 0.05e-6, "{}", get("1m", 0.5));
+        assert!((get("all", 0.99) - 2e-6).abs() < 0.05e-6);
+        assert!((get("5m", 0.999_f64.min(0.99)) - 2e-6).abs() < 0.05e-6);
+    }
+
+    #[test]
+    fn kernels_past_the_limits_become_other() {
+        let mut a = Aggregator::new(SeriesLimits { top_kernels: 2, max_kernels: 3 });
+        let mut r = registry(10);
+        // Kernel f spends (f+1) * 1000 ns per call; 5 kernels, the 4th and 5th past max_kernels.
+        for f in 0..5u64 {
+            let name = KernelName::new(&format!("k{f}"));
+            observe(&mut a, &mut r, &launch(7, (f + 1) * 1000, f), Some(&name));
+        }
+        let mut got: Vec<(String, u64)> = a.series(&r).iter().map(|s| (s.kernel.to_string(), s.series.calls)).collect();
+        got.sort();
+        // Top 2 by time among the 3 tracked are k2 and k1; k0 folds into other with k3 and k4.
+        assert_eq!(got, vec![("k1".into(), 1), ("k2".into(), 1), ("other".into(), 3)]);
+        r.exit(7, |_| {});
+        assert_eq!(r.len(), 1, "kept for the retention time");
+        // Past max_processes the exited one goes first.
+        for pid in 100..110 {
+            observe(&mut a, &mut r, &launch(pid, 1000, 1), None);
+        }
+        assert_eq!((r.len(), r.evicted), (10, 1));
+        assert!(r.iter().all(|p| p.pid != 7));
+        r.sweep();
+        assert_eq!(r.len(), 10);
+    }
+}

@@ -1,0 +1,126 @@
+//! The command line: commands, their options, and the checks of single values.
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Parser, Subcommand};
+
+use crate::{config, probe::filter::FilterOptions};
+
+/// Per-process CUDA driver call tracing with eBPF.
+#[derive(Parser)]
+#[command(name = "cudatrace", version, about)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Stream every traced driver call until Ctrl-C or --duration, then print a summary.
+    Trace(TraceArgs),
+    /// The daemon: aggregate every call, sample NVML, and serve Prometheus metrics.
+    Run(RunArgs),
+}
+
+/// Options of `cudatrace trace`.
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    /// What to attach and which processes to keep.
+    #[command(flatten)]
+    pub sel: Selection,
+    /// Without --lib: how often to look for libcuda files that processes map later.
+    #[arg(long, default_value_t = 250, value_name = "MS", value_parser = parse_rescan)]
+    pub rescan_ms: u64,
+    /// One JSON object a line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Ring-buffer size in MiB (a power of two).
+    #[arg(long, default_value_t = 8, value_name = "MIB", value_parser = parse_ringbuf)]
+    pub ringbuf_mib: u32,
+}
+
+/// Options of `cudatrace run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// What to attach and which processes to keep.
+    #[command(flatten)]
+    pub sel: Selection,
+    /// Address of the metrics server (default 127.0.0.1:9464, or the config file's).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// TOML config file (see README).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// NVML library to load instead of the loader's libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093.
+    #[arg(long, value_name = "URL")]
+    pub alertmanager: Option<String>,
+    /// POST each alert record (the stdout JSON line) to this URL.
+    #[arg(long, value_name = "URL")]
+    pub webhook: Option<String>,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// Trace options shared by every command: what to attach and which processes to keep.
+#[derive(clap::Args)]
+pub struct Selection {
+    /// A libcuda to attach (repeatable); without it, every libcuda in use or installed, and
+    /// those mapped later.
+    #[arg(long = "lib", value_name = "PATH")]
+    pub libs: Vec<PathBuf>,
+    /// Trace only this process.
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Trace only threads with this name (as in /proc/PID/comm), filtered in the kernel.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Trace only processes in this cgroup v2 directory, filtered in the kernel.
+    #[arg(long, value_name = "DIR")]
+    pub cgroup: Option<PathBuf>,
+}
+
+impl Selection {
+    /// The in-kernel filter's options.
+    pub fn filter(&self) -> FilterOptions {
+        FilterOptions { pid: self.pid, comm: self.comm.clone(), cgroup: self.cgroup.clone() }
+    }
+}
+
+fn parse_ringbuf(s: &str) -> Result<u32, String> {
+    let mib: u32 = s.parse().map_err(|_| format!("{s} is not a number of MiB"))?;
+    config::check_ringbuf_mib(mib).map(|()| mib).map_err(|e| format!("{e} MiB"))
+}
+
+fn parse_rescan(s: &str) -> Result<u64, String> {
+    let ms: u64 = s.parse().map_err(|_| format!("{s} is not a number of milliseconds"))?;
+    config::check_rescan_ms(ms).map(|()| ms)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(d) if d > 0.0 && d.is_finite() && d < 1e12 => Ok(Duration::from_secs_f64(d)),
+        _ => Err(format!("{s}: give a positive number of seconds")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_values_are_checked() {
+        assert_eq!(parse_ringbuf("16"), Ok(16));
+        assert_eq!(parse_ringbuf("3").unwrap_err(), "3: a power of two up to 1024 MiB");
+        assert_eq!(parse_rescan("0").unwrap_err(), "0: give a period of at least 1 ms");
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("-1").unwrap_err(), "-1: give a positive number of seconds");
+    }
+}

@@ -1,0 +1,3 @@
+//! One file per command.
+pub mod run;
+pub mod trace;

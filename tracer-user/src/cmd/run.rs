@@ -1,0 +1,184 @@
+//! `cudatrace run`: the daemon. Every call is aggregated and fed to the contention detector;
+//! NVML is sampled; each detection window's alert changes go to stdout and the alert sinks; the
+//! metrics server asks the loop for snapshots. On a signal or at `--duration` it stops like
+//! `trace`: recording off, the ring buffer drained, a summary, detached.
+use std::{
+    io,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::Result;
+use tokio::{sync::mpsc, time::MissedTickBehavior};
+
+use crate::{
+    aggregate::{Aggregator, SeriesLimits},
+    cli::RunArgs,
+    config::{self, Config},
+    detect::Detector,
+    nvml::{GpuSample, Sampler},
+    pipeline::{Consumer, Session, SessionOptions, Wake, decode::Event, enrich::Enrichment},
+    registry::{Process, RegistryLimits},
+    sinks::{
+        http::Sinks,
+        metrics::{Snapshot, Sources, server},
+        stdout,
+    },
+};
+
+/// What the daemon keeps beside the session: aggregation, detection, the latest NVML sample.
+struct Daemon {
+    aggregator: Aggregator,
+    detector: Detector,
+    gpus: Vec<GpuSample>,
+    nvml_up: bool,
+    probes: Vec<(&'static str, String, bool)>,
+    dropped: u64,
+}
+
+impl Consumer for Daemon {
+    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        self.aggregator.observe(&mut process.series, ev, e.kernel.as_deref());
+        self.detector.observe(process, ev, e.batch.as_ref());
+        Ok(())
+    }
+
+    fn exited(&mut self, process: &mut Process) {
+        // Its alerts resolve; its series stay for `retain_exited_s`.
+        self.detector.exited(process, SystemTime::now());
+    }
+}
+
+/// The config file, with the command line's overrides.
+fn config(args: &mut RunArgs) -> Result<Config> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(listen) = args.listen {
+        cfg.listen = listen;
+    }
+    if let Some(lib) = args.nvml_lib.take() {
+        cfg.nvml_library = Some(lib);
+    }
+    for (flag, url, slot) in [
+        ("--alertmanager", args.alertmanager.take(), &mut cfg.alerts.alertmanager_url),
+        ("--webhook", args.webhook.take(), &mut cfg.alerts.webhook_url),
+    ] {
+        if let Some(url) = url {
+            config::check_url(&url).map_err(|e| anyhow::anyhow!("{flag} {url}: {e}"))?;
+            *slot = Some(url);
+        }
+    }
+    Ok(cfg)
+}
+
+/// Hands alert changes to stdout and the sinks.
+fn publish(changes: &[crate::alert::AlertChange], sinks: Option<&Sinks>) {
+    stdout::print_changes(changes);
+    if let Some(s) = sinks {
+        for change in changes {
+            s.send(change);
+        }
+    }
+}
+
+/// Runs `cudatrace run`.
+pub async fn run(mut args: RunArgs) -> Result<()> {
+    let cfg = config(&mut args)?;
+    // Bind before loading anything, so that a taken port is reported at once.
+    let listener = server::bind(cfg.listen)?;
+    let mut session = Session::open(SessionOptions {
+        filter: args.sel.filter(),
+        libs: args.sel.libs,
+        duration: args.duration,
+        ringbuf_bytes: cfg.ringbuf_mib << 20,
+        rescan: Duration::from_millis(cfg.rescan_ms),
+        limits: RegistryLimits {
+            max_processes: cfg.max_processes,
+            retain_exited: Duration::from_secs(cfg.retain_exited_s),
+        },
+    })?;
+    let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
+    if let Sampler::Off(why) = &sampler {
+        eprintln!("cudatrace: {why}");
+    }
+    let started = Instant::now();
+    let mut daemon = Daemon {
+        aggregator: Aggregator::new(SeriesLimits { top_kernels: cfg.top_kernels, max_kernels: cfg.max_kernels }),
+        detector: Detector::new(cfg.detect.clone(), 0.0),
+        gpus: Vec::new(),
+        nvml_up: sampler.up(),
+        probes: session.probe_rows(),
+        dropped: 0,
+    };
+    let (requests_tx, mut requests) = mpsc::channel(16);
+    server::spawn(listener, requests_tx)?;
+    let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
+    // Alert evaluation: one tick per detection window, the first a window from now.
+    let window = Duration::from_secs(cfg.detect.window_s);
+    let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
+    detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let sinks = Sinks::start(&cfg.alerts, format!("http://{}/metrics", cfg.listen));
+    let probes = session.start_recording()?;
+    eprintln!("ready: {probes} probes attached; metrics at http://{}/metrics", cfg.listen);
+    let mut output_closed = false;
+    loop {
+        tokio::select! {
+            wake = session.wake() => match wake? {
+                Wake::Stop => break,
+                Wake::Rescan => {
+                    if session.rescan() {
+                        daemon.probes = session.probe_rows();
+                    }
+                }
+                Wake::Drain => {
+                    if session.drain(&mut daemon).is_err() {
+                        output_closed = true;
+                        break;
+                    }
+                }
+            },
+            _ = nvml_tick.tick() => {
+                match sampler.sample() {
+                    Ok(gpus) => daemon.gpus = gpus,
+                    Err(e) => {
+                        if sampler.up() {
+                            eprintln!("cudatrace: NVML sample failed: {e}");
+                        }
+                    }
+                }
+                daemon.dropped = session.dropped();
+                session.registry.sweep();
+            }
+            _ = detect_tick.tick() => {
+                let now = started.elapsed().as_secs_f64();
+                daemon.detector.evaluate(&mut session.registry, now, SystemTime::now(), &daemon.gpus);
+                publish(&daemon.detector.take_changes(), sinks.as_ref());
+            }
+            Some(reply) = requests.recv() => {
+                daemon.dropped = session.dropped();
+                let snapshot = Snapshot::build(&Sources {
+                    registry: &session.registry,
+                    aggregator: &daemon.aggregator,
+                    detector: &daemon.detector,
+                    events: session.counts.events,
+                    dropped: daemon.dropped,
+                    probes: &daemon.probes,
+                    nvml_up: daemon.nvml_up,
+                    gpus: &daemon.gpus,
+                });
+                let _ = reply.send(Arc::new(snapshot));
+            }
+        }
+    }
+    session.finish(&mut daemon, output_closed)?;
+    // Victims that exited since the last window resolve; firing alerts of live processes are
+    // left to expire in Alertmanager (the problem is not known to be over).
+    publish(&daemon.detector.take_changes(), sinks.as_ref());
+    session.detach();
+    if let Some(sinks) = sinks {
+        sinks.finish(Duration::from_secs(3)).await;
+    }
+    Ok(())
+}

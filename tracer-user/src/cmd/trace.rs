@@ -1,0 +1,59 @@
+//! `cudatrace trace`: attach, print every call until a signal or `--duration`, then stop
+//! recording, drain what is left in the ring buffer, print a summary and detach.
+use std::{io, time::Duration};
+
+use anyhow::Result;
+
+use crate::{
+    cli::TraceArgs,
+    pipeline::{Consumer, Session, SessionOptions, Wake, decode::Event, enrich::Enrichment},
+    registry::{Process, RegistryLimits},
+    sinks::stdout::Printer,
+};
+
+/// Processes `trace` holds at most (identity, kernel names, memory, streams); an exited one is
+/// released at once.
+const MAX_PROCESSES: usize = 4096;
+
+impl Consumer for Printer {
+    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        self.print(ev, e.kernel.as_deref(), e.batch.as_ref(), Some(&process.identity))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Printer::flush(self)
+    }
+}
+
+/// Runs `cudatrace trace`.
+pub async fn run(args: TraceArgs) -> Result<()> {
+    let mut session = Session::open(SessionOptions {
+        filter: args.sel.filter(),
+        libs: args.sel.libs,
+        duration: args.duration,
+        ringbuf_bytes: args.ringbuf_mib << 20,
+        rescan: Duration::from_millis(args.rescan_ms),
+        limits: RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO },
+    })?;
+    let mut printer = Printer::new(args.json);
+    let probes = session.start_recording()?;
+    eprintln!("ready: {probes} probes attached");
+    let mut output_closed = false;
+    loop {
+        match session.wake().await? {
+            Wake::Stop => break,
+            Wake::Rescan => {
+                session.rescan();
+            }
+            Wake::Drain => {
+                if session.drain(&mut printer).is_err() {
+                    output_closed = true;
+                    break;
+                }
+            }
+        }
+    }
+    session.finish(&mut printer, output_closed)?;
+    session.detach();
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! The debounce state machine of one (process, signal): a breach goes `pending` after
+//! `pending_windows` consecutive breaching windows, `firing` once it has lasted
+//! `firing_after_s`, and resolves after `resolve_after_s` without one (a pending one at the first
+//! normal window).
+use super::baseline::{Baseline, Params};
+use crate::{
+    alert::{AlertChange, AlertState, Severity},
+    config::DetectConfig,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// No breach, or fewer than `pending_windows` in a row.
+    Normal,
+    /// Breaching, not yet for `firing_after_s`.
+    Pending,
+    /// Breaching long enough to page.
+    Firing,
+}
+
+/// One (process, signal): its baseline and its alert's debounce state.
+pub struct Track {
+    pub baseline: Baseline,
+    pub phase: Phase,
+    /// Consecutive breaching windows.
+    pub breaches: u32,
+    /// Monotonic seconds when the current run of breaching windows began.
+    pub since: f64,
+    /// Monotonic seconds at the end of the last breaching window.
+    pub last_breach: f64,
+    /// When the alert fired.
+    pub fired_at: f64,
+    /// Lowest tier over the current run: the severity it sustains.
+    pub tier: Severity,
+    /// The alert's latest record, while pending or firing.
+    pub record: Option<AlertChange>,
+    /// The last window's value and baseline p99 (ns, or ns per MiB), once the baseline is ready.
+    pub last: Option<(f64, f64)>,
+}
+
+impl Track {
+    /// A track whose baseline has learned nothing yet.
+    pub fn new(params: Params) -> Track {
+        Track {
+            baseline: Baseline::new(params),
+            phase: Phase::Normal,
+            breaches: 0,
+            since: 0.0,
+            last_breach: 0.0,
+            fired_at: 0.0,
+            tier: Severity::Warning,
+            record: None,
+            last: None,
+        }
+    }
+}
+
+impl Track {
+    /// A window that did not breach (`Some(false)`) or had too few calls (`None`).
+    pub fn settle(&mut self, known: Option<bool>, now: f64, cfg: &DetectConfig) {
+        match (self.phase, known) {
+            (Phase::Normal, Some(_)) => self.breaches = 0,
+            (Phase::Normal, None) | (Phase::Pending, None) => {}
+            (Phase::Pending, Some(_)) => self.end(),
+            (Phase::Firing, _) => {
+                if now - self.last_breach >= cfg.resolve_after_s as f64 {
+                    self.end();
+                }
+            }
+        }
+    }
+
+    /// Back to normal; the record, marked resolved, is handed out by `evaluate`.
+    fn end(&mut self) {
+        self.phase = Phase::Normal;
+        self.breaches = 0;
+        if let Some(r) = self.record.as_mut() {
+            r.state = AlertState::Resolved;
+            r.reason = Some("back_to_baseline");
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The signals the detector watches, and one process's calls in the current window from which
+//! each signal gets its value.
+use hdrhistogram::Histogram;
+use tracer_common::Kind;
+
+use crate::{
+    aggregate::sketch::LAUNCH,
+    pipeline::{
+        decode::{Detail, Event},
+        enrich::gputime::BatchEstimate,
+    },
+};
+
+const MIB: f64 = 1_048_576.0;
+
+/// The signals a process's baseline is kept for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    /// p99 of launch call durations (CPU-side).
+    LaunchLatency,
+    /// Host time blocked in waits per launch.
+    WaitPerLaunch,
+    /// Time of synchronous copies per MiB (inverse copy throughput).
+    CopyTime,
+}
+
+impl Signal {
+    /// Every signal.
+    pub const ALL: [Signal; 3] = [Signal::LaunchLatency, Signal::WaitPerLaunch, Signal::CopyTime];
+
+    /// The name in alerts.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::LaunchLatency => "launch_latency_p99",
+            Signal::WaitPerLaunch => "wait_per_launch",
+            Signal::CopyTime => "copy_time_per_mib",
+        }
+    }
+
+    /// Unit of the signal's values in alerts.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Signal::CopyTime => "seconds_per_mib",
+            _ => "seconds",
+        }
+    }
+}
+
+/// One process's calls in the current window.
+pub struct Window {
+    pub launches: u64,
+    /// Launch durations; created on the first launch.
+    pub launch_ns: Option<Histogram<u32>>,
+    pub wait_ns: u64,
+    pub waits: u64,
+    pub sync_copy_ns: u64,
+    pub sync_copy_bytes: u64,
+    pub sync_copies: u64,
+    pub copy_bytes: u64,
+    pub gpu_ns: u64,
+}
+
+impl Window {
+    pub fn new() -> Window {
+        Window {
+            launches: 0,
+            launch_ns: None,
+            wait_ns: 0,
+            waits: 0,
+            sync_copy_ns: 0,
+            sync_copy_bytes: 0,
+            sync_copies: 0,
+            copy_bytes: 0,
+            gpu_ns: 0,
+        }
+    }
+
+    pub fn reset(&mut self) {
+        let hist = self.launch_ns.take().map(|mut h| {
+            h.reset();
+            h
+        });
+        *self = Window { launch_ns: hist, ..Window::new() };
+    }
+
+    /// The signal's value (ns, or ns per MiB) and the calls behind it; `None` with too few calls.
+    pub fn value(&self, signal: Signal, min_samples: u64) -> Option<(f64, u64)> {
+        match signal {
+            Signal::LaunchLatency => {
+                let h = self.launch_ns.as_ref().filter(|_| self.launches >= min_samples)?;
+                Some((LAUNCH.ns(h.value_at_quantile(0.99)) as f64, self.launches))
+            }
+            Signal::WaitPerLaunch => (self.launches >= min_samples && self.waits > 0)
+                .then(|| (self.wait_ns as f64 / self.launches as f64, self.launches)),
+            Signal::CopyTime => (self.sync_copies >= min_samples && self.sync_copy_bytes > 0)
+                .then(|| (self.sync_copy_ns as f64 * MIB / self.sync_copy_bytes as f64, self.sync_copies)),
+        }
+    }
+
+    /// Nanoseconds a rise in `signal` of `delta` means per call, for the `min_increase_us` floor.
+    pub fn per_call(&self, signal: Signal, delta: f64) -> f64 {
+        match signal {
+            Signal::CopyTime => delta * (self.sync_copy_bytes as f64 / self.sync_copies.max(1) as f64) / MIB,
+            _ => delta,
+        }
+    }
+}
+
+impl Window {
+    /// Counts one call; `closed` is what a wait closed (GPU time). Failed calls count only
+    /// their closed batches.
+    pub fn observe(&mut self, ev: &Event, closed: Option<&BatchEstimate>) {
+        if let Some(c) = closed {
+            self.gpu_ns = self.gpu_ns.saturating_add(c.gpu_ns_estimate);
+        }
+        if ev.result != 0 {
+            return;
+        }
+        match ev.api.info().kind {
+            Kind::Launch | Kind::GraphLaunch => {
+                self.launches += 1;
+                let h = self.launch_ns.get_or_insert_with(|| LAUNCH.sketch());
+                let _ = h.record(LAUNCH.units(ev.duration_ns));
+            }
+            Kind::Sync => {
+                self.wait_ns = self.wait_ns.saturating_add(ev.duration_ns);
+                self.waits += 1;
+            }
+            Kind::Memcpy => {
+                if let Detail::Copy { bytes, stream, .. } = ev.detail {
+                    self.copy_bytes = self.copy_bytes.saturating_add(bytes);
+                    if stream.is_none() {
+                        self.sync_copy_ns = self.sync_copy_ns.saturating_add(ev.duration_ns);
+                        self.sync_copy_bytes = self.sync_copy_bytes.saturating_add(bytes);
+                        self.sync_copies += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The flow every command shares: probes attached (`probe`), records drained from the ring
+//! buffer and decoded ([`decode`]), each call enriched against its process's registry entry
+//! ([`enrich`]), then handed to the command's [`Consumer`] (aggregation and detection for `run`,
+//! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
+//! timers of that flow; each command owns the rest of its loop.
+pub mod decode;
+pub mod enrich;
+
+use std::{
+    collections::HashSet,
+    io,
+    path::PathBuf,
+    pin::Pin,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+use aya::maps::{MapData, RingBuf};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{Signal, SignalKind, signal},
+    time::{Interval, MissedTickBehavior, Sleep},
+};
+
+use crate::{
+    probe::{
+        caps, discover,
+        filter::{self, FilterOptions},
+        loader::{self, Probes},
+    },
+    registry::{Process, Registry, RegistryLimits},
+};
+use decode::{DecodeError, Event, RingRecord};
+use enrich::{Enrichment, identity};
+
+/// How often the ring buffer is drained when the kernel has not woken the reader: the most an
+/// event waits before it is printed or counted.
+const POLL_PERIOD: Duration = Duration::from_millis(20);
+
+/// What to trace and how, for every command.
+pub struct SessionOptions {
+    /// Libraries to attach; discovered (and watched for) when empty.
+    pub libs: Vec<PathBuf>,
+    /// Only this process, and threads and cgroups as the filter says.
+    pub filter: FilterOptions,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Ring-buffer size in bytes.
+    pub ringbuf_bytes: u32,
+    /// How often to look for newly mapped libcuda files, without `--lib`.
+    pub rescan: Duration,
+    /// What the process registry keeps.
+    pub limits: RegistryLimits,
+}
+
+/// Where a session's calls go; each command implements it.
+pub trait Consumer {
+    /// One decoded call, with what enrichment learned and its process's entry.
+    fn call(&mut self, ev: &Event, enrichment: &Enrichment, process: &mut Process) -> io::Result<()>;
+    /// A process exited; its per-call tables are released after this.
+    fn exited(&mut self, _process: &mut Process) {}
+    /// After each drained batch.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What woke the session.
+pub enum Wake {
+    /// A signal or the deadline: stop.
+    Stop,
+    /// Records wait (or the poll period passed): drain.
+    Drain,
+    /// Time to look for libraries mapped since the last look.
+    Rescan,
+}
+
+/// Counts of what the session consumed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counts {
+    /// Call records.
+    pub events: u64,
+    /// Records that could not be decoded.
+    pub decode_errors: u64,
+    /// Exit records.
+    pub exits: u64,
+}
+
+/// A tracing session: probes, ring buffer, registry, timers.
+pub struct Session {
+    probes: Probes,
+    ring: AsyncFd<RingBuf<MapData>>,
+    /// Every traced process.
+    pub registry: Registry,
+    /// What was consumed so far.
+    pub counts: Counts,
+    /// Processes found already gone when first seen: released once the ring buffer is drained,
+    /// since all their records are in it by then.
+    gone: Vec<u32>,
+    watch: bool,
+    known: HashSet<PathBuf>,
+    poll: Interval,
+    rescan: Interval,
+    deadline: Pin<Box<Sleep>>,
+    sigint: Signal,
+    sigterm: Signal,
+}
+
+/// Attaches each library not attached yet; returns the failures.
+fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<anyhow::Error> {
+    let mut failures = Vec::new();
+    for lib in libs {
+        match probes.attach_library(lib) {
+            Ok(Some(attached)) => eprintln!("{}", loader::report(attached)),
+            Ok(None) => {}
+            Err(e) => {
+                if !quiet_errors {
+                    eprintln!("cudatrace: {e:#}");
+                }
+                failures.push(e);
+            }
+        }
+    }
+    failures
+}
+
+impl Session {
+    /// Checks privileges, attaches (or starts watching for) the libraries and arms the timers.
+    /// Recording starts with [`Session::start_recording`].
+    pub fn open(opts: SessionOptions) -> Result<Session> {
+        if let Some(why) = caps::missing_privilege() {
+            bail!(why);
+        }
+        let filter = filter::build(&opts.filter)?;
+        let watch = opts.libs.is_empty();
+        let libs = if watch { discover::libraries() } else { opts.libs.clone() };
+        if watch && libs.is_empty() {
+            eprintln!("no libcuda in use or installed yet; watching for processes that map one");
+        }
+        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid)?;
+        probes.set_filter(filter)?;
+        // With one library its error is the run's error, printed once below.
+        let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
+        if probes.probe_count() == 0 && !watch {
+            match failures.into_iter().next() {
+                Some(e) if libs.len() == 1 => return Err(e),
+                _ => bail!("no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib", libs.len()),
+            }
+        }
+        let ring = probes.take_ring().context("the ring buffer was taken already")?;
+        // SAFETY: the ring buffer owns its fd, and AsyncFd owns the ring buffer until into_inner.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
+        let mut poll = tokio::time::interval(POLL_PERIOD);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut rescan = tokio::time::interval(opts.rescan);
+        rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let forever = Duration::from_secs(u64::MAX / 4);
+        // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
+        probes.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
+        Ok(Session {
+            probes,
+            ring,
+            registry: Registry::new(opts.limits),
+            counts: Counts::default(),
+            gone: Vec::new(),
+            watch,
+            known: libs.into_iter().collect(),
+            poll,
+            rescan,
+            deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
+            sigint: signal(SignalKind::interrupt())?,
+            sigterm: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// Switches recording on; returns how many probes are attached.
+    pub fn start_recording(&mut self) -> Result<usize> {
+        self.probes.set_enabled(true)?;
+        Ok(self.probes.probe_count())
+    }
+
+    /// (symbol, library, attached) of every entry point of every attached library.
+    pub fn probe_rows(&self) -> Vec<(&'static str, String, bool)> {
+        self.probes.rows()
+    }
+
+    /// Records the kernel could not write (ring buffer full).
+    pub fn dropped(&self) -> u64 {
+        self.probes.counters().map_or(0, |(dropped, _)| dropped)
+    }
+
+    /// Waits for the next thing to do.
+    pub async fn wake(&mut self) -> io::Result<Wake> {
+        tokio::select! {
+            _ = self.sigint.recv() => Ok(Wake::Stop),
+            _ = self.sigterm.recv() => Ok(Wake::Stop),
+            _ = &mut self.deadline => Ok(Wake::Stop),
+            _ = self.rescan.tick(), if self.watch => Ok(Wake::Rescan),
+            _ = self.poll.tick() => Ok(Wake::Drain),
+            guard = self.ring.readable_mut() => {
+                // Everything is drained right after: readiness that arrives meanwhile wakes again.
+                guard?.clear_ready();
+                Ok(Wake::Drain)
+            }
+        }
+    }
+
+    /// Attaches libcuda files mapped since the last look; returns whether any was attached.
+    pub fn rescan(&mut self) -> bool {
+        let new: Vec<PathBuf> =
+            discover::mapped_libraries().into_iter().filter(|p| self.known.insert(p.clone())).collect();
+        let before = self.probes.libraries.len();
+        let _ = attach_all(&mut self.probes, &new, false);
+        for lib in &self.probes.libraries[before..] {
+            eprintln!("discovered: {} at_ns={}", lib.path.display(), decode::monotonic_ns());
+        }
+        self.probes.libraries.len() > before
+    }
+
+    /// Reads every record now in the ring buffer into `consumer`. An error is the consumer's
+    /// output closing.
+    pub fn drain(&mut self, consumer: &mut impl Consumer) -> io::Result<()> {
+        loop {
+            let record = match self.ring.get_mut().next() {
+                Some(item) => decode::decode_record(&item),
+                None => break,
+            };
+            self.handle(record, consumer)?;
+        }
+        for pid in std::mem::take(&mut self.gone) {
+            self.probes.untrack(pid);
+            self.exit(pid, consumer);
+        }
+        consumer.flush()
+    }
+
+    fn handle(&mut self, record: Result<RingRecord, DecodeError>, consumer: &mut impl Consumer) -> io::Result<()> {
+        let ev = match record {
+            Ok(RingRecord::Call(ev)) => ev,
+            Ok(RingRecord::Exit(pid)) => {
+                self.counts.exits += 1;
+                self.exit(pid, consumer);
+                return Ok(());
+            }
+            Err(e) => {
+                self.counts.decode_errors += 1;
+                if self.counts.decode_errors == 1 {
+                    eprintln!("cudatrace: skipping undecodable record: {e}");
+                }
+                return Ok(());
+            }
+        };
+        self.counts.events += 1;
+        if self.registry.live_mut(ev.pid).is_none() {
+            // From now on the kernel reports this process's exit. Tracked before /proc is read:
+            // a process that had begun exiting by then is read as gone and released after this
+            // drain instead (all its records are in the ring buffer by then).
+            self.probes.track(ev.pid);
+            let identity = identity::read(ev.pid);
+            if !identity.alive {
+                self.gone.push(ev.pid);
+            }
+            self.registry.insert(ev.pid, ev.comm, identity);
+        }
+        let process = self.registry.live_mut(ev.pid).expect("inserted above");
+        process.last_seen_ns = ev.start_ns.saturating_add(ev.duration_ns);
+        let enrichment = enrich::enrich(process, &ev);
+        consumer.call(&ev, &enrichment, process)
+    }
+
+    /// A process exited: its final lines, the consumer's last word, then its tables go.
+    fn exit(&mut self, pid: u32, consumer: &mut impl Consumer) {
+        self.registry.exit(pid, |p| {
+            final_lines(p);
+            consumer.exited(p);
+        });
+    }
+
+    /// Stops recording, drains what the programs had already written (unless the output is
+    /// closed) and prints the summary. Then [`Session::detach`].
+    pub fn finish(&mut self, consumer: &mut impl Consumer, output_closed: bool) -> Result<()> {
+        // Stop recording first so that nothing new arrives, then read what was written.
+        self.probes.set_enabled(false)?;
+        if !output_closed {
+            let _ = self.drain(consumer);
+        }
+        let (dropped, orphans) = self.probes.counters()?;
+        let (inflight, tracked) = self.probes.inflight_and_tracked();
+        let live = self.registry.live_sorted();
+        for p in &live {
+            if p.memory.touched() {
+                eprintln!("{}", p.memory.line(p.pid));
+            }
+        }
+        for p in &live {
+            for line in p.streams.lines(p.pid) {
+                eprintln!("{line}");
+            }
+        }
+        let c = self.counts;
+        eprintln!(
+            "summary: events={} dropped={dropped} orphan_returns={orphans} undecodable={} probes={} \
+             exits={} live_processes={} inflight_entries={inflight} tracked_processes={tracked}",
+            c.events,
+            c.decode_errors,
+            self.probes.probe_count(),
+            c.exits,
+            live.len()
+        );
+        Ok(())
+    }
+
+    /// Detaches every probe without making the caller wait (see `Probes::detach_in_background`).
+    pub fn detach(self) {
+        self.probes.detach_in_background();
+    }
+}
+
+/// Prints a process's final memory and GPU-time lines.
+fn final_lines(p: &Process) {
+    if p.memory.touched() {
+        eprintln!("{}", p.memory.line(p.pid));
+    }
+    for line in p.streams.lines(p.pid) {
+        eprintln!("{line}");
+    }
+}

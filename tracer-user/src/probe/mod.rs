@@ -1,0 +1,8 @@
+//! The probe stage: finding libcuda files (`discover`), resolving their entry points
+//! (`symbols`), checking the privileges (`caps`), building the in-kernel filter (`filter`), and
+//! loading and attaching the eBPF programs with typed handles to their maps (`loader`).
+pub mod caps;
+pub mod discover;
+pub mod filter;
+pub mod loader;
+pub mod symbols;

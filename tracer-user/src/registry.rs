@@ -1,0 +1,227 @@
+//! The one registry of traced processes. Each entry, keyed by pid and checked against the start
+//! time read from /proc, owns every per-process table: identity, kernel names, device memory,
+//! streams (GPU-time estimate), metric series and the detector's signals. Exit, pid reuse,
+//! retention after exit and the `max_processes` bound therefore happen here, once, for all of
+//! them.
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use foldhash::HashMap;
+
+use crate::{
+    aggregate::ProcessSeries,
+    detect::ProcessSignals,
+    pipeline::{
+        decode::Comm,
+        enrich::{
+            gputime::Streams,
+            identity::{Identity, ProcessRef},
+            kernels::KernelNames,
+            memory::ProcessMemory,
+        },
+    },
+};
+
+/// What the registry keeps, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct RegistryLimits {
+    /// Processes held at most; past it the longest-exited, else the longest-idle process
+    /// without an active alert, is dropped.
+    pub max_processes: usize,
+    /// How long an exited process's entry (its final counts) is kept.
+    pub retain_exited: Duration,
+}
+
+/// One traced process and everything known about it.
+pub struct Process {
+    /// Process id.
+    pub pid: u32,
+    /// Who it is, read from /proc when its first event arrived.
+    pub identity: Arc<Identity>,
+    /// Its comm, as the first event carried it.
+    pub comm: Comm,
+    /// Kernel handle to name.
+    pub kernels: KernelNames,
+    /// Device memory from allocations and frees.
+    pub memory: ProcessMemory,
+    /// Streams and the GPU-time estimate.
+    pub streams: Streams,
+    /// Metric series (`cudatrace run`).
+    pub series: ProcessSeries,
+    /// The contention detector's window and baselines (`cudatrace run`), made on first use.
+    pub signals: Option<Box<ProcessSignals>>,
+    /// CLOCK_MONOTONIC ns at the end of its latest call.
+    pub last_seen_ns: u64,
+    /// When it exited; the entry stays for [`RegistryLimits::retain_exited`].
+    pub exited_at: Option<Instant>,
+}
+
+impl Process {
+    /// The process as views name it.
+    pub fn view(&self) -> ProcessRef<'_> {
+        ProcessRef { pid: self.pid, comm: &self.comm, identity: &self.identity }
+    }
+
+    /// Whether the detector holds a pending or firing alert for it.
+    fn alerting(&self) -> bool {
+        self.signals.as_ref().is_some_and(|s| s.alerting())
+    }
+}
+
+/// Every traced process, by pid.
+pub struct Registry {
+    by_pid: HashMap<u32, Process>,
+    limits: RegistryLimits,
+    /// Processes dropped to stay within `max_processes`.
+    pub evicted: u64,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(limits: RegistryLimits) -> Registry {
+        Registry { by_pid: HashMap::default(), limits, evicted: 0 }
+    }
+
+    /// The entry of a running process (none for an exited one, whose pid may come back).
+    pub fn live_mut(&mut self, pid: u32) -> Option<&mut Process> {
+        self.by_pid.get_mut(&pid).filter(|p| p.exited_at.is_none())
+    }
+
+    /// Any entry, exited or not.
+    #[cfg(test)]
+    pub fn get(&self, pid: u32) -> Option<&Process> {
+        self.by_pid.get(&pid)
+    }
+
+    /// Adds a process seen for the first time (replacing an exited one with the same pid), then
+    /// keeps the registry within `max_processes`.
+    pub fn insert(&mut self, pid: u32, comm: Comm, identity: Identity) -> &mut Process {
+        let process = Process {
+            pid,
+            identity: Arc::new(identity),
+            comm,
+            kernels: KernelNames::default(),
+            memory: ProcessMemory::default(),
+            streams: Streams::default(),
+            series: ProcessSeries::default(),
+            signals: None,
+            last_seen_ns: 0,
+            exited_at: None,
+        };
+        self.by_pid.insert(pid, process);
+        if self.by_pid.len() > self.limits.max_processes {
+            self.evict(pid);
+        }
+        self.by_pid.get_mut(&pid).expect("just inserted, never the one evicted")
+    }
+
+    /// Drops one process other than `keep`: the one exited longest ago, else the one idle
+    /// longest among those without an alert, else the one idle longest.
+    fn evict(&mut self, keep: u32) {
+        let victim = self
+            .by_pid
+            .values()
+            .filter(|p| p.pid != keep)
+            .min_by_key(|p| {
+                let exited_for = p.exited_at.map(|t| std::cmp::Reverse(t.elapsed()));
+                (p.exited_at.is_none(), exited_for, p.alerting(), p.last_seen_ns)
+            })
+            .map(|p| p.pid);
+        if let Some(pid) = victim {
+            self.by_pid.remove(&pid);
+            self.evicted += 1;
+        }
+    }
+
+    /// Marks a process exited and hands it to `f` (final lines, alerts), then releases its
+    /// per-call tables; its totals stay for the retention time. `false` when it was not known.
+    pub fn exit(&mut self, pid: u32, f: impl FnOnce(&mut Process)) -> bool {
+        let Some(p) = self.live_mut(pid) else { return false };
+        p.exited_at = Some(Instant::now());
+        f(p);
+        p.kernels = KernelNames::default();
+        p.memory.release();
+        p.streams.release();
+        p.signals = None;
+        if self.limits.retain_exited.is_zero() {
+            self.by_pid.remove(&pid);
+        }
+        true
+    }
+
+    /// Drops exited processes kept longer than the retention time.
+    pub fn sweep(&mut self) {
+        let keep = self.limits.retain_exited;
+        self.by_pid.retain(|_, p| p.exited_at.is_none_or(|t| t.elapsed() < keep));
+    }
+
+    /// Every entry, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = &Process> {
+        self.by_pid.values()
+    }
+
+    /// Every entry, in no order, to change.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Process> {
+        self.by_pid.values_mut()
+    }
+
+    /// Running processes, by pid.
+    pub fn live_sorted(&self) -> Vec<&Process> {
+        let mut v: Vec<&Process> = self.by_pid.values().filter(|p| p.exited_at.is_none()).collect();
+        v.sort_by_key(|p| p.pid);
+        v
+    }
+
+    /// Entries held (exited ones within their retention included).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_pid.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max: usize, retain_s: u64) -> RegistryLimits {
+        RegistryLimits { max_processes: max, retain_exited: Duration::from_secs(retain_s) }
+    }
+
+    fn add(r: &mut Registry, pid: u32, last_seen_ns: u64) {
+        r.insert(pid, Comm::from("job"), Identity::default()).last_seen_ns = last_seen_ns;
+    }
+
+    #[test]
+    fn the_exited_go_first_then_the_longest_idle() {
+        let mut r = Registry::new(limits(3, 600));
+        add(&mut r, 1, 10);
+        add(&mut r, 2, 5);
+        add(&mut r, 3, 20);
+        assert!(r.exit(3, |_| {}));
+        add(&mut r, 4, 30);
+        assert_eq!((r.len(), r.evicted), (3, 1));
+        assert!(r.get(3).is_none(), "the exited process goes before idle live ones");
+        add(&mut r, 5, 40);
+        assert!(r.get(2).is_none(), "then the longest idle");
+        assert_eq!(r.evicted, 2);
+    }
+
+    #[test]
+    fn exit_marks_then_retention_drops_and_a_reused_pid_is_new() {
+        let mut r = Registry::new(limits(10, 600));
+        add(&mut r, 7, 1);
+        let mut seen = 0;
+        assert!(r.exit(7, |p| seen = p.pid));
+        assert_eq!(seen, 7);
+        assert!(!r.exit(7, |_| {}), "an exit is handled once");
+        assert!(r.live_mut(7).is_none() && r.get(7).is_some(), "kept for the retention time");
+        add(&mut r, 7, 2);
+        assert!(r.live_mut(7).is_some(), "the pid was reused by a new process");
+        let mut gone = Registry::new(limits(10, 0));
+        add(&mut gone, 1, 1);
+        gone.exit(1, |_| {});
+        assert_eq!(gone.len(), 0, "without retention an exited process goes at once");
+    }
+}

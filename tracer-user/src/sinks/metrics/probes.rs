@@ -1,0 +1,33 @@
+//! The agent itself: probes attached per library, records consumed and dropped, processes
+//! evicted, and whether NVML answers.
+use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
+
+use super::{
+    SnapshotCell,
+    encode::{Labels, counter, gauge},
+};
+
+/// The probes and agent collector.
+#[derive(Debug)]
+pub struct ProbesCollector(pub SnapshotCell);
+
+impl Collector for ProbesCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let snap = self.0.load();
+        counter(&mut enc, "cudatrace_events", "Ring-buffer records consumed.", &[(vec![], snap.events as f64)])?;
+        counter(
+            &mut enc,
+            "cudatrace_processes_evicted",
+            "Processes whose series were dropped to stay within max_processes.",
+            &[(vec![], snap.evicted as f64)],
+        )?;
+        counter(&mut enc, "cudatrace_events_dropped", "Records lost because the ring buffer was full.", &[(vec![], snap.dropped as f64)])?;
+        let probes: Vec<(Labels, f64)> = snap
+            .probes
+            .iter()
+            .map(|(sym, lib, on)| (vec![("symbol", (*sym).to_owned()), ("library", lib.clone())], f64::from(u8::from(*on))))
+            .collect();
+        gauge(&mut enc, "cudatrace_probe_attached", "1 when the symbol's probes are attached in the library, 0 when it is not exported.", &probes)?;
+        gauge(&mut enc, "cudatrace_nvml_up", "1 when NVML answers, 0 without it.", &[(vec![], f64::from(u8::from(snap.nvml_up)))])
+    }
+}

@@ -1,0 +1,211 @@
+//! What a scrape sees: owned rows copied from the registry, the aggregate and the detector by the
+//! event loop, so that the metrics server encodes them without touching the loop's tables.
+use std::sync::{Arc, Mutex};
+
+use foldhash::HashMap;
+use tracer_common::Api;
+
+use super::encode::Labels;
+use crate::{
+    aggregate::{Aggregator, Series},
+    alert::AlertChange,
+    detect::{Detector, Signal},
+    nvml::GpuSample,
+    pipeline::enrich::identity::ProcessRef,
+    registry::Registry,
+};
+
+/// The process labels of every per-process metric: `pid`, `comm`, `container`, `pod`.
+#[derive(Debug)]
+pub struct ProcessLabels {
+    pid: u32,
+    comm: String,
+    container: String,
+    pod: String,
+}
+
+impl ProcessLabels {
+    fn of(p: ProcessRef<'_>) -> ProcessLabels {
+        ProcessLabels {
+            pid: p.pid,
+            comm: p.comm.to_owned(),
+            container: p.identity.container_id.clone().unwrap_or_default(),
+            pod: p.identity.pod_uid.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The labels, in order.
+    pub fn labels(&self) -> Labels {
+        vec![
+            ("pid", self.pid.to_string()),
+            ("comm", self.comm.clone()),
+            ("container", self.container.clone()),
+            ("pod", self.pod.clone()),
+        ]
+    }
+}
+
+/// One (process, api, kernel) series.
+#[derive(Debug)]
+pub struct CallRow {
+    /// Whose.
+    pub process: Arc<ProcessLabels>,
+    /// The api.
+    pub api: Api,
+    /// The kernel label ("" when not a launch).
+    pub kernel: Arc<str>,
+    /// Totals.
+    pub series: Series,
+}
+
+/// One latency quantile of one (process, api) over one window.
+#[derive(Debug)]
+pub struct QuantileRow {
+    /// Whose.
+    pub process: Arc<ProcessLabels>,
+    /// The api.
+    pub api: Api,
+    /// `1m`, `5m` or `all`.
+    pub window: &'static str,
+    /// The quantile.
+    pub quantile: f64,
+    /// Seconds.
+    pub seconds: f64,
+}
+
+/// One process's gauges.
+#[derive(Debug)]
+pub struct ProcessRow {
+    /// Whose.
+    pub process: Arc<ProcessLabels>,
+    /// Device memory held.
+    pub memory_bytes: u64,
+    /// Highest device memory held.
+    pub memory_peak_bytes: u64,
+    /// GPU-time estimate, ns.
+    pub gpu_ns_estimate: u64,
+}
+
+/// One (process, signal) of the detector with a ready baseline.
+#[derive(Debug)]
+pub struct SignalRow {
+    /// Whose.
+    pub process: Arc<ProcessLabels>,
+    /// Which signal.
+    pub signal: Signal,
+    /// Last window's value (seconds, or seconds per MiB).
+    pub value: f64,
+    /// Baseline p99, same unit.
+    pub p99: f64,
+}
+
+/// Everything one scrape encodes.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Per (process, api, kernel).
+    pub calls: Vec<CallRow>,
+    /// Latency quantiles.
+    pub quantiles: Vec<QuantileRow>,
+    /// Per process.
+    pub processes: Vec<ProcessRow>,
+    /// Ring-buffer records consumed.
+    pub events: u64,
+    /// Records lost to a full ring buffer.
+    pub dropped: u64,
+    /// Processes dropped to stay within `max_processes`.
+    pub evicted: u64,
+    /// (symbol, library, attached) of every entry point of every library.
+    pub probes: Vec<(&'static str, String, bool)>,
+    /// Pending and firing alerts.
+    pub alerts: Vec<AlertChange>,
+    /// Detector signals with a ready baseline.
+    pub signals: Vec<SignalRow>,
+    /// Whether NVML answers.
+    pub nvml_up: bool,
+    /// Latest NVML sample.
+    pub gpus: Vec<GpuSample>,
+}
+
+/// What the event loop builds a snapshot from.
+pub struct Sources<'a> {
+    /// Every traced process.
+    pub registry: &'a Registry,
+    /// The aggregation (its clock and limits).
+    pub aggregator: &'a Aggregator,
+    /// The detector.
+    pub detector: &'a Detector,
+    /// Ring-buffer records consumed.
+    pub events: u64,
+    /// Records dropped.
+    pub dropped: u64,
+    /// Probe rows.
+    pub probes: &'a [(&'static str, String, bool)],
+    /// Whether NVML answers.
+    pub nvml_up: bool,
+    /// Latest NVML sample.
+    pub gpus: &'a [GpuSample],
+}
+
+impl Snapshot {
+    /// Copies what the metrics need.
+    pub fn build(s: &Sources<'_>) -> Snapshot {
+        let mut labels: HashMap<u32, Arc<ProcessLabels>> = HashMap::default();
+        let mut of = |p: ProcessRef<'_>| labels.entry(p.pid).or_insert_with(|| Arc::new(ProcessLabels::of(p))).clone();
+        let calls = s
+            .aggregator
+            .series(s.registry)
+            .into_iter()
+            .map(|v| CallRow { process: of(v.process), api: v.api, kernel: v.kernel, series: v.series })
+            .collect();
+        let quantiles = s
+            .aggregator
+            .quantiles(s.registry)
+            .into_iter()
+            .map(|q| QuantileRow { process: of(q.process), api: q.api, window: q.window, quantile: q.quantile, seconds: q.seconds })
+            .collect();
+        let processes = s
+            .registry
+            .iter()
+            .map(|p| ProcessRow {
+                process: of(p.view()),
+                memory_bytes: p.memory.current_bytes,
+                memory_peak_bytes: p.memory.peak_bytes,
+                gpu_ns_estimate: p.streams.estimate_ns(),
+            })
+            .collect();
+        let signals = s
+            .detector
+            .signals(s.registry)
+            .map(|(p, signal, value, p99)| SignalRow { process: of(p), signal, value, p99 })
+            .collect();
+        Snapshot {
+            calls,
+            quantiles,
+            processes,
+            events: s.events,
+            dropped: s.dropped,
+            evicted: s.registry.evicted,
+            probes: s.probes.to_vec(),
+            alerts: s.detector.active(s.registry).cloned().collect(),
+            signals,
+            nvml_up: s.nvml_up,
+            gpus: s.gpus.to_vec(),
+        }
+    }
+}
+
+/// The latest snapshot, shared by the collectors.
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotCell(Arc<Mutex<Arc<Snapshot>>>);
+
+impl SnapshotCell {
+    /// The latest snapshot.
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the snapshot.
+    pub fn store(&self, snapshot: Arc<Snapshot>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
+    }
+}
