@@ -4,62 +4,34 @@
 //! the neighbour stops.
 use std::{
     collections::BTreeMap,
-    process::{Child, Command},
     time::{Duration, Instant},
 };
 
-use integration_tests::{Server, Tracer, Webhook, poll, device_file, env, finish_workload, http_get, spawn_workload_as};
+use integration_tests::{
+    Cudatrace, Running, Scenario, Traced, Workload, device_file, env, exposition, guards::TempDir, http, poll,
+    servers::{Alertmanager, Webhook},
+};
 use serde_json::Value;
-
-/// A real Alertmanager (Debian's prometheus-alertmanager) on loopback.
-struct Alertmanager(Server);
-
-impl Alertmanager {
-    fn start() -> Alertmanager {
-        let config = "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n";
-        let server = Server::start("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager.yml", config, |config, dir, port| {
-            vec![
-                format!("--config.file={}", config.display()),
-                format!("--storage.path={}", dir.join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--cluster.listen-address=".into(),
-            ]
-        });
-        let am = Alertmanager(server);
-        assert!(poll(Duration::from_secs(30), || am.alerts()).is_some(), "Alertmanager did not answer within 30 s");
-        am
-    }
-
-    /// The alerts its API lists (active ones), or None while it does not answer.
-    fn alerts(&self) -> Option<Vec<Value>> {
-        let out = Command::new("curl")
-            .args(["-sf", "--max-time", "5", &format!("http://127.0.0.1:{}/api/v2/alerts", self.0.port)])
-            .output()
-            .ok()?;
-        out.status.success().then(|| serde_json::from_slice::<Value>(&out.stdout).ok()?.as_array().cloned()).flatten()
-    }
-
-    /// Waits (up to 15 s) until `pred` holds for the listed alerts; returns the last listing.
-    fn wait_until(&self, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let mut last = Vec::new();
-        poll(Duration::from_secs(15), || {
-            last = self.alerts().unwrap_or_default();
-            pred(&last).then_some(())
-        });
-        last
-    }
-}
 
 /// (pid, signal) -> value of one metric's samples.
 fn signal_values(text: &str, metric: &str) -> BTreeMap<(String, String), f64> {
-    let label = |line: &str, name: &str| -> String {
-        let start = line.find(&format!("{name}=\"")).map(|i| i + name.len() + 2).unwrap_or(0);
-        line[start..].split('"').next().unwrap_or_default().to_owned()
-    };
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{metric}{{")))
-        .filter_map(|l| Some(((label(l, "pid"), label(l, "signal")), l.rsplit(' ').next()?.parse().ok()?)))
+    exposition::parse(text)
+        .into_iter()
+        .filter(|s| s.name == metric)
+        .map(|s| ((s.label("pid").to_owned(), s.label("signal").to_owned()), s.value))
         .collect()
+}
+
+/// The `cudatrace_alert_active` samples of `pid`'s `signal` alert in a scrape.
+fn alert_active(text: &str, pid: u64, signal: &str) -> Vec<exposition::Sample> {
+    let samples = exposition::parse(text);
+    let pid = pid.to_string();
+    exposition::select(&samples, "cudatrace_alert_active", &[("pid", &pid), ("signal", signal)]).into_iter().cloned().collect()
+}
+
+/// The workload looping 1 ms-per-block launches with `grid` blocks, a wait every `sync_every`.
+fn looping(env: &integration_tests::Env, seconds: f64, grid: u32, sync_every: u64) -> Workload {
+    Workload::new(env, Scenario::Loop { seconds, grid, sync_every })
 }
 
 fn baseline_line(pid: u64, signal: &str) -> impl Fn(&str) -> bool {
@@ -68,43 +40,31 @@ fn baseline_line(pid: u64, signal: &str) -> impl Fn(&str) -> bool {
     move |l: &str| l.starts_with(&prefix) && l.contains(&signal)
 }
 
-/// The pid of a spawned workload (the symlink is exec'd directly, so it is the workload itself).
-fn pid(child: &Child) -> u64 {
-    u64::from(child.id())
-}
-
 /// A steady job alone on its GPU for a minute, and beside it, on another GPU, a job whose calls
 /// are at random 10x slower (0.5% of them): both baselines are learned, nothing fires.
 #[test]
 fn quiet_jobs_fire_nothing() {
     let Some(env) = env() else { return };
-    let (daemon, listen) = Tracer::start_daemon_on_loopback(&env, &[], &[]);
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let (dev_a, dev_b) = (device_file("steady"), device_file("noisy"));
     // 1 ms kernels, a wait after each: about 1,000 launches and 1,000 waits a second.
-    let steady = spawn_workload_as(
-        &env,
-        "steady-server",
-        &[("CUDA_STANDIN_DEVICE", &dev_a), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "1")],
-        &["loop", "62", "1000", "1"],
-    );
-    let noisy = spawn_workload_as(
-        &env,
-        "noisy-server",
-        &[
-            ("CUDA_STANDIN_DEVICE", &dev_b),
-            ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
-            ("CUDA_STANDIN_OUTLIER_PPM", "5000"),
-            ("CUDA_VISIBLE_DEVICES", "2"),
-        ],
-        &["loop", "62", "1000", "1"],
-    );
-    let (steady_pid, noisy_pid) = (pid(&steady), pid(&noisy));
+    let steady = looping(&env, 62.0, 1000, 1)
+        .comm("steady-server")
+        .device(&dev_a)
+        .vars(&[("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "1")])
+        .spawn();
+    let noisy = looping(&env, 62.0, 1000, 1)
+        .comm("noisy-server")
+        .device(&dev_b)
+        .vars(&[("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_STANDIN_OUTLIER_PPM", "5000"), ("CUDA_VISIBLE_DEVICES", "2")])
+        .spawn();
+    let (steady_pid, noisy_pid) = (steady.pid(), noisy.pid());
     // While they run: the highest window value over baseline p99 each signal reached.
     let mut highest: BTreeMap<(String, String), f64> = BTreeMap::new();
     let (mut steady, mut noisy) = (steady, noisy);
     let mut saw_alert_metric = false;
-    while steady.try_wait().unwrap().is_none() || noisy.try_wait().unwrap().is_none() {
-        let text = http_get(&format!("http://{listen}/metrics"), None);
+    while !steady.exited() || !noisy.exited() {
+        let text = http::scrape(&listen);
         saw_alert_metric |= text.contains("cudatrace_alert_active");
         let value = signal_values(&text, "cudatrace_signal_value");
         for (key, p99) in signal_values(&text, "cudatrace_signal_baseline_p99") {
@@ -115,8 +75,8 @@ fn quiet_jobs_fire_nothing() {
         }
         std::thread::sleep(Duration::from_millis(2500));
     }
-    let (steady, noisy) = (finish_workload(steady), finish_workload(noisy));
-    let metrics = http_get(&format!("http://{listen}/metrics"), None);
+    let (steady, noisy) = (steady.finish(), noisy.finish());
+    let metrics = http::scrape(&listen);
     let traced = daemon.stop();
     let learned: Vec<&String> = traced.stderr.iter().filter(|l| l.starts_with("baseline: ")).collect();
     eprintln!(
@@ -146,20 +106,20 @@ fn contention_alert_names_both_and_resolves() {
     let Some(env) = env() else { return };
     let am = Alertmanager::start();
     let hook = Webhook::start();
-    let (am_url, hook_url) = (format!("http://127.0.0.1:{}", am.0.port), format!("http://127.0.0.1:{}/hook", hook.port));
-    let (daemon, listen) = Tracer::start_daemon_on_loopback(&env, &["--alertmanager", &am_url, "--webhook", &hook_url], &[]);
+    let (am_url, hook_url) = (am.url(), format!("http://127.0.0.1:{}/hook", hook.port));
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--alertmanager", &am_url, "--webhook", &hook_url], &[]);
     let dev = device_file("contention");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
     // The victim: 1 ms kernels, a wait after each, for longer than the test needs.
-    let mut victim = spawn_workload_as(&env, "model-server", &vars, &["loop", "400", "1000", "1"]);
-    let victim_pid = pid(&victim);
+    let victim = looping(&env, 400.0, 1000, 1).comm("model-server").vars(&vars).spawn();
+    let victim_pid = victim.pid();
     let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "wait_per_launch"));
     assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
 
     // The aggressor: 4 ms kernels, two queued before each wait, for 45 s.
     let heavy_start = Instant::now();
-    let heavy = spawn_workload_as(&env, "trainer", &vars, &["loop", "45", "4000", "2"]);
-    let heavy_pid = pid(&heavy);
+    let heavy = looping(&env, 45.0, 4000, 2).comm("trainer").vars(&vars).spawn();
+    let heavy_pid = heavy.pid();
     let is = |state: &'static str| {
         move |v: &Value| v["state"] == state && v["evidence"]["signal"] == "wait_per_launch" && v["victim"]["pid"].as_u64() == Some(victim_pid)
     };
@@ -180,11 +140,11 @@ fn contention_alert_names_both_and_resolves() {
     assert!(firing["evidence"]["now"].as_f64().unwrap() > firing["evidence"]["baseline_p99"].as_f64().unwrap());
 
     // The metric and Alertmanager.
-    let metrics = http_get(&format!("http://{listen}/metrics"), None);
-    let active = metrics.lines().find(|l| l.starts_with("cudatrace_alert_active{") && l.contains(&format!("pid=\"{victim_pid}\"")) && l.contains("signal=\"wait_per_launch\""));
-    let active = active.unwrap_or_else(|| panic!("no cudatrace_alert_active for the victim:\n{metrics}"));
-    assert!(active.contains("alert=\"CudatraceComputeContention\"") && active.contains("state=\"firing\"") && active.rsplit(' ').next() == Some("1.0"), "{active}");
-    assert!(active.contains(&format!("aggressors=\"{heavy_pid}:trainer\"")), "{active}");
+    let metrics = http::scrape(&listen);
+    let active = alert_active(&metrics, victim_pid, "wait_per_launch");
+    let active = active.first().unwrap_or_else(|| panic!("no cudatrace_alert_active for the victim:\n{metrics}"));
+    assert!(active.label("alert") == "CudatraceComputeContention" && active.label("state") == "firing" && active.value == 1.0, "{active:?}");
+    assert_eq!(active.label("aggressors"), format!("{heavy_pid}:trainer"), "{active:?}");
     let ours = |alerts: &[Value]| -> Option<Value> {
         alerts
             .iter()
@@ -200,7 +160,7 @@ fn contention_alert_names_both_and_resolves() {
     assert_eq!(listed["status"]["state"], "active");
 
     // The heavy job ends; the victim is back to its baseline and the alert resolves.
-    let heavy = finish_workload(heavy);
+    let heavy = heavy.finish();
     let heavy_end = Instant::now();
     let resolved = hook.wait_for(Duration::from_secs(90), is("resolved"));
     let resolved_after = heavy_end.elapsed();
@@ -208,9 +168,8 @@ fn contention_alert_names_both_and_resolves() {
     assert_eq!(resolved["reason"], "back_to_baseline");
     let gone = am.wait_until(|a| ours(a).is_none());
     assert!(ours(&gone).is_none(), "Alertmanager still lists it: {gone:?}");
-    let metrics = http_get(&format!("http://{listen}/metrics"), None);
-    let _ = victim.kill();
-    let _ = victim.wait();
+    let metrics = http::scrape(&listen);
+    drop(victim);
     let traced = daemon.stop();
     eprintln!(
         "e2e contention_alert_names_both_and_resolves: heavy launches={} fired {:.1} s after the heavy job started \
@@ -222,7 +181,8 @@ fn contention_alert_names_both_and_resolves() {
     );
     assert!(fired_after < Duration::from_secs(60));
     assert!(resolved_after <= Duration::from_secs(60 + 2 * 5 + 5), "{resolved_after:?}");
-    assert!(!metrics.lines().any(|l| l.starts_with("cudatrace_alert_active{") && l.contains("signal=\"wait_per_launch\"")), "{metrics}");
+    let still = exposition::parse(&metrics);
+    assert!(exposition::select(&still, "cudatrace_alert_active", &[("signal", "wait_per_launch")]).is_empty(), "{metrics}");
 
     // Stdout: the wait alert's three state changes, in order, each as on the webhook; every record
     // names the light job as the victim (the heavy job was never slowed), and nothing is left open.
@@ -242,26 +202,24 @@ fn contention_alert_names_both_and_resolves() {
 #[test]
 fn throttled_gpu_is_named_from_nvml() {
     let Some(env) = env() else { return };
-    let scenario = std::env::temp_dir().join(format!("cudatrace-nvml-throttle-{}.txt", std::process::id()));
-    std::fs::write(
-        &scenario,
+    let dir = TempDir::new("nvml-throttle");
+    let scenario = dir.write(
+        "scenario.txt",
         "gpu 0 uuid=GPU-00000000-1111-2222-3333-444444444444 sm=90 mem=30 total=85899345920 used=4294967296 temp=91 power_mw=300000 sm_clock=1100 reasons=0x40 pcie_tx_kbs=0 pcie_rx_kbs=0\n\
          gpu 1 uuid=GPU-55555555-6666-7777-8888-999999999999 sm=5 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x1 pcie_tx_kbs=0 pcie_rx_kbs=0\n",
-    )
-    .unwrap();
-    let nvml = env.standin.join("libnvidia-ml.so.1");
+    );
+    let nvml = env.libnvml();
     let (daemon, listen) =
-        Tracer::start_daemon_on_loopback(&env, &["--nvml-lib", nvml.to_str().unwrap()], &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())]);
+        Cudatrace::start_daemon_on_loopback(&env, &["--nvml-lib", nvml.to_str().unwrap()], &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())]);
     let dev = device_file("throttle");
     let on_gpu = |gpu| [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", gpu)];
     let (v0, v1) = (on_gpu("0"), on_gpu("1"));
-    let victim = spawn_workload_as(&env, "model-server", &v0, &["loop", "400", "1000", "1"]);
-    let victim_pid = pid(&victim);
+    let victim = looping(&env, 400.0, 1000, 1).comm("model-server").vars(&v0).spawn();
+    let victim_pid = victim.pid();
     let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "wait_per_launch"));
     assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
-    let load = spawn_workload_as(&env, "other-gpu-job", &v1, &["loop", "60", "4000", "2"]);
+    let load = looping(&env, 60.0, 4000, 2).comm("other-gpu-job").vars(&v1).spawn();
     let (fired_after, traced) = fire_then_exit(&listen, daemon, victim, load, "wait_per_launch");
-    let _ = std::fs::remove_file(&scenario);
     eprintln!("e2e throttled_gpu_is_named_from_nvml: fired {fired_after:.1?} after the slowdown began; records: {:?}", names(&traced.events));
     let waits = of_signal(&traced.events, "wait_per_launch");
     assert_eq!(waits.iter().map(|e| e["state"].as_str().unwrap()).collect::<Vec<_>>(), vec!["pending", "firing", "resolved"]);
@@ -281,17 +239,23 @@ fn throttled_gpu_is_named_from_nvml() {
 #[test]
 fn copy_contention_names_the_copier() {
     let Some(env) = env() else { return };
-    let (daemon, listen) = Tracer::start_daemon_on_loopback(&env, &[], &[]);
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let dev = device_file("copies");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_VISIBLE_DEVICES", "0")];
     // 4 MiB synchronous copies (0.4 ms at the stand-in's 10 GB/s), 1 ms apart.
-    let victim = spawn_workload_as(&env, "model-server", &vars, &["copies", "400", "4194304", "1000"]);
-    let victim_pid = pid(&victim);
+    let victim = Workload::new(&env, Scenario::Copies { seconds: 400.0, bytes: 4_194_304, gap_us: 1000 })
+        .comm("model-server")
+        .vars(&vars)
+        .spawn();
+    let victim_pid = victim.pid();
     let learned = daemon.wait_stderr(Duration::from_secs(60), baseline_line(victim_pid, "copy_time_per_mib"));
     assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
     // 64 MiB copies back to back: the copy engine is always busy.
-    let loader = spawn_workload_as(&env, "data-loader", &vars, &["copies", "60", "67108864", "0"]);
-    let loader_pid = pid(&loader);
+    let loader = Workload::new(&env, Scenario::Copies { seconds: 60.0, bytes: 67_108_864, gap_us: 0 })
+        .comm("data-loader")
+        .vars(&vars)
+        .spawn();
+    let loader_pid = loader.pid();
     let (fired_after, traced) = fire_then_exit(&listen, daemon, victim, loader, "copy_time_per_mib");
     eprintln!("e2e copy_contention_names_the_copier: fired {fired_after:.1?} after the copier began; records: {:?}", names(&traced.events));
     let copies = of_signal(&traced.events, "copy_time_per_mib");
@@ -307,25 +271,17 @@ fn copy_contention_names_the_copier() {
 /// Waits (up to 60 s) until the metrics show the victim's `signal` alert firing, then ends the
 /// load and the victim, lets a window pass so the victim's exit resolves the alert, and stops
 /// the daemon. Returns how long firing took (panics when it did not fire) and what it printed.
-fn fire_then_exit(listen: &str, daemon: Tracer, mut victim: Child, mut load: Child, signal: &str) -> (Duration, integration_tests::Traced) {
-    let victim_pid = victim.id();
+fn fire_then_exit(listen: &str, daemon: Cudatrace, victim: Running, load: Running, signal: &str) -> (Duration, Traced) {
+    let victim_pid = victim.pid();
     let start = Instant::now();
     let firing = poll(Duration::from_secs(60), || {
-        let text = http_get(&format!("http://{listen}/metrics"), None);
-        text.lines()
-            .any(|l| {
-                l.starts_with("cudatrace_alert_active{")
-                    && l.contains("state=\"firing\"")
-                    && l.contains(&format!("signal=\"{signal}\""))
-                    && l.contains(&format!("pid=\"{victim_pid}\""))
-            })
-            .then_some(())
+        let text = http::scrape(listen);
+        alert_active(&text, victim_pid, signal).iter().any(|a| a.label("state") == "firing").then_some(())
     });
     let fired_after = start.elapsed();
-    for child in [&mut load, &mut victim] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    // Killed: the load first, then the victim.
+    drop(load);
+    drop(victim);
     std::thread::sleep(Duration::from_secs(6));
     let traced = daemon.stop();
     assert!(firing.is_some(), "no firing {signal} alert within 60 s: {:?}", traced.events);

@@ -1,7 +1,7 @@
 //! End-to-end: every entry point, kernel names, device memory, and a shared device.
 use std::collections::{BTreeMap, BTreeSet};
 
-use integration_tests::{Tracer, device_file, env, finish_workload, spawn_workload, workload};
+use integration_tests::{Cudatrace, Scenario, Workload, device_file, env};
 use serde_json::{Value, json};
 
 const N: u64 = 50;
@@ -12,9 +12,9 @@ const N: u64 = 50;
 fn every_entry_point_exact() {
     let Some(env) = env() else { return };
     let lib = env.libcuda();
-    let tracer = Tracer::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     let dev = device_file("each");
-    let report = workload(&env, &[("CUDA_STANDIN_DEVICE", &dev)], &["each", &N.to_string()]);
+    let report = Workload::new(&env, Scenario::Each(N)).device(&dev).run();
     let traced = tracer.stop();
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
     let pid = report["pid"].as_u64().unwrap();
@@ -138,13 +138,14 @@ fn waits_rise_under_a_busy_neighbour() {
     let lib = env.libcuda();
     let dev = device_file("shared");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000")];
-    let tracer = Tracer::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     // Light: 10-block kernels (10 us each), a wait after each.
-    let alone = workload(&env, &vars, &["loop", "1.5", "10", "1"]);
-    let heavy = spawn_workload(&env, &vars, &["loop", "3", "2000", "4"]);
+    let light = || Workload::new(&env, Scenario::Loop { seconds: 1.5, grid: 10, sync_every: 1 }).vars(&vars);
+    let alone = light().run();
+    let heavy = Workload::new(&env, Scenario::Loop { seconds: 3.0, grid: 2000, sync_every: 4 }).vars(&vars).spawn();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let shared = workload(&env, &vars, &["loop", "1.5", "10", "1"]);
-    let heavy = finish_workload(heavy);
+    let shared = light().run();
+    let heavy = heavy.finish();
     let traced = tracer.stop();
     let events: Vec<&Value> = traced.events.iter().collect();
     let (alone_ns, alone_n) = mean_wait(&events, alone["pid"].as_u64().unwrap());

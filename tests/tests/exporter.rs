@@ -3,66 +3,12 @@
 use std::{
     io::Write as _,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use integration_tests::{Server, Tracer, device_file, env, finish_workload, free_port, http_get, spawn_workload};
-use serde_json::Value;
-
-struct Prometheus(Server);
-
-impl Prometheus {
-    fn start(target: u16) -> Prometheus {
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cudatrace\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-        );
-        Prometheus(Server::start("prometheus", "prometheus", "prometheus.yml", &config, |config, dir, port| {
-            vec![
-                format!("--config.file={}", config.display()),
-                format!("--storage.tsdb.path={}", dir.join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-            ]
-        }))
-    }
-
-    /// Instant query; returns (labels, value) per sample.
-    fn query(&self, promql: &str) -> Vec<(Value, f64)> {
-        let out = Command::new("curl")
-            .args(["-sf", "--max-time", "10", "--data-urlencode"])
-            .arg(format!("query={promql}"))
-            .arg(format!("http://127.0.0.1:{}/api/v1/query", self.0.port))
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            return Vec::new();
-        }
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["data"]["result"]
-            .as_array()
-            .map(|r| {
-                r.iter()
-                    .map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Waits (up to 30 s) until the query returns exactly `want` as its single value.
-    fn wait_for(&self, promql: &str, want: f64) -> f64 {
-        let start = Instant::now();
-        let mut last = f64::NAN;
-        while start.elapsed() < Duration::from_secs(30) {
-            if let [(_, v)] = self.query(promql).as_slice() {
-                last = *v;
-                if last == want {
-                    return last;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        last
-    }
-}
+use integration_tests::{
+    Cudatrace, Scenario, Workload, device_file, env, exposition, free_port, guards::TempDir, http, servers::Prometheus,
+};
 
 const SCENARIO: &str = "\
 gpu 0 uuid=GPU-11111111-2222-3333-4444-555555555555 sm=75 mem=40 total=85899345920 used=4294967296 temp=65 power_mw=250000 sm_clock=1980 reasons=0x20 pcie_tx_kbs=1000 pcie_rx_kbs=2000
@@ -76,15 +22,14 @@ proc 0 pid=4242 used=1048576 sm=50 memutil=20
 #[test]
 fn prometheus_scrapes_exact_counts() {
     let Some(env) = env() else { return };
-    let scenario = std::env::temp_dir().join(format!("cudatrace-nvml-{}.txt", std::process::id()));
-    std::fs::File::create(&scenario).unwrap().write_all(SCENARIO.as_bytes()).unwrap();
+    let dir = TempDir::new("exporter");
+    let scenario = dir.write("nvml.txt", SCENARIO);
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let lib = env.libcuda();
-    let nvml = env.standin.join("libnvidia-ml.so.1");
-    let config = std::env::temp_dir().join(format!("cudatrace-{}.toml", std::process::id()));
-    std::fs::write(&config, "nvml_period_ms = 200\ntop_kernels = 5\n").unwrap();
-    let daemon = Tracer::start_daemon(
+    let nvml = env.libnvml();
+    let config = dir.write("cudatrace.toml", "nvml_period_ms = 200\ntop_kernels = 5\n");
+    let daemon = Cudatrace::start_daemon(
         &env,
         &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", nvml.to_str().unwrap(), "--config", config.to_str().unwrap()],
         &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
@@ -92,12 +37,10 @@ fn prometheus_scrapes_exact_counts() {
     let prom = Prometheus::start(port);
     let dev = device_file("prom");
     // 20 µs of driver time in every call.
-    let job = spawn_workload(
-        &env,
-        &[("CUDA_STANDIN_DEVICE", &dev), ("CUDA_STANDIN_CALL_NS", "20000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1")],
-        &["basic", "3000", "400"],
-    );
-    let report = finish_workload(job);
+    let report = Workload::new(&env, Scenario::Basic { launches: 3000, copies: 400 })
+        .device(&dev)
+        .vars(&[("CUDA_STANDIN_CALL_NS", "20000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1")])
+        .run();
     let pid = report["pid"].as_u64().unwrap();
 
     let launches = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"), 3000.0);
@@ -157,20 +100,18 @@ fn prometheus_scrapes_exact_counts() {
     }
 
     // The exposition itself: promtool is clean, OpenMetrics on request.
-    let text = http_get(&format!("http://{listen}/metrics"), None);
+    let text = http::scrape(&listen);
     let mut check = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = check.wait_with_output().unwrap();
     let lint = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && lint.trim().is_empty(), "promtool check metrics: {lint}");
-    let om = http_get(&format!("http://{listen}/metrics"), Some("application/openmetrics-text; version=1.0.0"));
+    let om = http::get(&format!("http://{listen}/metrics"), Some("application/openmetrics-text; version=1.0.0"));
     assert!(om.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
     assert!(!text.contains("# EOF"));
 
     drop(prom);
     let traced = daemon.stop();
-    let _ = std::fs::remove_file(&scenario);
-    let _ = std::fs::remove_file(&config);
     assert_eq!(traced.code, Some(0));
 }
 
@@ -183,12 +124,14 @@ fn runs_without_nvml_and_reports_bad_input() {
     let listen = format!("127.0.0.1:{port}");
     let lib = env.libcuda();
     let missing = env.standin.join("no-such-libnvidia-ml.so.1");
-    let daemon = Tracer::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", missing.to_str().unwrap()], &[]);
+    let daemon = Cudatrace::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", missing.to_str().unwrap()], &[]);
     std::thread::sleep(Duration::from_millis(1500));
-    let text = http_get(&format!("http://{listen}/metrics"), None);
-    assert!(text.contains("\ncudatrace_nvml_up 0"), "{text}");
-    assert!(!text.contains("cudatrace_gpu_utilization_ratio"));
-    assert!(text.contains("cudatrace_probe_attached{symbol=\"cuLaunchKernel\""));
+    let text = http::scrape(&listen);
+    let samples = exposition::parse(&text);
+    let nvml_up: Vec<f64> = exposition::select(&samples, "cudatrace_nvml_up", &[]).iter().map(|s| s.value).collect();
+    assert_eq!(nvml_up, vec![0.0], "{text}");
+    assert!(exposition::select(&samples, "cudatrace_gpu_utilization_ratio", &[]).is_empty());
+    assert_eq!(exposition::select(&samples, "cudatrace_probe_attached", &[("symbol", "cuLaunchKernel")]).len(), 1, "{text}");
 
     // Same port again: one line, before anything is loaded.
     let out = Command::new(&env.bin).args(["run", "--lib", lib.to_str().unwrap(), "--listen", &listen]).output().unwrap();
@@ -200,18 +143,16 @@ fn runs_without_nvml_and_reports_bad_input() {
     let nvml_lines = traced.stderr.iter().filter(|l| l.contains("NVML unavailable")).count();
     assert_eq!(nvml_lines, 1, "{:?}", traced.stderr);
 
-    let bad = std::env::temp_dir().join(format!("cudatrace-bad-{}.toml", std::process::id()));
-    std::fs::write(&bad, "top_kernels = 0\n").unwrap();
+    let dir = TempDir::new("bad-config");
+    let bad = dir.write("bad.toml", "top_kernels = 0\n");
     let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap()]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    let _ = std::fs::remove_file(&bad);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bad config") && err.contains("top_kernels = 0"), "{err}");
 
     // Alert settings: a bad detector table and a sink URL it cannot use, one line each.
     std::fs::write(&bad, "[detect]\nwarning = 0.5\n").unwrap();
     let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap()]).output().unwrap();
-    let _ = std::fs::remove_file(&bad);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bad config") && err.contains("0 < warning < critical < page"), "{err}");

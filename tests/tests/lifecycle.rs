@@ -1,32 +1,12 @@
 //! End-to-end: discovery of libraries mapped later, containers, filters, and process exits.
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+use std::process::{Command, Stdio};
+
+use integration_tests::{
+    Cudatrace, Scenario, Traced, Workload, device_file, env,
+    guards::{Cgroup, TempDir},
+    report,
 };
-
-use integration_tests::{Env, Traced, Tracer, device_file, env, finish_workload, spawn_workload};
 use serde_json::Value;
-
-/// A copy of the stand-in library at a path no one configured (its own inode).
-fn copy_lib(env: &Env, dir: &str) -> PathBuf {
-    let dir = PathBuf::from(format!("/tmp/cudatrace-test-{}/{dir}", std::process::id()));
-    fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libcuda.so.1");
-    fs::copy(env.libcuda(), &lib).unwrap();
-    lib
-}
-
-fn run_with_lib(env: &Env, lib: &Path, vars: &[(&str, &str)], args: &[&str]) -> std::process::Child {
-    Command::new(env.standin.join("cuda-workload"))
-        .arg("--lib")
-        .arg(lib)
-        .args(args)
-        .envs(vars.iter().copied())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
 
 fn count(traced: &Traced, pid: u64, api: &str) -> usize {
     traced.of_pid(pid).iter().filter(|e| e["api"] == api).count()
@@ -37,13 +17,17 @@ fn count(traced: &Traced, pid: u64, api: &str) -> usize {
 #[test]
 fn libraries_mapped_later_are_traced() {
     let Some(env) = env() else { return };
-    let (a, b) = (copy_lib(&env, "a"), copy_lib(&env, "b"));
-    let tracer = Tracer::start(&env, &["--json", "--rescan-ms", "100"]);
+    // Copies of the stand-in library at paths no one configured (their own inodes).
+    let dir = TempDir::new("late");
+    let (a, b) = (dir.copy(&env.libcuda(), "a/libcuda.so.1"), dir.copy(&env.libcuda(), "b/libcuda.so.1"));
+    let tracer = Cudatrace::start(&env, &["--json", "--rescan-ms", "100"]);
     let dev = device_file("late");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1")];
-    let wa = run_with_lib(&env, &a, &vars, &["--settle", "1000", "basic", "1000", "100"]);
-    let wb = run_with_lib(&env, &b, &vars, &["--settle", "1000", "basic", "1000", "100"]);
-    let (ra, rb) = (finish_workload(wa), finish_workload(wb));
+    let late = |lib: &std::path::Path| {
+        Workload::new(&env, Scenario::Basic { launches: 1000, copies: 100 }).lib(lib).vars(&vars).settle_ms(1000).spawn()
+    };
+    let (wa, wb) = (late(&a), late(&b));
+    let (ra, rb) = (wa.finish(), wb.finish());
     let traced = tracer.stop();
     for (report, lib) in [(&ra, &a), (&rb, &b)] {
         let pid = report["pid"].as_u64().unwrap();
@@ -72,15 +56,13 @@ fn container_process_traced_and_labelled() {
     let Some(env) = env() else { return };
     let container = "3f1c0a6e9b2d4c8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e";
     let pod = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
-    let root = PathBuf::from(format!("/sys/fs/cgroup/unified/cudatrace-test-{}", std::process::id()));
-    let cg = root.join(format!("kubepods/pod{pod}/cri-containerd-{container}.scope"));
-    if let Err(e) = fs::create_dir_all(&cg) {
-        panic!("cannot create cgroup v2 directory {}: {e}", cg.display());
-    }
+    let cgroup = Cgroup::new(&format!("kubepods/pod{pod}/cri-containerd-{container}.scope"));
+    let cg = cgroup.path();
     let dev = device_file("ctr");
     // Its own copy (own inode), reachable only through the namespace's mount.
-    let image_lib = copy_lib(&env, "ctr-image");
-    let tracer = Tracer::start(&env, &["--json", "--rescan-ms", "100", "--cgroup", cg.to_str().unwrap()]);
+    let image = TempDir::new("ctr-image");
+    let image_lib = image.copy(&env.libcuda(), "libcuda.so.1");
+    let tracer = Cudatrace::start(&env, &["--json", "--rescan-ms", "100", "--cgroup", cg.to_str().unwrap()]);
     let script = format!(
         "echo $$ > {procs} && exec unshare --mount --propagation private sh -c '\
          mount -t tmpfs none /mnt && mkdir -p /mnt/usr/lib/x86_64-linux-gnu && \
@@ -89,7 +71,7 @@ fn container_process_traced_and_labelled() {
          exec {workload} --lib /mnt/usr/lib/x86_64-linux-gnu/libcuda.so.1 --settle 1000 basic 500 0'",
         procs = cg.join("cgroup.procs").display(),
         lib = image_lib.display(),
-        workload = env.standin.join("cuda-workload").display(),
+        workload = env.workload().display(),
     );
     let inside = Command::new("sh")
         .args(["-c", &script])
@@ -99,14 +81,11 @@ fn container_process_traced_and_labelled() {
         .spawn()
         .unwrap();
     // A process outside the cgroup, same library: filtered out in the kernel.
-    let outside = spawn_workload(&env, &[("CUDA_STANDIN_DEVICE", &dev)], &["--settle", "1000", "basic", "300", "0"]);
-    let report = finish_workload(inside);
-    let other = finish_workload(outside);
+    let outside = Workload::new(&env, Scenario::Basic { launches: 300, copies: 0 }).device(&dev).settle_ms(1000).spawn();
+    let report = report(inside);
+    let other = outside.finish();
     let traced = tracer.stop();
-    let _ = fs::remove_dir(&cg);
-    let _ = fs::remove_dir(cg.parent().unwrap());
-    let _ = fs::remove_dir(root.join("kubepods"));
-    let _ = fs::remove_dir(&root);
+    drop(cgroup);
     let pid = report["pid"].as_u64().unwrap();
     let inside_path = format!("/proc/{pid}/root/mnt/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     assert!(
@@ -134,15 +113,11 @@ fn comm_filter_exact() {
     let dev = device_file("comm");
     let lib = env.libcuda();
     // Same binary under another name.
-    let renamed = PathBuf::from(format!("/tmp/cudatrace-test-{}/other-job", std::process::id()));
-    fs::create_dir_all(renamed.parent().unwrap()).unwrap();
-    fs::copy(env.standin.join("cuda-workload"), &renamed).unwrap();
-    let tracer = Tracer::start(&env, &["--json", "--comm", "cuda-workload", "--lib", lib.to_str().unwrap()]);
+    let tracer = Cudatrace::start(&env, &["--json", "--comm", "cuda-workload", "--lib", lib.to_str().unwrap()]);
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1")];
-    let mine = finish_workload(spawn_workload(&env, &vars, &["basic", "400", "0"]));
-    let other = finish_workload(
-        Command::new(&renamed).arg("--lib").arg(&lib).args(["basic", "400", "0"]).envs(vars).stdout(Stdio::piped()).spawn().unwrap(),
-    );
+    let basic = || Workload::new(&env, Scenario::Basic { launches: 400, copies: 0 }).vars(&vars);
+    let mine = basic().run();
+    let other = basic().comm("other-job").run();
     let traced = tracer.stop();
     assert_eq!(count(&traced, mine["pid"].as_u64().unwrap(), "cuLaunchKernel"), 400);
     assert!(traced.of_pid(other["pid"].as_u64().unwrap()).is_empty());
@@ -156,29 +131,32 @@ fn short_lived_processes_leave_no_state() {
     let Some(env) = env() else { return };
     let dev = device_file("short");
     let lib = env.libcuda();
-    let tracer = Tracer::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     let mut pids = Vec::new();
     for batch in 0..50 {
         let children: Vec<_> = (0..4)
             .map(|k| {
                 if k < 2 && batch % 5 == 0 {
                     // 10 s of queued work on this process's stream: the waiter is mid-call at exit.
-                    spawn_workload(&env, &[("CUDA_STANDIN_DEVICE", &dev), ("CUDA_STANDIN_NS_PER_BLOCK", "10000000000")], &["die-in-call"])
+                    Workload::new(&env, Scenario::DieInCall).device(&dev).var("CUDA_STANDIN_NS_PER_BLOCK", "10000000000").spawn()
                 } else {
-                    spawn_workload(&env, &[("CUDA_STANDIN_DEVICE", &format!("{dev}-{k}")), ("CUDA_STANDIN_NS_PER_BLOCK", "1")], &["basic", "20", "4"])
+                    Workload::new(&env, Scenario::Basic { launches: 20, copies: 4 })
+                        .device(&format!("{dev}-{k}"))
+                        .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
+                        .spawn()
                 }
             })
             .collect();
         for c in children {
-            pids.push(finish_workload(c)["pid"].as_u64().unwrap());
+            pids.push(c.finish()["pid"].as_u64().unwrap());
         }
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
     let traced = tracer.stop();
     for k in 0..4 {
-        let _ = fs::remove_file(format!("{dev}-{k}"));
+        let _ = std::fs::remove_file(format!("{dev}-{k}"));
     }
-    let _ = fs::remove_file(&dev);
+    let _ = std::fs::remove_file(&dev);
     assert_eq!(pids.len(), 200);
     let traced_pids: std::collections::BTreeSet<u64> = traced.events.iter().filter_map(|e| e["pid"].as_u64()).collect();
     assert!(pids.iter().all(|p| traced_pids.contains(p)), "every process was traced");
@@ -199,13 +177,16 @@ fn killed_tracer_leaves_programs_running() {
     let Some(env) = env() else { return };
     let dev = device_file("kill");
     let lib = env.libcuda();
-    let tracer = Tracer::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
-    let job = spawn_workload(&env, &[("CUDA_STANDIN_DEVICE", &dev), ("CUDA_STANDIN_NS_PER_BLOCK", "100")], &["loop", "2", "10", "1"]);
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let job = Workload::new(&env, Scenario::Loop { seconds: 2.0, grid: 10, sync_every: 1 })
+        .device(&dev)
+        .var("CUDA_STANDIN_NS_PER_BLOCK", "100")
+        .spawn();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let traced = tracer.kill();
     assert_eq!(traced.code, None, "killed by a signal");
-    let report = finish_workload(job);
-    let _ = fs::remove_file(&dev);
+    let report = job.finish();
+    let _ = std::fs::remove_file(&dev);
     assert!(report["launches"].as_u64().unwrap() > 1000, "{report}");
     assert_eq!(report["launches"], report["syncs"].as_u64().map(|s| s - 1).unwrap_or(0), "every launch was synchronized");
 }

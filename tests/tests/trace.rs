@@ -1,7 +1,7 @@
 //! End-to-end: `cudatrace trace` against the stand-in libcuda, as root.
 use std::{collections::HashSet, process::Command};
 
-use integration_tests::{Tracer, device_file, env, workload};
+use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, report as workload_report};
 
 /// 10,000 launches and 2,000 copies from 2 threads: exactly as many events, with exact
 /// arguments, durations at least the simulated call time, nothing dropped.
@@ -9,13 +9,13 @@ use integration_tests::{Tracer, device_file, env, workload};
 fn launches_and_copies_exact() {
     let Some(env) = env() else { return };
     let lib = env.libcuda();
-    let tracer = Tracer::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     let dev = device_file("basic");
-    let report = workload(
-        &env,
-        &[("CUDA_STANDIN_CALL_NS", "2000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1"), ("CUDA_STANDIN_DEVICE", &dev)],
-        &["--threads", "2", "basic", "10000", "2000"],
-    );
+    let report = Workload::new(&env, Scenario::Basic { launches: 10_000, copies: 2000 })
+        .threads(2)
+        .device(&dev)
+        .vars(&[("CUDA_STANDIN_CALL_NS", "2000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1")])
+        .run();
     let traced = tracer.stop();
     assert_eq!(traced.code, Some(0), "stderr: {:?}", traced.stderr);
     let pid = report["pid"].as_u64().unwrap();
@@ -79,7 +79,7 @@ fn duration_and_pid_filter() {
     let dev = device_file("pid");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1")];
     // A workload that waits on stdin before loading the library, so its pid is known first.
-    let mut target = Command::new(env.standin.join("cuda-workload"))
+    let mut target = Command::new(env.workload())
         .arg("--lib")
         .arg(env.libcuda())
         .args(["wait-for-lib", "300"])
@@ -90,10 +90,10 @@ fn duration_and_pid_filter() {
         .unwrap();
     let pid = target.id().to_string();
     let lib = env.libcuda();
-    let tracer = Tracer::start(&env, &["--json", "--duration", "3", "--pid", &pid, "--lib", lib.to_str().unwrap()]);
-    let other = workload(&env, &vars, &["basic", "200", "0"]);
+    let tracer = Cudatrace::start(&env, &["--json", "--duration", "3", "--pid", &pid, "--lib", lib.to_str().unwrap()]);
+    let other = Workload::new(&env, Scenario::Basic { launches: 200, copies: 0 }).vars(&vars).run();
     drop(target.stdin.take());
-    assert!(target.wait().unwrap().success());
+    workload_report(target);
     let traced = tracer.wait();
     assert_eq!(traced.code, Some(0));
     let launches: Vec<_> = traced.events.iter().filter(|e| e["api"] == "cuLaunchKernel").collect();
@@ -108,7 +108,7 @@ fn duration_and_pid_filter() {
 fn partial_library_reports_symbols() {
     let Some(env) = env() else { return };
     let partial = env.standin.join("libpartial.so");
-    let tracer = Tracer::start(&env, &["--json", "--lib", partial.to_str().unwrap()]);
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", partial.to_str().unwrap()]);
     let traced = tracer.stop();
     let line = traced.stderr.iter().find(|l| l.contains("libpartial.so: attached")).expect("attach report");
     assert!(line.contains("attached 2 of 43 entry points"), "{line}");

@@ -3,7 +3,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
-use crate::{config, probe::filter::FilterOptions};
+use crate::{config, pipeline::SessionOptions, probe::filter::FilterOptions, registry::RegistryLimits};
 
 /// Per-process CUDA driver call tracing with eBPF.
 #[derive(Parser)]
@@ -88,9 +88,16 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// The in-kernel filter's options.
-    pub fn filter(&self) -> FilterOptions {
-        FilterOptions { pid: self.pid, comm: self.comm.clone(), cgroup: self.cgroup.clone() }
+    /// The session these options select, with the command's own settings.
+    pub fn session(self, duration: Option<Duration>, ringbuf_mib: u32, rescan_ms: u64, limits: RegistryLimits) -> SessionOptions {
+        SessionOptions {
+            filter: FilterOptions { pid: self.pid, comm: self.comm, cgroup: self.cgroup },
+            libs: self.libs,
+            duration,
+            ringbuf_bytes: ringbuf_mib << 20,
+            rescan: Duration::from_millis(rescan_ms),
+            limits,
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! (D) `cudatrace run`, each timing the same workload of cuLaunchKernel calls against the
 //! stand-in libcuda (whose calls cost nearly nothing, so what is measured is the probes).
 //! Then throughput (the workload at full speed for 30 s under `cudatrace run`: rate, drops, and
-//! tracer CPU per million events) and memory at scale (RSS after 1, 100 and 1,000 processes, and
+//! tracer CPU per million events), the same again with a client scraping `/metrics` 20 times a
+//! second (scrapes must not stall tracing), and memory at scale (RSS after 1, 100 and 1,000 processes, and
 //! 10 and 10,000 kernels). Results go to bench/results/ as JSON and a Markdown table.
 use std::{
     io::{BufRead, BufReader},
@@ -14,7 +15,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
+
 use anyhow::{Context as _, Result, bail};
+use integration_tests::{exposition, free_port, http, wait_for_background_detach};
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 7;
@@ -106,25 +113,9 @@ impl Running {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         self.child.wait()?;
         self.stopped = true;
-        wait_detached();
+        // cudatrace hands detaching to a child; wait for it so that the next round starts clean.
+        wait_for_background_detach();
         Ok(())
-    }
-}
-
-/// cudatrace hands detaching to a child; wait for it so that the next round starts clean.
-fn wait_detached() {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(120) {
-        let busy = std::fs::read_dir("/proc").map(|d| {
-            d.flatten().any(|p| {
-                std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "cudatrace")
-                    && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
-            })
-        });
-        if !busy.unwrap_or(false) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -142,10 +133,6 @@ fn workload(p: &Paths, args: &[&str]) -> Result<Value> {
     }
     let text = String::from_utf8(out.stdout)?;
     Ok(serde_json::from_str(text.lines().last().context("workload printed nothing")?)?)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// User plus system CPU seconds of a process, from /proc/PID/stat.
@@ -173,10 +160,67 @@ fn rss_bytes(pid: u32) -> Result<u64> {
 }
 
 fn scrape(port: u16, metric: &str) -> Result<f64> {
-    let out = Command::new("curl").args(["-sf", &format!("http://127.0.0.1:{port}/metrics")]).output()?;
-    let text = String::from_utf8(out.stdout)?;
-    let line = text.lines().find(|l| l.starts_with(metric)).with_context(|| format!("{metric} not exported"))?;
-    Ok(line.rsplit(' ').next().unwrap_or("0").parse()?)
+    let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None).map_err(anyhow::Error::msg)?;
+    let samples = exposition::parse(&text);
+    let sample = exposition::select(&samples, metric, &[]).into_iter().next().with_context(|| format!("{metric} not exported"))?;
+    Ok(sample.value)
+}
+
+/// What one throughput run measured.
+struct Throughput {
+    calls_per_second: f64,
+    seconds: Value,
+    events: f64,
+    dropped: f64,
+    cpu_ms_per_million: f64,
+    scrapes: u64,
+    scrape_ms_max: f64,
+}
+
+/// One workload thread at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a client
+/// scrapes `/metrics` that often meanwhile.
+fn throughput(p: &Paths, scrape_hz: Option<u32>) -> Result<Throughput> {
+    let port = free_port();
+    let t = start_cudatrace(p, port)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (scrapes, slowest_us) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let scraper = scrape_hz.map(|hz| {
+        let (stop, scrapes, slowest_us) = (stop.clone(), scrapes.clone(), slowest_us.clone());
+        std::thread::spawn(move || {
+            let url = format!("http://127.0.0.1:{port}/metrics");
+            let period = Duration::from_secs_f64(1.0 / f64::from(hz));
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                if http::try_get(&url, None).is_ok() {
+                    scrapes.fetch_add(1, Ordering::Relaxed);
+                    slowest_us.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+                }
+                next += period;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        })
+    });
+    let cpu0 = cpu_seconds(t.pid())?;
+    let r = workload(p, &["calls", "1000000000", "30"])?;
+    stop.store(true, Ordering::Relaxed);
+    if let Some(s) = scraper {
+        let _ = s.join();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let cpu1 = cpu_seconds(t.pid())?;
+    let events = scrape(port, "cudatrace_events_total")?;
+    let dropped = scrape(port, "cudatrace_events_dropped_total")?;
+    t.stop()?;
+    Ok(Throughput {
+        calls_per_second: r["calls_per_second"].as_f64().unwrap_or(0.0),
+        seconds: r["seconds"].clone(),
+        events,
+        dropped,
+        cpu_ms_per_million: (cpu1 - cpu0) * 1e3 / (events / 1e6),
+        scrapes: scrapes.load(Ordering::Relaxed),
+        scrape_ms_max: slowest_us.load(Ordering::Relaxed) as f64 / 1e3,
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -207,7 +251,7 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
                 0 => None,
                 1 => Some(bpftrace(&p.lib, false)?),
                 2 => Some(bpftrace(&p.lib, true)?),
-                _ => Some(start_cudatrace(&p, free_port()?)?),
+                _ => Some(start_cudatrace(&p, free_port())?),
             };
             let r = workload(&p, &["calls", &calls])?;
             if let Some(t) = tracer {
@@ -233,24 +277,18 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     let med = |i: usize| median(&mut added(i));
     let (floor, bpf, ours) = (med(1), med(2), med(3));
 
-    // Throughput: one workload thread at full speed for 30 s.
+    // Throughput: one workload thread at full speed for 30 s, then the same with 20 scrapes a
+    // second.
     eprintln!("bench: throughput, 30 s at full speed under cudatrace run");
-    let port = free_port()?;
-    let t = start_cudatrace(&p, port)?;
-    let cpu0 = cpu_seconds(t.pid())?;
-    let r = workload(&p, &["calls", "1000000000", "30"])?;
-    std::thread::sleep(Duration::from_millis(1500));
-    let cpu1 = cpu_seconds(t.pid())?;
-    let events = scrape(port, "cudatrace_events_total")?;
-    let dropped = scrape(port, "cudatrace_events_dropped_total")?;
-    let rate = r["calls_per_second"].as_f64().unwrap_or(0.0);
-    t.stop()?;
-    let cpu_ms_per_million = (cpu1 - cpu0) * 1e3 / (events / 1e6);
+    let quiet = throughput(&p, None)?;
+    eprintln!("bench: throughput, 30 s at full speed under cudatrace run, scraped 20 times a second");
+    let scraped = throughput(&p, Some(20))?;
+    let (rate, events, dropped, cpu_ms_per_million) = (quiet.calls_per_second, quiet.events, quiet.dropped, quiet.cpu_ms_per_million);
+    let scrape_cpu_ratio = scraped.cpu_ms_per_million / quiet.cpu_ms_per_million;
 
     // Memory at scale.
     eprintln!("bench: resident memory with 1, 100, 1000 processes and 10, 10000 kernels");
-    let port = free_port()?;
-    let t = start_cudatrace(&p, port)?;
+    let t = start_cudatrace(&p, free_port())?;
     let base_rss = rss_bytes(t.pid())?;
     let mut rss = serde_json::Map::new();
     let mut done = 0;
@@ -275,8 +313,13 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         "added_ns": {"floor": floor, "bpftrace": bpf, "cudatrace": ours},
         "ratio_cudatrace_to_floor": ours / floor,
         "ratio_cudatrace_to_bpftrace": ours / bpf,
-        "throughput": {"calls_per_second": rate, "seconds": r["seconds"], "events": events, "dropped": dropped,
+        "throughput": {"calls_per_second": rate, "seconds": quiet.seconds, "events": events, "dropped": dropped,
                        "tracer_cpu_ms_per_million_events": cpu_ms_per_million},
+        "throughput_scraped_20hz": {"calls_per_second": scraped.calls_per_second, "seconds": scraped.seconds,
+                       "events": scraped.events, "dropped": scraped.dropped, "scrapes": scraped.scrapes,
+                       "slowest_scrape_ms": scraped.scrape_ms_max,
+                       "tracer_cpu_ms_per_million_events": scraped.cpu_ms_per_million,
+                       "cpu_ratio_to_unscraped": scrape_cpu_ratio},
         "rss_bytes": {"idle": base_rss, "after": rss},
     });
     let dir = root.join("bench/results");
@@ -299,11 +342,20 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     md += &format!(
         "\nD/B = {:.2}, D/C = {:.2}\n\nThroughput: {:.0} calls/s from one workload thread for {} s under `cudatrace run`: \
          {events:.0} events, {dropped:.0} dropped, {cpu_ms_per_million:.0} ms of tracer CPU per million events.\n\n\
+         Scraped 20 times a second meanwhile ({} scrapes, slowest {:.1} ms): {:.0} calls/s, {:.0} events, {:.0} dropped, \
+         {:.0} ms of tracer CPU per million events ({:.2}x unscraped).\n\n\
          Resident memory of `cudatrace run`: idle {:.1} MiB",
         ours / floor,
         ours / bpf,
         rate,
-        r["seconds"],
+        quiet.seconds,
+        scraped.scrapes,
+        scraped.scrape_ms_max,
+        scraped.calls_per_second,
+        scraped.events,
+        scraped.dropped,
+        scraped.cpu_ms_per_million,
+        scrape_cpu_ratio,
         base_rss as f64 / 1048576.0
     );
     for (k, v) in &rss {

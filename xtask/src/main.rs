@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask build | standin | demo | test | bench`.
 mod bench;
+mod standin;
 
 use std::{
     env,

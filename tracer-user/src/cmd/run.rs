@@ -17,7 +17,7 @@ use crate::{
     config::{self, Config},
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Session, SessionOptions, Wake, decode::Event, enrich::Enrichment},
+    pipeline::{Consumer, Session, Wake, decode::Event, enrich::Enrichment},
     registry::{Process, RegistryLimits},
     sinks::{
         http::Sinks,
@@ -88,17 +88,8 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
-    let mut session = Session::open(SessionOptions {
-        filter: args.sel.filter(),
-        libs: args.sel.libs,
-        duration: args.duration,
-        ringbuf_bytes: cfg.ringbuf_mib << 20,
-        rescan: Duration::from_millis(cfg.rescan_ms),
-        limits: RegistryLimits {
-            max_processes: cfg.max_processes,
-            retain_exited: Duration::from_secs(cfg.retain_exited_s),
-        },
-    })?;
+    let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
+    let mut session = Session::open(args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits))?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
     if let Sampler::Off(why) = &sampler {
         eprintln!("cudatrace: {why}");

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use crate::{
     cli::TraceArgs,
-    pipeline::{Consumer, Session, SessionOptions, Wake, decode::Event, enrich::Enrichment},
+    pipeline::{Consumer, Session, Wake, decode::Event, enrich::Enrichment},
     registry::{Process, RegistryLimits},
     sinks::stdout::Printer,
 };
@@ -27,14 +27,8 @@ impl Consumer for Printer {
 
 /// Runs `cudatrace trace`.
 pub async fn run(args: TraceArgs) -> Result<()> {
-    let mut session = Session::open(SessionOptions {
-        filter: args.sel.filter(),
-        libs: args.sel.libs,
-        duration: args.duration,
-        ringbuf_bytes: args.ringbuf_mib << 20,
-        rescan: Duration::from_millis(args.rescan_ms),
-        limits: RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO },
-    })?;
+    let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
+    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits))?;
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");

@@ -1,0 +1,191 @@
+//! A running `cudatrace`, started as a user would, and what it printed once stopped.
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::{env::Env, free_port, poll};
+
+/// A running `cudatrace trace` (or `run`); one dropped without `stop` (a failed assertion) is
+/// stopped, so that it cannot disturb the tests after it.
+pub struct Cudatrace {
+    child: Option<Child>,
+    stdout: Option<JoinHandle<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    stderr_done: Option<JoinHandle<()>>,
+}
+
+impl Drop for Cudatrace {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let _ = child.wait();
+            wait_for_background_detach();
+        }
+    }
+}
+
+/// What a stopped tracer printed.
+pub struct Traced {
+    /// Parsed JSON events from stdout.
+    pub events: Vec<Value>,
+    /// Stderr lines.
+    pub stderr: Vec<String>,
+    /// Exit status code.
+    pub code: Option<i32>,
+}
+
+impl Traced {
+    /// Events of one process.
+    pub fn of_pid(&self, pid: u64) -> Vec<&Value> {
+        self.events.iter().filter(|e| e["pid"].as_u64() == Some(pid)).collect()
+    }
+
+    /// `key=value` fields of the `summary:` line.
+    pub fn summary(&self) -> HashMap<String, u64> {
+        let line = self.stderr.iter().find(|l| l.starts_with("summary:")).expect("no summary line");
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.parse().expect("numeric summary field")))
+            .collect()
+    }
+}
+
+impl Cudatrace {
+    /// The stderr lines printed so far.
+    pub fn stderr_now(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `limit`) for a stderr line for which `pred` holds; returns it.
+    pub fn wait_stderr(&self, limit: Duration, pred: impl Fn(&str) -> bool) -> Option<String> {
+        poll(limit, || self.stderr_now().into_iter().find(|l| pred(l)))
+    }
+
+    /// Starts `cudatrace trace ARGS` and waits for its `ready:` line (panics after 60 s).
+    pub fn start(env: &Env, args: &[&str]) -> Cudatrace {
+        Self::try_start(env, args).unwrap_or_else(|t| {
+            panic!("cudatrace did not become ready; stderr:\n{}", t.stderr.join("\n"))
+        })
+    }
+
+    /// Starts the tracer; on failure to become ready, returns what it printed.
+    pub fn try_start(env: &Env, args: &[&str]) -> Result<Cudatrace, Traced> {
+        Self::try_start_command(env, "trace", args, &[])
+    }
+
+    /// Starts `cudatrace run ARGS` with extra environment and waits for its `ready:` line.
+    pub fn start_daemon(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Cudatrace {
+        Self::try_start_command(env, "run", args, vars).unwrap_or_else(|t| {
+            panic!("cudatrace run did not become ready; stderr:\n{}", t.stderr.join("\n"))
+        })
+    }
+
+    /// Starts `cudatrace run` on the stand-in libcuda with metrics on a free loopback port, plus
+    /// `extra` arguments and `vars`; returns it and its listen address.
+    pub fn start_daemon_on_loopback(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> (Cudatrace, String) {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let lib = env.libcuda();
+        let mut args = vec!["--lib", lib.to_str().unwrap(), "--listen", &listen];
+        args.extend_from_slice(extra);
+        let daemon = Self::start_daemon(env, &args, vars);
+        (daemon, listen)
+    }
+
+    /// Starts `cudatrace COMMAND ARGS`; on failure to become ready, returns what it printed.
+    pub fn try_start_command(env: &Env, command: &str, args: &[&str], vars: &[(&str, &str)]) -> Result<Cudatrace, Traced> {
+        let mut child = Command::new(&env.bin)
+            .arg(command)
+            .args(args)
+            .envs(vars.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start cudatrace");
+        let out = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        let err = child.stderr.take().unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let lines = stderr.clone();
+        let stderr_done = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if line.starts_with("ready:") {
+                    let _ = ready_tx.send(());
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let tracer = Cudatrace { child: Some(child), stdout: Some(stdout), stderr, stderr_done: Some(stderr_done) };
+        match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(()) => Ok(tracer),
+            Err(_) => Err(tracer.wait()),
+        }
+    }
+
+    /// Kills the tracer with SIGKILL, as an OOM killer or `kubectl delete --force` would.
+    pub fn kill(self) -> Traced {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGKILL) };
+        self.wait()
+    }
+
+    /// Stops the tracer with SIGINT and collects its output.
+    pub fn stop(self) -> Traced {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGINT) };
+        self.wait()
+    }
+
+    /// Waits for the tracer to exit on its own (panics after 60 s).
+    pub fn wait(mut self) -> Traced {
+        let mut child = self.child.take().expect("running");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("cudatrace did not exit within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        wait_for_background_detach();
+        let lines = self.stdout.take().expect("joined once").join().unwrap();
+        self.stderr_done.take().expect("joined once").join().unwrap();
+        let events = lines
+            .iter()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
+            .collect();
+        let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
+        Traced { events, stderr, code: status.code() }
+    }
+}
+
+/// Waits until no `cudatrace` process is left. A stopped tracer hands the removal of its probes
+/// to a forked child, which takes seconds and holds the kernel's probe mutex meanwhile; the next
+/// test's attach would wait on it while its workload already runs.
+pub fn wait_for_background_detach() {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
+            std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "cudatrace")
+                && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
+        });
+        if !running {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("a cudatrace process was still detaching after 120 s");
+}
+

@@ -1,0 +1,100 @@
+//! Guards that undo what a test set up, also when an assertion fails: temporary folders (and
+//! the library copies and files in them), cgroups.
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// A folder of its own under the temporary directory, removed with everything in it on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A new, empty folder whose name starts with `cudatrace-<name>-<pid>`.
+    pub fn new(name: &str) -> TempDir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("cudatrace-{name}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// `name` inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `text` to `name` inside it; returns the path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.join(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path
+    }
+
+    /// Copies `file` to `name` inside it (its own inode, as a container image's file would be).
+    pub fn copy(&self, file: &Path, name: &str) -> PathBuf {
+        let path = self.join(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).unwrap();
+        }
+        fs::copy(file, &path).unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", file.display(), path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A cgroup v2 directory tree made for a test, removed (innermost first) on drop. Processes
+/// still in it keep it alive; the tests wait for theirs first.
+pub struct Cgroup {
+    root: PathBuf,
+    leaf: PathBuf,
+}
+
+impl Cgroup {
+    /// Creates `relative` (nested folders) under a test root in the cgroup v2 hierarchy.
+    pub fn new(relative: &str) -> Cgroup {
+        let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.join("cgroup.procs").exists())
+            .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup/unified"));
+        let root = base.join(format!("cudatrace-test-{}", std::process::id()));
+        let leaf = root.join(relative);
+        if let Err(e) = fs::create_dir_all(&leaf) {
+            panic!("cannot create cgroup v2 directory {}: {e}", leaf.display());
+        }
+        Cgroup { root, leaf }
+    }
+
+    /// The innermost cgroup.
+    pub fn path(&self) -> &Path {
+        &self.leaf
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let mut dir = self.leaf.as_path();
+        while dir.starts_with(&self.root) {
+            let _ = fs::remove_dir(dir);
+            match dir.parent() {
+                Some(parent) => dir = parent,
+                None => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The stand-in workload (`cuda-workload`), with typed options: which scenario, which library,
+//! which simulated device, under which name.
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+};
+
+use serde_json::Value;
+
+use crate::{env::Env, guards::TempDir};
+
+/// What the workload does (see tests/standin/workload.c).
+#[derive(Clone, Debug)]
+pub enum Scenario {
+    /// Launches and copies split over the threads, with known arguments.
+    Basic {
+        /// Kernel launches.
+        launches: u64,
+        /// Copies.
+        copies: u64,
+    },
+    /// Every exported entry point, `n` calls each.
+    Each(u64),
+    /// Launches of `grid` blocks for `seconds`, a stream wait every `sync_every`.
+    Loop {
+        /// How long.
+        seconds: f64,
+        /// Blocks per launch (device time per launch, with `CUDA_STANDIN_NS_PER_BLOCK`).
+        grid: u32,
+        /// Launches between two waits.
+        sync_every: u64,
+    },
+    /// Exits while a thread is blocked inside `cuStreamSynchronize`.
+    DieInCall,
+    /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
+    Copies {
+        /// How long.
+        seconds: f64,
+        /// Bytes per copy.
+        bytes: u64,
+        /// Pause between copies, µs.
+        gap_us: u64,
+    },
+}
+
+impl Scenario {
+    fn args(&self) -> Vec<String> {
+        match self {
+            Scenario::Basic { launches, copies } => vec!["basic".into(), launches.to_string(), copies.to_string()],
+            Scenario::Each(n) => vec!["each".into(), n.to_string()],
+            Scenario::Loop { seconds, grid, sync_every } => {
+                vec!["loop".into(), seconds.to_string(), grid.to_string(), sync_every.to_string()]
+            }
+            Scenario::DieInCall => vec!["die-in-call".into()],
+            Scenario::Copies { seconds, bytes, gap_us } => {
+                vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]
+            }
+        }
+    }
+}
+
+/// A workload to run: scenario, library, environment, name.
+pub struct Workload {
+    exe: PathBuf,
+    lib: PathBuf,
+    scenario: Scenario,
+    settle_ms: Option<u64>,
+    threads: Option<u32>,
+    vars: Vec<(String, String)>,
+    comm: Option<String>,
+}
+
+impl Workload {
+    /// `scenario` against the stand-in libcuda.
+    pub fn new(env: &Env, scenario: Scenario) -> Workload {
+        Workload { exe: env.workload(), lib: env.libcuda(), scenario, settle_ms: None, threads: None, vars: Vec::new(), comm: None }
+    }
+
+    /// Loads this library instead.
+    pub fn lib(mut self, lib: impl Into<PathBuf>) -> Workload {
+        self.lib = lib.into();
+        self
+    }
+
+    /// Runs on this simulated device file (`CUDA_STANDIN_DEVICE`).
+    pub fn device(self, file: &str) -> Workload {
+        self.var("CUDA_STANDIN_DEVICE", file)
+    }
+
+    /// Sets an environment variable.
+    pub fn var(mut self, key: &str, value: &str) -> Workload {
+        self.vars.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Sets environment variables.
+    pub fn vars(mut self, vars: &[(&str, &str)]) -> Workload {
+        self.vars.extend(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        self
+    }
+
+    /// Waits this long between loading the library and the first call.
+    pub fn settle_ms(mut self, ms: u64) -> Workload {
+        self.settle_ms = Some(ms);
+        self
+    }
+
+    /// Splits the work over this many threads (`basic`).
+    pub fn threads(mut self, n: u32) -> Workload {
+        self.threads = Some(n);
+        self
+    }
+
+    /// Runs under another name (its comm), through a symlink.
+    pub fn comm(mut self, name: &str) -> Workload {
+        self.comm = Some(name.to_owned());
+        self
+    }
+
+    /// Starts it without waiting.
+    pub fn spawn(self) -> Running {
+        let (exe, link_dir) = match &self.comm {
+            Some(name) => {
+                let dir = TempDir::new("names");
+                let link = dir.join(name);
+                std::os::unix::fs::symlink(&self.exe, &link).unwrap();
+                (link, Some(dir))
+            }
+            None => (self.exe.clone(), None),
+        };
+        let mut cmd = Command::new(exe);
+        cmd.arg("--lib").arg(&self.lib);
+        if let Some(n) = self.threads {
+            cmd.args(["--threads", &n.to_string()]);
+        }
+        if let Some(ms) = self.settle_ms {
+            cmd.args(["--settle", &ms.to_string()]);
+        }
+        let child = cmd
+            .args(self.scenario.args())
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cannot run cuda-workload");
+        Running { child: Some(child), _link_dir: link_dir }
+    }
+
+    /// Runs it to completion; returns its JSON report.
+    pub fn run(self) -> Value {
+        self.spawn().finish()
+    }
+}
+
+/// A started workload; killed if dropped before it finished (a failed assertion).
+pub struct Running {
+    child: Option<Child>,
+    _link_dir: Option<TempDir>,
+}
+
+impl Running {
+    /// Its pid.
+    pub fn pid(&self) -> u64 {
+        u64::from(self.child.as_ref().expect("running").id())
+    }
+
+    /// Waits for it; returns its JSON report (the last line it printed).
+    pub fn finish(mut self) -> Value {
+        report(self.child.take().expect("running"))
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.as_mut().is_none_or(|c| c.try_wait().ok().flatten().is_some())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Waits for a child that prints the workload's report (the workload itself, or a script that
+/// execs it) and returns the report.
+pub fn report(child: Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "workload failed: {}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_json::from_str(text.lines().last().expect("workload printed nothing")).expect("workload JSON")
+}
