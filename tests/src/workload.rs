@@ -32,6 +32,8 @@ pub enum Scenario {
     },
     /// Exits while a thread is blocked inside `cuStreamSynchronize`.
     DieInCall,
+    /// `cuLaunchKernelEx` calls whose `CUlaunchConfig` is in a file mapping not yet paged in.
+    UnpagedConfig(u64),
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -52,6 +54,7 @@ impl Scenario {
                 vec!["loop".into(), seconds.to_string(), grid.to_string(), sync_every.to_string()]
             }
             Scenario::DieInCall => vec!["die-in-call".into()],
+            Scenario::UnpagedConfig(n) => vec!["unpaged-config".into(), n.to_string()],
             Scenario::Copies { seconds, bytes, gap_us } => {
                 vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]
             }

@@ -13,6 +13,9 @@
  *     kernels K                 K distinct kernel names looked up and launched once each
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
+ *     unpaged-config N          N cuLaunchKernelEx calls whose CUlaunchConfig sits in a file
+ *                               mapping not yet paged in (grid N+1 x 2 x 3): a probe cannot read
+ *                               it without faulting, the driver's own read faults it in
  *   --settle MS sleeps between dlopen and the first call.
  *
  * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -430,11 +434,32 @@ static void run_die_in_call(void) {
     _exit(0);
 }
 
+static void run_unpaged_config(long n) {
+    setup(4096);
+    PFN_cuLaunchKernelEx launch_ex = (PFN_cuLaunchKernelEx)sym("cuLaunchKernelEx", 1);
+    char path[] = "/tmp/cuda-workload-config-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { perror("mkstemp"); exit(2); }
+    unlink(path);
+    CUlaunchConfig c = {(unsigned)(n + 1), 2, 3, 32, 1, 1, 0, NULL, NULL, 0};
+    if (write(fd, &c, sizeof c) != (ssize_t)sizeof c) { perror("write"); exit(2); }
+    for (long i = 0; i < n; i++) {
+        /* A fresh private mapping each time: its page is in the page cache but not in this
+         * process's page table until something touches it. */
+        void *m = mmap(NULL, sizeof c, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) { perror("mmap"); exit(2); }
+        CHECK(launch_ex((const CUlaunchConfig *)m, function, kernel_params, NULL));
+        munmap(m, sizeof c);
+    }
+    close(fd);
+    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), n);
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N\n");
     exit(64);
 }
 
@@ -476,6 +501,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "calls") && (i + 1 == argc || i + 2 == argc))
         run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0);
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
+    else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else usage();
     return 0;

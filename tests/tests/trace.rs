@@ -149,3 +149,38 @@ fn bad_input_one_line() {
     assert!(err.contains("needs root or CAP_BPF and CAP_PERFMON"), "{err}");
     assert!(err.contains("not root and without CAP_BPF and CAP_PERFMON"), "{err}");
 }
+
+/// The eBPF programs report rare conditions through aya-log: a `CUlaunchConfig` the probe cannot
+/// read (its page not yet mapped) is one warning per call on stderr at the default level, the
+/// launch still recorded with dimensions 0; `--log-level off` silences it; `debug` adds process
+/// exits.
+#[test]
+fn ebpf_log_reports_rare_conditions() {
+    let Some(env) = env() else { return };
+    let lib = env.libcuda();
+    let dev = device_file("ebpf-log");
+    let warning = "cudatrace: ebpf warn: cuLaunchKernelEx: cannot read its CUlaunchConfig";
+    for (level, warnings) in [("warn", 3), ("off", 0)] {
+        let tracer = Cudatrace::start(&env, &["--json", "--log-level", level, "--lib", lib.to_str().unwrap()]);
+        let report = Workload::new(&env, Scenario::UnpagedConfig(3)).device(&dev).run();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let traced = tracer.stop();
+        let launches: Vec<_> =
+            traced.of_pid(report["pid"].as_u64().unwrap()).into_iter().filter(|e| e["api"] == "cuLaunchKernelEx").collect();
+        assert_eq!(launches.len(), 3, "--log-level {level}");
+        assert!(launches.iter().all(|e| e["grid"] == serde_json::json!([0, 0, 0])), "{launches:?}");
+        let said = traced.stderr.iter().filter(|l| l.starts_with(warning)).count();
+        assert_eq!(said, warnings, "--log-level {level}: {:?}", traced.stderr);
+        assert!(!traced.stderr.iter().any(|l| l.starts_with("cudatrace: ebpf debug:")), "{:?}", traced.stderr);
+        eprintln!("e2e ebpf_log_reports_rare_conditions: --log-level {level}: unreadable configs in=3 launches out=3 warnings={said}");
+    }
+    // Debug: a process that lives long enough to be tracked reports its exit.
+    let tracer = Cudatrace::start(&env, &["--json", "--log-level", "debug", "--lib", lib.to_str().unwrap()]);
+    let report = Workload::new(&env, Scenario::Loop { seconds: 1.0, grid: 1, sync_every: 1 }).device(&dev).run();
+    let pid = report["pid"].as_u64().unwrap();
+    let exited = format!("cudatrace: ebpf debug: tracked process {pid} exited");
+    let line = tracer.wait_stderr(std::time::Duration::from_secs(5), |l| l == exited);
+    let traced = tracer.stop();
+    assert!(line.is_some(), "no {exited:?}: {:?}", traced.stderr);
+    let _ = std::fs::remove_file(&dev);
+}

@@ -8,6 +8,7 @@ use aya_ebpf::{
     programs::ProbeContext,
 };
 
+use aya_log_ebpf::warn;
 use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
 
 use crate::maps::{ENTRIES, FILTER, enabled};
@@ -47,5 +48,13 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
     let mut entry = Entry { start_ns: 0, cookie, args };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     entry.start_ns = unsafe { bpf_ktime_get_ns() };
-    let _ = ENTRIES.insert(&bpf_get_current_pid_tgid(), &entry, 0);
+    let id = bpf_get_current_pid_tgid();
+    // BPF_NOEXIST costs nothing more than a plain insert, and tells when this thread still had
+    // an entry: a call whose return was never seen (a longjmp out of the driver, a nested probed
+    // call). Rare; said once each through aya-log, and the newer call wins.
+    const BPF_NOEXIST: u64 = 1;
+    if ENTRIES.insert(&id, &entry, BPF_NOEXIST).is_err() {
+        warn!(ctx, "entry state of tid {} replaced: its previous driver call never returned", id as u32);
+        let _ = ENTRIES.insert(&id, &entry, 0);
+    }
 }

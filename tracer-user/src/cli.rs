@@ -3,7 +3,12 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use clap::{Parser, Subcommand};
 
-use crate::{config, pipeline::SessionOptions, probe::filter::FilterOptions, registry::RegistryLimits};
+use crate::{
+    config,
+    pipeline::SessionOptions,
+    probe::{ebpf_log::LogLevel, filter::FilterOptions},
+    registry::RegistryLimits,
+};
 
 /// Per-process CUDA driver call tracing with eBPF.
 #[derive(Parser)]
@@ -85,6 +90,10 @@ pub struct Selection {
     /// Trace only processes in this cgroup v2 directory, filtered in the kernel.
     #[arg(long, value_name = "DIR")]
     pub cgroup: Option<PathBuf>,
+    /// What the eBPF programs report on stderr: rare conditions at warn, process exits too at
+    /// debug.
+    #[arg(long, value_enum, default_value_t = LogLevel::Warn, value_name = "LEVEL")]
+    pub log_level: LogLevel,
 }
 
 impl Selection {
@@ -95,6 +104,7 @@ impl Selection {
             libs: self.libs,
             duration,
             ringbuf_bytes: ringbuf_mib << 20,
+            log_level: self.log_level,
             rescan: Duration::from_millis(rescan_ms),
             limits,
         }

@@ -3,18 +3,19 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext,
 };
+use aya_log_ebpf::debug;
 use tracer_common::{EventTag, ExitEvent, STAT_DROPPED};
 
 use crate::maps::{ENTRIES, EVENTS, TRACKED, bump};
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn cuda_exit(_ctx: RawTracePointContext) -> u32 {
-    try_cuda_exit();
+pub fn cuda_exit(ctx: RawTracePointContext) -> u32 {
+    try_cuda_exit(&ctx);
     0
 }
 
 #[inline(always)]
-fn try_cuda_exit() {
+fn try_cuda_exit(ctx: &RawTracePointContext) {
     let id = bpf_get_current_pid_tgid();
     let _ = ENTRIES.remove(&id);
     let (pid, tid) = ((id >> 32) as u32, id as u32);
@@ -24,6 +25,7 @@ fn try_cuda_exit() {
         return;
     }
     let _ = TRACKED.remove(&pid);
+    debug!(ctx, "tracked process {} exited", pid);
     match EVENTS.reserve::<ExitEvent>(0) {
         Some(mut slot) => {
             slot.write(ExitEvent { tag: EventTag::Exit as u32, pid });

@@ -2,6 +2,7 @@
 //! blockZ, sharedMemBytes, hStream, ...)`. blockZ, sharedMemBytes and hStream are arguments 6-8,
 //! on the user stack at rsp+8, rsp+16, rsp+24 (rsp points at the return address at entry).
 use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
+use aya_log_ebpf::warn;
 use tracer_common::event::pack;
 
 use crate::entry::{arg, save};
@@ -20,7 +21,13 @@ fn try_cuda_launch(ctx: &ProbeContext) {
     // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad address is
     // an error, never a fault. One read for the three stack slots; a fault leaves them 0 rather
     // than losing the call.
-    let stack: [u64; 3] = unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) }.unwrap_or([0; 3]);
+    let stack: [u64; 3] = match unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) } {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(ctx, "cuLaunchKernel: cannot read the stack arguments at {:x} ({}); recorded as 0", sp + 8, e);
+            [0; 3]
+        }
+    };
     save(
         ctx,
         [

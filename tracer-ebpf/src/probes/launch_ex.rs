@@ -3,6 +3,7 @@
 //! then `CUstream hStream` at offset 32: its first 40 bytes, read as five u64, already hold the
 //! packed launch layout of tracer-common.
 use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
+use aya_log_ebpf::warn;
 
 use crate::entry::{arg, save};
 
@@ -20,7 +21,13 @@ fn try_cuda_launch_ex(ctx: &ProbeContext) {
     } else {
         // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad
         // pointer from the caller is an error, which leaves the dimensions 0.
-        unsafe { bpf_probe_read_user(config as *const [u64; 5]) }.unwrap_or([0; 5])
+        match unsafe { bpf_probe_read_user(config as *const [u64; 5]) } {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(ctx, "cuLaunchKernelEx: cannot read its CUlaunchConfig at {:x} ({}); recorded as 0", config, e);
+                [0; 5]
+            }
+        }
     };
     save(ctx, [arg(ctx, 1), words[0], words[1], words[2], words[3] as u32 as u64, words[4]]);
 }

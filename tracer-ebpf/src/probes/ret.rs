@@ -5,6 +5,7 @@
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
+    EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user,
         generated::{bpf_ktime_get_ns, bpf_probe_read_user_str},
@@ -12,6 +13,7 @@ use aya_ebpf::{
     macros::uretprobe,
     programs::RetProbeContext,
 };
+use aya_log_ebpf::{debug, warn};
 use tracer_common::{
     CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_DROPPED, STAT_ORPHAN_RETURNS,
     api::{COOKIE_API_MASK, COOKIE_READ_NAME, COOKIE_READ_OUT},
@@ -35,26 +37,33 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
         Some(e) => *e,
         None => {
             bump(STAT_ORPHAN_RETURNS);
+            warn!(ctx, "orphan return in tid {}: no entry state (attached mid-call, or evicted)", id as u32);
             return;
         }
     };
     let _ = ENTRIES.remove(&id);
     let result = ctx.ret::<u64>() as i32;
     let tag = if entry.cookie & COOKIE_READ_NAME != 0 { EventTag::Lookup } else { EventTag::Call };
-    let call = record(tag, &entry, id, end, result);
+    let call = record(ctx, tag, &entry, id, end, result);
     match tag {
-        EventTag::Lookup => emit_lookup(call, entry.args[2]),
+        EventTag::Lookup => emit_lookup(ctx, call, entry.args[2]),
         _ => emit_call(call),
     }
 }
 
 /// The call's record, built on the stack.
 #[inline(always)]
-fn record(tag: EventTag, entry: &Entry, id: u64, end: u64, result: i32) -> CallEvent {
+fn record<C: EbpfContext>(ctx: &C, tag: EventTag, entry: &Entry, id: u64, end: u64, result: i32) -> CallEvent {
     // Out-parameters hold their value only after a successful return.
     let out = if entry.cookie & COOKIE_READ_OUT != 0 && result == 0 && entry.args[0] != 0 {
         // SAFETY: a faulting user read is an error, not a fault; the value is then 0.
-        unsafe { bpf_probe_read_user(entry.args[0] as *const u64) }.unwrap_or(0)
+        match unsafe { bpf_probe_read_user(entry.args[0] as *const u64) } {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(ctx, "cannot read the out-parameter at {:x} after a successful call ({}); recorded as 0", entry.args[0], e);
+                0
+            }
+        }
     } else {
         0
     };
@@ -84,7 +93,7 @@ fn emit_call(call: CallEvent) {
 }
 
 #[inline(always)]
-fn emit_lookup(call: CallEvent, name_ptr: u64) {
+fn emit_lookup<C: EbpfContext>(ctx: &C, call: CallEvent, name_ptr: u64) {
     let Some(mut slot) = EVENTS.reserve::<LookupEvent>(0) else {
         bump(STAT_DROPPED);
         return;
@@ -98,8 +107,8 @@ fn emit_lookup(call: CallEvent, name_ptr: u64) {
         addr_of_mut!((*p).call).write(call);
         let name = addr_of_mut!((*p).name).cast::<u8>();
         name.write(0);
-        if name_ptr != 0 {
-            bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _);
+        if name_ptr != 0 && bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _) < 0 {
+            debug!(ctx, "cannot read the kernel name at {:x}; recorded as empty", name_ptr);
         }
     }
     slot.submit(submit_flags());

@@ -25,6 +25,7 @@ use tokio::{
 use crate::{
     probe::{
         caps, discover,
+        ebpf_log::LogLevel,
         filter::{self, FilterOptions},
         loader::{self, Probes},
     },
@@ -47,6 +48,8 @@ pub struct SessionOptions {
     pub duration: Option<Duration>,
     /// Ring-buffer size in bytes.
     pub ringbuf_bytes: u32,
+    /// What the eBPF programs report on stderr.
+    pub log_level: LogLevel,
     /// How often to look for newly mapped libcuda files, without `--lib`.
     pub rescan: Duration,
     /// What the process registry keeps.
@@ -137,7 +140,7 @@ impl Session {
         if watch && libs.is_empty() {
             eprintln!("no libcuda in use or installed yet; watching for processes that map one");
         }
-        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid)?;
+        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level)?;
         probes.set_filter(filter)?;
         // With one library its error is the run's error, printed once below.
         let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
@@ -232,6 +235,7 @@ impl Session {
             self.probes.untrack(pid);
             self.exit(pid, consumer);
         }
+        self.probes.flush_log();
         consumer.flush()
     }
 

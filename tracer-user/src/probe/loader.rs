@@ -25,7 +25,10 @@ use tracer_common::{
     },
 };
 
-use super::symbols::{self, Resolution};
+use super::{
+    ebpf_log::{LogLevel, StderrLog},
+    symbols::{self, Resolution},
+};
 
 /// The compiled eBPF programs, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
@@ -65,6 +68,8 @@ pub struct Probes {
     pub libraries: Vec<LibraryProbes>,
     scope: UProbeScope,
     seen: HashSet<(u64, u64)>,
+    /// Reader of the programs' aya-log records (none with `--log-level off`).
+    log: Option<aya_log::EbpfLogger<StderrLog>>,
 }
 
 fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T> {
@@ -72,10 +77,13 @@ fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf
     T::try_from(map).with_context(|| format!("map {name} is not of the expected type"))
 }
 
-/// Loads the programs, sizing the ring buffer to `ringbuf_bytes`.
-pub fn load(ringbuf_bytes: u32, pid: Option<u32>) -> Result<Probes> {
+/// Loads the programs, sizing the ring buffer to `ringbuf_bytes`; they log up to `log_level`.
+pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel) -> Result<Probes> {
+    let level = log_level.aya();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries(MAP_EVENTS, ringbuf_bytes)
+        // A load-time constant: the verifier removes the logging of disabled levels.
+        .override_global("AYA_LOG_LEVEL", &level, true)
         .load(EBPF_OBJECT)
         .context("cannot load the eBPF programs (is BPF enabled in this kernel, and are you root?)")?;
     let exit: &mut RawTracePoint =
@@ -102,7 +110,14 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>) -> Result<Probes> {
         tracked: take(&mut ebpf, MAP_TRACKED)?,
     };
     let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
-    Ok(Probes { ebpf, maps, ring, libraries: Vec::new(), scope, seen: HashSet::new() })
+    let log = match log_level {
+        LogLevel::Off => None,
+        level => Some(
+            aya_log::EbpfLogger::init_with_logger(&mut ebpf, StderrLog::new(level))
+                .context("cannot read the eBPF programs' log")?,
+        ),
+    };
+    Ok(Probes { ebpf, maps, ring, libraries: Vec::new(), scope, seen: HashSet::new(), log })
 }
 
 impl Probes {
@@ -168,6 +183,13 @@ impl Probes {
     pub fn set_filter(&mut self, filter: Filter) -> Result<()> {
         self.maps.filter.set(0, filter, 0)?;
         Ok(())
+    }
+
+    /// Prints what the programs logged since the last call.
+    pub fn flush_log(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            log.flush();
+        }
     }
 
     /// The ring buffer, handed to its reader once.

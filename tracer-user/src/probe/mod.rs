@@ -1,8 +1,10 @@
 //! The probe stage: finding libcuda files (`discover`), resolving their entry points
 //! (`symbols`), checking the privileges (`caps`), building the in-kernel filter (`filter`), and
-//! loading and attaching the eBPF programs with typed handles to their maps (`loader`).
+//! loading and attaching the eBPF programs with typed handles to their maps (`loader`), and
+//! showing what the programs log (`ebpf_log`).
 pub mod caps;
 pub mod discover;
+pub mod ebpf_log;
 pub mod filter;
 pub mod loader;
 pub mod symbols;
