@@ -4,6 +4,8 @@
 //! the same symbol (bpftrace with empty actions), (C) bpftrace's latency-histogram one-liner,
 //! (D) `cudatrace run`, each timing the same workload of cuLaunchKernel calls against the
 //! stand-in libcuda (whose calls cost nearly nothing, so what is measured is the probes).
+//! With `CUDATRACE_BENCH_BEFORE=PATH` a fifth setup, (E) that other `cudatrace` binary's `run`,
+//! joins every round: a change is compared with what came before it in the same run.
 //! Then throughput (the workload at full speed for 30 s under `cudatrace run`: rate, drops, and
 //! tracer CPU per million events), the same again with a client scraping `/metrics` 20 times a
 //! second (scrapes must not stall tracing), and memory at scale (RSS after 1, 100 and 1,000 processes, and
@@ -29,6 +31,8 @@ const CALLS: u64 = 300_000;
 
 struct Paths {
     cudatrace: PathBuf,
+    /// Another cudatrace to compare with (E), from `CUDATRACE_BENCH_BEFORE`.
+    before: Option<PathBuf>,
     workload: PathBuf,
     lib: PathBuf,
 }
@@ -92,7 +96,11 @@ fn bpftrace(lib: &Path, histogram: bool) -> Result<Running> {
 }
 
 fn start_cudatrace(p: &Paths, port: u16) -> Result<Running> {
-    let mut child = Command::new(&p.cudatrace)
+    start_binary(&p.cudatrace, p, port)
+}
+
+fn start_binary(bin: &Path, p: &Paths, port: u16) -> Result<Running> {
+    let mut child = Command::new(bin)
         .args(["run", "--lib"])
         .arg(&p.lib)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -179,9 +187,9 @@ struct Throughput {
 
 /// One workload thread at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a client
 /// scrapes `/metrics` that often meanwhile.
-fn throughput(p: &Paths, scrape_hz: Option<u32>) -> Result<Throughput> {
+fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>) -> Result<Throughput> {
     let port = free_port();
-    let t = start_cudatrace(p, port)?;
+    let t = start_binary(bin, p, port)?;
     let stop = Arc::new(AtomicBool::new(false));
     let (scrapes, slowest_us) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let scraper = scrape_hz.map(|hz| {
@@ -240,18 +248,23 @@ fn machine() -> String {
 
 /// Runs the benchmark and writes bench/results/.
 pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
-    let p = Paths { cudatrace, workload: standin.join("cuda-workload"), lib: standin.join("libcuda.so.1") };
+    let before = std::env::var_os("CUDATRACE_BENCH_BEFORE").map(PathBuf::from);
+    let p = Paths { cudatrace, before, workload: standin.join("cuda-workload"), lib: standin.join("libcuda.so.1") };
     let calls = CALLS.to_string();
-    let names = ["untraced", "floor", "bpftrace", "cudatrace"];
-    let mut ns: [Vec<f64>; 4] = Default::default();
-    eprintln!("bench: {ROUNDS} rounds of A B C D, {CALLS} cuLaunchKernel calls each");
+    let mut names = vec!["untraced", "floor", "bpftrace", "cudatrace"];
+    if p.before.is_some() {
+        names.push("cudatrace_before");
+    }
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    eprintln!("bench: {ROUNDS} rounds of {}, {CALLS} cuLaunchKernel calls each", if p.before.is_some() { "A B C D E" } else { "A B C D" });
     for round in 0..ROUNDS {
         for (i, name) in names.iter().enumerate() {
             let tracer = match i {
                 0 => None,
                 1 => Some(bpftrace(&p.lib, false)?),
                 2 => Some(bpftrace(&p.lib, true)?),
-                _ => Some(start_cudatrace(&p, free_port())?),
+                3 => Some(start_cudatrace(&p, free_port())?),
+                _ => Some(start_binary(p.before.as_deref().expect("E only with a before binary"), &p, free_port())?),
             };
             let r = workload(&p, &["calls", &calls])?;
             if let Some(t) = tracer {
@@ -276,13 +289,21 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     }
     let med = |i: usize| median(&mut added(i));
     let (floor, bpf, ours) = (med(1), med(2), med(3));
+    let before = (names.len() > 4).then(|| med(4));
 
     // Throughput: one workload thread at full speed for 30 s, then the same with 20 scrapes a
     // second.
     eprintln!("bench: throughput, 30 s at full speed under cudatrace run");
-    let quiet = throughput(&p, None)?;
+    let quiet = throughput(&p, &p.cudatrace, None)?;
     eprintln!("bench: throughput, 30 s at full speed under cudatrace run, scraped 20 times a second");
-    let scraped = throughput(&p, Some(20))?;
+    let scraped = throughput(&p, &p.cudatrace, Some(20))?;
+    let quiet_before = match &p.before {
+        Some(bin) => {
+            eprintln!("bench: throughput, 30 s at full speed under the before binary's run");
+            Some(throughput(&p, bin, None)?)
+        }
+        None => None,
+    };
     let (rate, events, dropped, cpu_ms_per_million) = (quiet.calls_per_second, quiet.events, quiet.dropped, quiet.cpu_ms_per_million);
     let scrape_cpu_ratio = scraped.cpu_ms_per_million / quiet.cpu_ms_per_million;
 
@@ -313,6 +334,9 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         "added_ns": {"floor": floor, "bpftrace": bpf, "cudatrace": ours},
         "ratio_cudatrace_to_floor": ours / floor,
         "ratio_cudatrace_to_bpftrace": ours / bpf,
+        "ratio_cudatrace_to_before": before.map(|b| ours / b),
+        "throughput_before": quiet_before.as_ref().map(|t| json!({"calls_per_second": t.calls_per_second, "events": t.events,
+                       "dropped": t.dropped, "tracer_cpu_ms_per_million_events": t.cpu_ms_per_million})),
         "throughput": {"calls_per_second": rate, "seconds": quiet.seconds, "events": events, "dropped": dropped,
                        "tracer_cpu_ms_per_million_events": cpu_ms_per_million},
         "throughput_scraped_20hz": {"calls_per_second": scraped.calls_per_second, "seconds": scraped.seconds,
@@ -335,9 +359,21 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
          | setup | ns per call, median | added ns per call, median (min to max) |\n|---|---|---|\n",
         machine()
     );
-    for (i, name) in ["A untraced", "B floor: empty uprobe+uretprobe", "C bpftrace latency histogram", "D cudatrace run"].iter().enumerate() {
+    let labels = ["A untraced", "B floor: empty uprobe+uretprobe", "C bpftrace latency histogram", "D cudatrace run", "E cudatrace run, before"];
+    for (i, name) in labels.iter().take(names.len()).enumerate() {
         let added = if i == 0 { "0".to_owned() } else { spread(i) };
         md += &format!("| {name} | {:.0} | {added} |\n", median(&mut ns[i].clone()));
+    }
+    if let (Some(b), Some(t)) = (before, &quiet_before) {
+        md += &format!(
+            "\nD/E = {:.2} (this build against `CUDATRACE_BENCH_BEFORE`); the before binary's throughput run: {:.0} calls/s, \
+             {:.0} events, {:.0} dropped, {:.0} ms of tracer CPU per million events\n",
+            ours / b,
+            t.calls_per_second,
+            t.events,
+            t.dropped,
+            t.cpu_ms_per_million
+        );
     }
     md += &format!(
         "\nD/B = {:.2}, D/C = {:.2}\n\nThroughput: {:.0} calls/s from one workload thread for {} s under `cudatrace run`: \

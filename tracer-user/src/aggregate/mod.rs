@@ -240,16 +240,7 @@ mod tests {
     };
 
     fn launch(pid: u32, ns: u64, function: u64) -> Event {
-        Event {
-            api: Api::LaunchKernel,
-            pid,
-            tid: pid,
-            comm: "job".into(),
-            start_ns: 0,
-            duration_ns: ns,
-            result: 0,
-            detail: Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream: 0 },
-        }
+        Event::launch(Api::LaunchKernel, pid, function, 0).timed(0, ns)
     }
 
     fn registry(max_processes: usize) -> Registry {

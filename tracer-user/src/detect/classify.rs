@@ -107,7 +107,7 @@ const THROTTLE_BITS: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 
 /// Thresholds classification uses.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct Thresholds {
     /// Memory used/total at or above which a GPU is under pressure.
     pub memory_pressure_ratio: f64,
     /// NVML utilization (percent) below which a GPU is idle.
@@ -139,7 +139,7 @@ fn round3(x: f64) -> f64 {
 
 /// Classifies why `victim`'s `signal` breached, given every process's last window (`everyone`
 /// may include the victim) and the latest NVML sample (empty without NVML).
-pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: &[GpuSample], limits: Limits) -> Verdict {
+pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: &[GpuSample], limits: Thresholds) -> Verdict {
     let vset = gpus_of(victim.process.pid, victim.process.identity, gpus);
     let mine: Vec<&GpuSample> = gpus.iter().filter(|g| vset.holds(g.index)).collect();
     let memory_ratio = mine
@@ -204,7 +204,7 @@ mod tests {
     fn seen<'a>(pid: u32, comm: &'a str, identity: &'a Identity, activity: Activity) -> Seen<'a> {
         Seen { process: ProcessRef { pid, comm, identity }, activity }
     }
-    const LIMITS: Limits = Limits { memory_pressure_ratio: 0.95, idle_gpu_percent: 10 };
+    const LIMITS: Thresholds = Thresholds { memory_pressure_ratio: 0.95, idle_gpu_percent: 10 };
 
     fn act(launches: u64, gpu_ns: u64, copy_bytes: u64) -> Activity {
         Activity { launches, gpu_ns, copy_bytes, memory_bytes: 0 }

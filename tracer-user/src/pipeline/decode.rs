@@ -41,6 +41,27 @@ pub struct Event {
     pub detail: Detail,
 }
 
+#[cfg(test)]
+impl Event {
+    /// A successful call of `api` by process `pid` (its main thread, comm `job<pid>`), at 0,
+    /// lasting 1 ns: the one event builder of the unit tests.
+    pub fn of(api: Api, pid: u32, detail: Detail) -> Event {
+        Event { api, pid, tid: pid, comm: Comm::from(format!("job{pid}")), start_ns: 0, duration_ns: 1, result: 0, detail }
+    }
+
+    /// A launch of `function` on `stream` (a 1x1x1 grid of 1x1x1 blocks).
+    pub fn launch(api: Api, pid: u32, function: u64, stream: u64) -> Event {
+        Event::of(api, pid, Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream })
+    }
+
+    /// The same call, starting at `start_ns` and lasting `duration_ns`.
+    pub fn timed(mut self, start_ns: u64, duration_ns: u64) -> Event {
+        self.start_ns = start_ns;
+        self.duration_ns = duration_ns;
+        self
+    }
+}
+
 /// Arguments of a call, by shape.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]

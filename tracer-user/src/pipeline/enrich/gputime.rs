@@ -159,11 +159,8 @@ mod tests {
 
     use super::*;
 
-    fn ev(api: Api, start_ns: u64, duration_ns: u64, detail: Detail) -> Event {
-        Event { api, pid: 1, tid: 5, comm: "".into(), start_ns, duration_ns, result: 0, detail }
-    }
     fn launch(api: Api, start: u64, stream: u64) -> Event {
-        ev(api, start, 10, Detail::Launch { function: 1, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream })
+        Event::launch(api, 1, 1, stream).timed(start, 10)
     }
 
     #[test]
@@ -172,12 +169,12 @@ mod tests {
         g.observe(&launch(Api::LaunchKernel, 1_000, 7));
         g.observe(&launch(Api::LaunchKernel, 2_000, 7));
         g.observe(&launch(Api::LaunchKernel, 2_500, 8));
-        let sync = ev(Api::StreamSynchronize, 3_000, 5_000, Detail::Sync { stream: Some(7), event: None });
+        let sync = Event::of(Api::StreamSynchronize, 1, Detail::Sync { stream: Some(7), event: None }).timed(3_000, 5_000);
         assert_eq!(g.observe(&sync), Some(BatchEstimate { launches: 2, gpu_ns_estimate: 7_000 }));
         let s7 = g.sorted().into_iter().find(|(k, _)| k.0 == 7).unwrap().1;
         assert_eq!((s7.launches_completed, s7.wait_ns, s7.gpu_ns_estimate), (2, 5_000, 7_000));
         // The context wait closes stream 8 too; stream 7 has nothing pending.
-        let ctx = ev(Api::CtxSynchronize, 9_000, 1_000, Detail::Sync { stream: None, event: None });
+        let ctx = Event::of(Api::CtxSynchronize, 1, Detail::Sync { stream: None, event: None }).timed(9_000, 1_000);
         assert_eq!(g.observe(&ctx), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 7_500 }));
         assert_eq!(g.estimate_ns(), 14_500);
         assert_eq!(g.sorted().len(), 2);
@@ -189,9 +186,9 @@ mod tests {
         let mut g = Streams::default();
         g.observe(&launch(Api::LaunchKernelPtsz, 100, 0));
         g.observe(&launch(Api::LaunchKernel, 100, 0));
-        let sync = ev(Api::StreamSynchronizePtsz, 200, 50, Detail::Sync { stream: Some(0), event: None });
+        let sync = Event::of(Api::StreamSynchronizePtsz, 1, Detail::Sync { stream: Some(0), event: None }).timed(200, 50);
         assert_eq!(g.observe(&sync), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 150 }));
-        let copy = ev(Api::MemcpyDtoH, 300, 50, Detail::Copy { bytes: 1, direction: "dtoh", dst: 0, src: 0, stream: None });
+        let copy = Event::of(Api::MemcpyDtoH, 1, Detail::Copy { bytes: 1, direction: "dtoh", dst: 0, src: 0, stream: None }).timed(300, 50);
         assert_eq!(g.observe(&copy), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 250 }));
     }
 }

@@ -65,12 +65,8 @@ mod tests {
 
     use super::*;
 
-    fn ev(api: Api, pid: u32, detail: Detail) -> Event {
-        Event { api, pid, tid: pid, comm: "t".into(), start_ns: 0, duration_ns: 1, result: 0, detail }
-    }
     fn launch(pid: u32, function: u64) -> Event {
-        let d = Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream: 0 };
-        ev(Api::LaunchKernel, pid, d)
+        Event::launch(Api::LaunchKernel, pid, function, 0)
     }
 
     #[test]
@@ -85,13 +81,13 @@ mod tests {
     fn names_follow_handles() {
         let mut t = KernelNames::default();
         let lookup = Detail::Lookup { handle: 0x10, source: 0x1, name: Some("_Z3addv".into()) };
-        t.observe(&ev(Api::ModuleGetFunction, 1, lookup));
+        t.observe(&Event::of(Api::ModuleGetFunction, 1, lookup));
         assert_eq!(&*t.observe(&launch(1, 0x10)).unwrap().demangled, "add()");
         assert_eq!(KernelNames::default().observe(&launch(2, 0x10)), None, "handles are per process");
         let lib = Detail::Lookup { handle: 0x20, source: 0x2, name: Some("_Z3mulv".into()) };
-        t.observe(&ev(Api::LibraryGetKernel, 1, lib));
+        t.observe(&Event::of(Api::LibraryGetKernel, 1, lib));
         let conv = Detail::Lookup { handle: 0x30, source: 0x20, name: None };
-        t.observe(&ev(Api::KernelGetFunction, 1, conv));
+        t.observe(&Event::of(Api::KernelGetFunction, 1, conv));
         assert_eq!(t.observe(&launch(1, 0x30)).unwrap().mangled, "_Z3mulv");
         assert_eq!(t.observe(&launch(1, 0x20)).unwrap().mangled, "_Z3mulv", "a CUkernel launched as a CUfunction");
         assert_eq!(t.len(), 3);

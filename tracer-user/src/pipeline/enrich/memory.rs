@@ -78,18 +78,14 @@ mod tests {
 
     use super::*;
 
-    fn ev(api: Api, detail: Detail) -> Event {
-        Event { api, pid: 1, tid: 1, comm: "".into(), start_ns: 0, duration_ns: 0, result: 0, detail }
-    }
-
     #[test]
     fn current_peak_and_unknown_frees() {
         let mut t = ProcessMemory::default();
-        t.observe(&ev(Api::MemAlloc, Detail::Alloc { dptr: 0x1000, bytes: 100, stream: None }));
-        t.observe(&ev(Api::MemAllocAsync, Detail::Alloc { dptr: 0x2000, bytes: 50, stream: Some(1) }));
-        t.observe(&ev(Api::MemFree, Detail::Free { dptr: 0x1000, stream: None }));
-        t.observe(&ev(Api::MemFree, Detail::Free { dptr: 0x9999, stream: None }));
-        let mut failed = ev(Api::MemAlloc, Detail::Alloc { dptr: 0x3000, bytes: 7, stream: None });
+        t.observe(&Event::of(Api::MemAlloc, 1, Detail::Alloc { dptr: 0x1000, bytes: 100, stream: None }));
+        t.observe(&Event::of(Api::MemAllocAsync, 1, Detail::Alloc { dptr: 0x2000, bytes: 50, stream: Some(1) }));
+        t.observe(&Event::of(Api::MemFree, 1, Detail::Free { dptr: 0x1000, stream: None }));
+        t.observe(&Event::of(Api::MemFree, 1, Detail::Free { dptr: 0x9999, stream: None }));
+        let mut failed = Event::of(Api::MemAlloc, 1, Detail::Alloc { dptr: 0x3000, bytes: 7, stream: None });
         failed.result = 2;
         t.observe(&failed);
         let m = &t;
