@@ -3,6 +3,7 @@
 #   - nightly rust-src (for -Z build-std=core on bpfel-unknown-none)
 #   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
 #   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux)
+#   - kubernetes-validate (PyPI), which checks deploy/kubernetes against the Kubernetes schemas offline
 # Set CUDATRACE_SKIP_APT=1 to skip the Debian packages (e.g. on a non-Debian host).
 set -euo pipefail
 
@@ -58,4 +59,9 @@ if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
         apt-get update -qq >/dev/null
         apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     fi
+fi
+
+if ! python3 -m kubernetes_validate --version >/dev/null 2>&1; then
+    say "installing kubernetes-validate (PyPI)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore kubernetes-validate >/dev/null
 fi

@@ -81,6 +81,25 @@ impl Cudatrace {
         Self::try_start_command(env, "trace", args, &[])
     }
 
+    /// Starts `cudatrace trace ARGS` with extra environment and waits for its `ready:` line.
+    pub fn start_with(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Cudatrace {
+        Self::try_start_command(env, "trace", args, vars)
+            .unwrap_or_else(|t| panic!("cudatrace did not become ready; stderr:\n{}", t.stderr.join("\n")))
+    }
+
+    /// Starts `WRAPPER ARGS` (a program that execs cudatrace, such as setpriv; ARGS name the
+    /// binary and its command) and waits for the `ready:` line.
+    pub fn start_wrapped(_env: &Env, wrapper: &str, args: &[String], vars: &[(&str, &str)]) -> Cudatrace {
+        let mut cmd = Command::new(wrapper);
+        cmd.args(args).envs(vars.iter().copied());
+        Self::spawn(cmd).unwrap_or_else(|t| panic!("cudatrace under {wrapper} did not become ready; stderr:\n{}", t.stderr.join("\n")))
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// Starts `cudatrace run ARGS` with extra environment and waits for its `ready:` line.
     pub fn start_daemon(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Cudatrace {
         Self::try_start_command(env, "run", args, vars).unwrap_or_else(|t| {
@@ -101,10 +120,15 @@ impl Cudatrace {
 
     /// Starts `cudatrace COMMAND ARGS`; on failure to become ready, returns what it printed.
     pub fn try_start_command(env: &Env, command: &str, args: &[&str], vars: &[(&str, &str)]) -> Result<Cudatrace, Traced> {
-        let mut child = Command::new(&env.bin)
-            .arg(command)
-            .args(args)
-            .envs(vars.iter().copied())
+        let mut cmd = Command::new(&env.bin);
+        cmd.arg(command).args(args).envs(vars.iter().copied());
+        Self::spawn(cmd)
+    }
+
+    /// Runs `cmd` (cudatrace, or a wrapper that execs it); on failure to become ready, returns
+    /// what it printed.
+    fn spawn(mut cmd: Command) -> Result<Cudatrace, Traced> {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -137,6 +161,14 @@ impl Cudatrace {
         self.wait()
     }
 
+    /// Stops the tracer with SIGINT and collects its output, without waiting for probes that a
+    /// background process may still be removing (see [`cudatrace_processes`]).
+    pub fn stop_without_waiting(self) -> Traced {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGINT) };
+        self.collect(false)
+    }
+
     /// Stops the tracer with SIGINT and collects its output.
     pub fn stop(self) -> Traced {
         // SAFETY: plain kill(2).
@@ -145,7 +177,11 @@ impl Cudatrace {
     }
 
     /// Waits for the tracer to exit on its own (panics after 60 s).
-    pub fn wait(mut self) -> Traced {
+    pub fn wait(self) -> Traced {
+        self.collect(true)
+    }
+
+    fn collect(mut self, wait_detach: bool) -> Traced {
         let mut child = self.child.take().expect("running");
         let start = Instant::now();
         let status = loop {
@@ -158,7 +194,9 @@ impl Cudatrace {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        wait_for_background_detach();
+        if wait_detach {
+            wait_for_background_detach();
+        }
         let lines = self.stdout.take().expect("joined once").join().unwrap();
         self.stderr_done.take().expect("joined once").join().unwrap();
         let events = lines
@@ -177,11 +215,7 @@ impl Cudatrace {
 pub fn wait_for_background_detach() {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(120) {
-        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|p| {
-            std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "cudatrace")
-                && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
-        });
-        if !running {
+        if cudatrace_processes() == 0 {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -189,3 +223,15 @@ pub fn wait_for_background_detach() {
     panic!("a cudatrace process was still detaching after 120 s");
 }
 
+
+/// Running (not zombie) processes named `cudatrace`.
+pub fn cudatrace_processes() -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|p| {
+            std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "cudatrace")
+                && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
+        })
+        .count()
+}

@@ -12,7 +12,7 @@ mod workload;
 
 use std::time::{Duration, Instant};
 
-pub use cudatrace::{Cudatrace, Traced, wait_for_background_detach};
+pub use cudatrace::{Cudatrace, Traced, cudatrace_processes, wait_for_background_detach};
 pub use env::{Env, device_file, env};
 pub use workload::{Running, Scenario, Workload, report};
 

@@ -69,6 +69,7 @@ pub struct Workload {
     scenario: Scenario,
     settle_ms: Option<u64>,
     threads: Option<u32>,
+    uid: Option<u32>,
     vars: Vec<(String, String)>,
     comm: Option<String>,
 }
@@ -76,7 +77,7 @@ pub struct Workload {
 impl Workload {
     /// `scenario` against the stand-in libcuda.
     pub fn new(env: &Env, scenario: Scenario) -> Workload {
-        Workload { exe: env.workload(), lib: env.libcuda(), scenario, settle_ms: None, threads: None, vars: Vec::new(), comm: None }
+        Workload { exe: env.workload(), lib: env.libcuda(), scenario, settle_ms: None, threads: None, uid: None, vars: Vec::new(), comm: None }
     }
 
     /// Loads this library instead.
@@ -114,6 +115,12 @@ impl Workload {
         self
     }
 
+    /// Runs as this user (and group), with no capabilities, through setpriv.
+    pub fn as_user(mut self, uid: u32) -> Workload {
+        self.uid = Some(uid);
+        self
+    }
+
     /// Runs under another name (its comm), through a symlink.
     pub fn comm(mut self, name: &str) -> Workload {
         self.comm = Some(name.to_owned());
@@ -131,7 +138,15 @@ impl Workload {
             }
             None => (self.exe.clone(), None),
         };
-        let mut cmd = Command::new(exe);
+        let mut cmd = match self.uid {
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into(), "--inh-caps=-all".into()]);
+                c.arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.arg("--lib").arg(&self.lib);
         if let Some(n) = self.threads {
             cmd.args(["--threads", &n.to_string()]);

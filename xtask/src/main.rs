@@ -142,6 +142,10 @@ fn test(filter: Option<String>) -> Result<()> {
     let rules = root().join("deploy/prometheus");
     run(Command::new("promtool").current_dir(&rules).args(["check", "rules", "rules.yml"]))?;
     run(Command::new("promtool").current_dir(&rules).args(["test", "rules", "rules_test.yml"]))?;
+    // The Kubernetes manifests, against the Kubernetes schemas (offline, strict: no unknown field).
+    run(Command::new("python3")
+        .current_dir(root())
+        .args(["-m", "kubernetes_validate", "--strict", "--quiet", "deploy/kubernetes/cudatrace.yaml"]))?;
     let standin = build()?;
     // End-to-end: one test at a time, since every tracer sees every process's calls and the
     // simulated device is shared.

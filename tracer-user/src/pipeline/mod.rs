@@ -131,11 +131,11 @@ impl Session {
     /// Checks privileges, attaches (or starts watching for) the libraries and arms the timers.
     /// Recording starts with [`Session::start_recording`].
     pub fn open(opts: SessionOptions) -> Result<Session> {
-        if let Some(why) = caps::missing_privilege() {
+        let watch = opts.libs.is_empty();
+        if let Some(why) = caps::missing_privilege(watch) {
             bail!(why);
         }
         let filter = filter::build(&opts.filter)?;
-        let watch = opts.libs.is_empty();
         let libs = if watch { discover::libraries() } else { opts.libs.clone() };
         if watch && libs.is_empty() {
             eprintln!("no libcuda in use or installed yet; watching for processes that map one");
@@ -161,6 +161,11 @@ impl Session {
         let forever = Duration::from_secs(u64::MAX / 4);
         // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
         probes.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
+        // Loaded and attached: from here on only discovery and identity need privileges (and
+        // attaching, while watching). Threads started later inherit the reduced set.
+        if let Err(e) = caps::reduce(watch, !probes.multi()) {
+            eprintln!("cudatrace: cannot drop the capabilities it no longer needs ({e}); tracing goes on");
+        }
         Ok(Session {
             probes,
             ring,

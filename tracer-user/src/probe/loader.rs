@@ -27,6 +27,7 @@ use tracer_common::{
 
 use super::{
     ebpf_log::{LogLevel, StderrLog},
+    multi::{MultiError, MultiPrograms},
     symbols::{self, Resolution},
 };
 
@@ -57,10 +58,25 @@ pub struct Maps {
     tracked: BpfHashMap<MapData, u32, u8>,
 }
 
+/// How probes are attached.
+enum Attach {
+    /// uprobe_multi links, per library: needs CAP_BPF and CAP_PERFMON only, and closing them
+    /// detaches at once.
+    Multi {
+        /// The uprobe programs, loaded for uprobe_multi.
+        programs: MultiPrograms,
+        /// Each attached library's links.
+        links: Vec<Vec<std::os::fd::OwnedFd>>,
+    },
+    /// Classic perf-event uprobes (kernels before 6.6), held by aya's programs.
+    Classic,
+}
+
 /// The loaded programs and their maps; dropping it detaches every probe.
 pub struct Probes {
-    /// The loaded object; its programs hold the links.
+    /// The loaded object; its programs hold the classic links and the exit tracepoint.
     ebpf: Ebpf,
+    attach: Attach,
     maps: Maps,
     /// The ring buffer, until the reader takes it.
     ring: Option<RingBuf<MapData>>,
@@ -91,13 +107,17 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel) -> Result
     exit.load().context("the kernel refused eBPF program cuda_exit")?;
     // A raw tracepoint needs no tracefs; it is attached by name.
     exit.attach("sched_process_exit").context("cannot attach to sched_process_exit")?;
-    for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
-        let prog: &mut UProbe = ebpf
-            .program_mut(name)
-            .with_context(|| format!("eBPF object lacks program {name}"))?
-            .try_into()?;
-        prog.load().with_context(|| format!("the kernel refused eBPF program {name}"))?;
-    }
+    // uprobe_multi unless asked for classic uprobes (CUDATRACE_ATTACH=classic, which the tests
+    // use to keep the fallback exercised); the programs are loaded while every map is in `ebpf`.
+    let attach = if std::env::var("CUDATRACE_ATTACH").is_ok_and(|v| v == "classic") {
+        load_classic(&mut ebpf)?
+    } else {
+        match MultiPrograms::load(EBPF_OBJECT, &ebpf) {
+            Ok(programs) => Attach::Multi { programs, links: Vec::new() },
+            Err(e) if e.unsupported() => fall_back(&mut ebpf, &e)?,
+            Err(e) => return Err(e.into()),
+        }
+    };
     let scope = match pid.and_then(NonZeroU32::new) {
         Some(pid) => UProbeScope::OneProcess(pid),
         None => UProbeScope::AllProcesses,
@@ -117,7 +137,28 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel) -> Result
                 .context("cannot read the eBPF programs' log")?,
         ),
     };
-    Ok(Probes { ebpf, maps, ring, libraries: Vec::new(), scope, seen: HashSet::new(), log })
+    Ok(Probes { ebpf, attach, maps, ring, libraries: Vec::new(), scope, seen: HashSet::new(), log })
+}
+
+/// Loads aya's uprobe programs for classic perf-event uprobes.
+fn load_classic(ebpf: &mut Ebpf) -> Result<Attach> {
+    for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
+        let prog: &mut UProbe = ebpf
+            .program_mut(name)
+            .with_context(|| format!("eBPF object lacks program {name}"))?
+            .try_into()?;
+        prog.load().with_context(|| format!("the kernel refused eBPF program {name}"))?;
+    }
+    Ok(Attach::Classic)
+}
+
+/// Says once why uprobe_multi is not used, then loads for classic uprobes.
+fn fall_back(ebpf: &mut Ebpf, why: &MultiError) -> Result<Attach> {
+    eprintln!(
+        "cudatrace: uprobe_multi links are not available ({why}; they need Linux 6.6 or later): using classic \
+         uprobes, which need CAP_SYS_ADMIN on kernels with the 2025 perf_uprobe_event_init fix"
+    );
+    load_classic(ebpf)
 }
 
 impl Probes {
@@ -142,6 +183,24 @@ impl Probes {
                 "{} exports none of the CUDA driver entry points cudatrace probes: is it a libcuda.so.1?",
                 path.display()
             );
+        }
+        if let Attach::Multi { programs, links } = &mut self.attach {
+            let pid = match self.scope {
+                UProbeScope::OneProcess(pid) => Some(pid.get()),
+                _ => None,
+            };
+            match programs.attach(path, &resolution.found, pid) {
+                Ok(new) => {
+                    links.push(new);
+                    self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution });
+                    return Ok(self.libraries.last());
+                }
+                // A kernel that loads the programs but has no uprobe_multi links (before 6.6).
+                Err(e) if e.unsupported() && self.libraries.is_empty() => {
+                    self.attach = fall_back(&mut self.ebpf, &e)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         for r in &resolution.found {
             let entry = match r.api.info().layout {
@@ -219,14 +278,24 @@ impl Probes {
         (self.maps.entries.keys().count(), self.maps.tracked.keys().count())
     }
 
+    /// Whether probes are uprobe_multi links (else classic perf-event uprobes).
+    pub fn multi(&self) -> bool {
+        matches!(self.attach, Attach::Multi { .. })
+    }
+
     /// Detaches every probe without making the caller wait for it.
     ///
-    /// Removing a uprobe waits for RCU grace periods, one probe after another under a kernel
-    /// mutex: about 0.1 s a probe here, ten seconds for a full libcuda. A forked child inherits
-    /// the probes' file descriptors and exits at once; the kernel removes the probes as it closes
-    /// the child's descriptors, while this process, holding no last reference, exits promptly.
-    /// The programs were disabled before, so the probes record nothing meanwhile.
+    /// uprobe_multi links go at once when closed. Removing a classic uprobe waits for RCU grace
+    /// periods, one probe after another under a kernel mutex: about 0.1 s a probe here, ten
+    /// seconds for a full libcuda. Then a forked child inherits the probes' file descriptors and
+    /// exits at once; the kernel removes the probes as it closes the child's descriptors, while
+    /// this process, holding no last reference, exits promptly. The programs were disabled
+    /// before, so the probes record nothing meanwhile.
     pub fn detach_in_background(self) {
+        if self.multi() {
+            drop(self);
+            return;
+        }
         // SAFETY: the child only calls _exit, which is async-signal-safe.
         match unsafe { libc::fork() } {
             0 => unsafe { libc::_exit(0) },

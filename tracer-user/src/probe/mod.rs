@@ -7,4 +7,5 @@ pub mod discover;
 pub mod ebpf_log;
 pub mod filter;
 pub mod loader;
+pub mod multi;
 pub mod symbols;

@@ -1,0 +1,171 @@
+//! End-to-end: least privilege. `cudatrace run` with exactly the capabilities the DaemonSet
+//! manifest declares, as uid 65534, finds and traces another user's process without `--lib`;
+//! without any one of them it exits non-zero naming it; once started it keeps only what it
+//! still needs, under no-new-privs. Probes are uprobe_multi links, which detach at once; the
+//! classic fallback still traces exactly.
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, exposition, free_port, http, poll};
+
+/// The capabilities the DaemonSet adds, as in deploy/kubernetes/cudatrace.yaml (`BPF`, ...).
+fn manifest_capabilities() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/cudatrace.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text).expect("the manifest is YAML");
+    let daemonset = docs.iter().find(|d| d["kind"].as_str() == Some("DaemonSet")).expect("a DaemonSet");
+    let container = &daemonset["spec"]["template"]["spec"]["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["capabilities"]["drop"][0].as_str(), Some("ALL"), "the manifest drops every capability first");
+    assert_eq!(security["privileged"].as_bool(), Some(false));
+    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
+    security["capabilities"]["add"].as_vec().expect("capabilities.add").iter().map(|c| c.as_str().unwrap().to_owned()).collect()
+}
+
+/// `setpriv` arguments giving uid/gid 65534 exactly `caps` (lower-case names, no `CAP_`), as
+/// ambient capabilities, as systemd's `AmbientCapabilities=` would.
+fn as_nobody_with(caps: &[String]) -> Vec<String> {
+    let list: String = caps.iter().map(|c| format!(",+{}", c.to_lowercase())).collect();
+    vec![
+        "--reuid=65534".into(),
+        "--regid=65534".into(),
+        "--clear-groups".into(),
+        format!("--inh-caps=-all{list}"),
+        format!("--ambient-caps=-all{list}"),
+    ]
+}
+
+/// Capability names in a /proc/PID/status `CapEff` line's mask.
+fn cap_eff(pid: u32) -> (u64, bool) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let eff = tracer_common::caps::effective_from_status(&status).unwrap();
+    let nnp = status.lines().any(|l| l.starts_with("NoNewPrivs:") && l.trim_end().ends_with('1'));
+    (eff, nnp)
+}
+
+fn bit(name: &str) -> u64 {
+    let n = match name {
+        "DAC_READ_SEARCH" => 2,
+        "SYS_PTRACE" => 19,
+        "SYS_ADMIN" => 21,
+        "PERFMON" => 38,
+        "BPF" => 39,
+        other => panic!("unexpected capability {other} in the manifest"),
+    };
+    1 << n
+}
+
+/// As uid 65534 with exactly the manifest's capabilities and no `--lib`: another user's
+/// process is found and every call counted; the daemon keeps exactly those four while it
+/// watches, under no-new-privs.
+#[test]
+fn least_privilege_daemon_traces_another_users_process() {
+    let Some(env) = env() else { return };
+    let caps = manifest_capabilities();
+    assert_eq!(caps, ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"], "the set this test proves");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = as_nobody_with(&caps);
+    args.extend([env.bin.display().to_string(), "run".into(), "--listen".into(), listen.clone()]);
+    let daemon = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
+    let (eff, nnp) = cap_eff(daemon.pid());
+    let want: u64 = caps.iter().map(|c| bit(c)).sum();
+    assert_eq!((eff, nnp), (want, true), "CapEff {eff:#x} while watching");
+    // Another user's process: uid 1000, its own simulated device.
+    let dev = device_file("nobody");
+    let job = Workload::new(&env, Scenario::Basic { launches: 2000, copies: 0 })
+        .device(&dev)
+        .settle_ms(2000)
+        .as_user(1000)
+        .run();
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let counted = poll(Duration::from_secs(10), || {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let n: f64 = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        (n == 2000.0).then_some(n)
+    });
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!(
+        "e2e least_privilege_daemon_traces_another_users_process: uid 65534 with {caps:?}: launches in=2000 counted={counted:?}; \
+         CapEff {eff:#x} NoNewPrivs {nnp}"
+    );
+    assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
+    assert!(traced.stderr.iter().any(|l| l.starts_with("discovered: /proc/")), "{:?}", traced.stderr);
+    assert_eq!(traced.code, Some(0));
+}
+
+/// Without any one of the four, `run` without `--lib` exits 1 with one line naming it.
+#[test]
+fn each_missing_capability_is_named() {
+    let Some(env) = env() else { return };
+    let caps = manifest_capabilities();
+    for missing in &caps {
+        let rest: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
+        let listen = format!("127.0.0.1:{}", free_port());
+        let out = Command::new("setpriv")
+            .args(as_nobody_with(&rest))
+            .arg(&env.bin)
+            .args(["run", "--listen", &listen])
+            .output()
+            .expect("setpriv (util-linux) is needed");
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("e2e each_missing_capability_is_named: without {missing}: exit {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(1), "without {missing}: {err}");
+        assert_eq!(err.lines().count(), 1, "without {missing}: {err}");
+        assert!(err.contains(&format!("CAP_{missing}")), "without {missing}: {err}");
+    }
+}
+
+/// With `--lib`, attaching happens once: after start only the discovery capabilities remain.
+/// Stopping takes well under a second, and leaves no process behind to detach probes.
+#[test]
+fn attached_once_it_drops_the_rest_and_detaches_at_once() {
+    let Some(env) = env() else { return };
+    let lib = env.libcuda();
+    let started = Instant::now();
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let attach = started.elapsed();
+    let (eff, nnp) = cap_eff(tracer.pid());
+    assert_eq!((eff, nnp), (bit("SYS_PTRACE") + bit("DAC_READ_SEARCH"), true), "CapEff {eff:#x}");
+    let dev = device_file("detach");
+    let report = Workload::new(&env, Scenario::Each(3)).device(&dev).run();
+    let stopping = Instant::now();
+    let traced = tracer.stop_without_waiting();
+    let stop = stopping.elapsed();
+    let left = integration_tests::cudatrace_processes();
+    let _ = std::fs::remove_file(&dev);
+    let events = traced.of_pid(report["pid"].as_u64().unwrap()).len();
+    eprintln!(
+        "e2e attached_once_it_drops_the_rest_and_detaches_at_once: attach (start to ready) {:.0} ms, stop (SIGINT to exit) {:.0} ms, \
+         processes left {left}, events {events} (43 entry points x 3 + 4)",
+        attach.as_secs_f64() * 1e3,
+        stop.as_secs_f64() * 1e3
+    );
+    assert_eq!(events, 43 * 3 + 4);
+    assert!(stop < Duration::from_secs(1), "stop took {stop:?}");
+    assert_eq!(left, 0, "a process was left detaching probes");
+}
+
+/// The classic perf-event path (kernels before 6.6) still traces exactly.
+#[test]
+fn classic_uprobes_still_trace_exactly() {
+    let Some(env) = env() else { return };
+    let lib = env.libcuda();
+    let tracer = Cudatrace::start_with(&env, &["--json", "--lib", lib.to_str().unwrap()], &[("CUDATRACE_ATTACH", "classic")]);
+    let dev = device_file("classic");
+    let report = Workload::new(&env, Scenario::Basic { launches: 500, copies: 50 }).device(&dev).run();
+    let traced = tracer.stop();
+    let _ = std::fs::remove_file(&dev);
+    let mine = traced.of_pid(report["pid"].as_u64().unwrap());
+    let count = |apis: &[&str]| mine.iter().filter(|e| apis.iter().any(|a| e["api"] == *a)).count();
+    let launches = count(&["cuLaunchKernel"]);
+    let copies = count(&["cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"]);
+    eprintln!("e2e classic_uprobes_still_trace_exactly: launches in=500 out={launches}, copies in=50 out={copies}");
+    assert_eq!((launches, copies), (500, 50));
+    assert!(traced.stderr.iter().any(|l| l == "ready: 86 probes attached"), "{:?}", traced.stderr);
+}

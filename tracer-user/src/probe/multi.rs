@@ -1,0 +1,217 @@
+//! uprobe_multi links (Linux 6.6+): one BPF link per library and program for all of its
+//! symbols, with a cookie per symbol. Unlike a classic perf-event uprobe, creating one needs only
+//! CAP_BPF and CAP_PERFMON (no CAP_SYS_ADMIN), and closing it removes every probe of the link at
+//! once, where classic uprobes wait for an RCU grace period each.
+//!
+//! The kernel requires the programs to be loaded with the expected attach type
+//! `BPF_TRACE_UPROBE_MULTI`, which aya 0.14 cannot set: this module parses the same object with
+//! aya-obj, relocates it against the maps aya created, and loads the four uprobe programs with
+//! `bpf(2)` itself. Everything else (maps, the exit tracepoint, reading) stays aya's.
+use std::{
+    collections::{HashMap, HashSet},
+    ffi::CString,
+    io,
+    os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd},
+    path::Path,
+};
+
+use aya::{Ebpf, maps::Map};
+use thiserror::Error;
+use tracer_common::{
+    Layout,
+    names::{PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN},
+};
+
+use super::symbols::Resolved;
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_TYPE_KPROBE: u32 = 2;
+const BPF_TRACE_UPROBE_MULTI: u32 = 48;
+const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
+
+/// Why the multi-uprobe path cannot be used, or a library not attached through it.
+#[derive(Debug, Error)]
+pub enum MultiError {
+    /// The object could not be parsed or relocated.
+    #[error("cannot prepare the eBPF programs for uprobe_multi: {0}")]
+    Object(String),
+    /// The kernel refused to load a program with the uprobe_multi attach type.
+    #[error("the kernel refused program {program} for uprobe_multi ({source})")]
+    Load {
+        /// Which program.
+        program: &'static str,
+        /// The errno.
+        source: io::Error,
+    },
+    /// The kernel refused the link.
+    #[error("cannot create a uprobe_multi link for {program} in {path} ({source})")]
+    Link {
+        /// Which program.
+        program: &'static str,
+        /// The library.
+        path: String,
+        /// The errno.
+        source: io::Error,
+    },
+}
+
+impl MultiError {
+    /// Whether the kernel lacks uprobe_multi (before 6.6), rather than refusing this attach.
+    pub fn unsupported(&self) -> bool {
+        let errno = match self {
+            MultiError::Load { source, .. } | MultiError::Link { source, .. } => source.raw_os_error(),
+            MultiError::Object(_) => return false,
+        };
+        matches!(errno, Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS | libc::E2BIG))
+    }
+}
+
+/// `union bpf_attr` for BPF_PROG_LOAD, as far as it is used (the kernel zero-fills the rest).
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+/// `union bpf_attr` for BPF_LINK_CREATE with its `uprobe_multi` member.
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    path: u64,
+    offsets: u64,
+    ref_ctr_offsets: u64,
+    cookies: u64,
+    cnt: u32,
+    multi_flags: u32,
+    pid: u32,
+    _pad: u32,
+}
+
+// The kernel's layout (include/uapi/linux/bpf.h), checked here.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(ProgLoadAttr, prog_name) == 48 && offset_of!(ProgLoadAttr, expected_attach_type) == 68);
+    assert!(size_of::<ProgLoadAttr>() == 72);
+    assert!(offset_of!(LinkCreateAttr, path) == 16 && offset_of!(LinkCreateAttr, cookies) == 40);
+    assert!(offset_of!(LinkCreateAttr, cnt) == 48 && offset_of!(LinkCreateAttr, pid) == 56);
+};
+
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
+    // SAFETY: `attr` is a live, initialised `#[repr(C)]` prefix of `union bpf_attr` for `cmd`,
+    // and its size is passed with it; the pointers inside it outlive the call.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), size_of::<T>()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success BPF_PROG_LOAD and BPF_LINK_CREATE return a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The four uprobe programs, loaded for uprobe_multi links.
+pub struct MultiPrograms {
+    by_name: HashMap<&'static str, OwnedFd>,
+}
+
+/// The raw fd of a map aya created, for the map types this object declares.
+fn map_fd(map: &Map) -> Option<RawFd> {
+    match map {
+        Map::Array(m) | Map::HashMap(m) | Map::LruHashMap(m) | Map::PerCpuArray(m) | Map::RingBuf(m) => {
+            Some(m.fd().as_fd().as_raw_fd())
+        }
+        _ => None,
+    }
+}
+
+impl MultiPrograms {
+    /// Loads the uprobe programs of `object` relocated against `ebpf`'s maps (which must all
+    /// still be in it).
+    pub fn load(object: &[u8], ebpf: &Ebpf) -> Result<MultiPrograms, MultiError> {
+        let mut obj = aya_obj::Object::parse(object).map_err(|e| MultiError::Object(e.to_string()))?;
+        let fds: HashMap<&str, RawFd> = ebpf.maps().filter_map(|(name, map)| Some((name, map_fd(map)?))).collect();
+        let maps: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
+        let mut with_fds = Vec::new();
+        for (name, map) in &maps {
+            let fd = fds.get(name.as_str()).ok_or_else(|| MultiError::Object(format!("map {name} was not created")))?;
+            with_fds.push((name.as_str(), *fd, map));
+        }
+        let text_sections: HashSet<usize> = obj.functions.keys().map(|(section, _)| *section).collect();
+        obj.relocate_maps(with_fds.into_iter(), &text_sections).map_err(|e| MultiError::Object(e.to_string()))?;
+        obj.relocate_calls(&text_sections).map_err(|e| MultiError::Object(e.to_string()))?;
+        let mut by_name = HashMap::new();
+        for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
+            let prog = obj.programs.get(name).ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
+            let function = &obj.functions[&prog.function_key()];
+            let license: &CString = &prog.license;
+            let mut attr = ProgLoadAttr {
+                prog_type: BPF_PROG_TYPE_KPROBE,
+                insn_cnt: function.instructions.len() as u32,
+                insns: function.instructions.as_ptr() as u64,
+                license: license.as_ptr() as u64,
+                expected_attach_type: BPF_TRACE_UPROBE_MULTI,
+                ..Default::default()
+            };
+            let bytes = name.as_bytes();
+            attr.prog_name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
+            let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|source| MultiError::Load { program: name, source })?;
+            by_name.insert(name, fd);
+        }
+        Ok(MultiPrograms { by_name })
+    }
+
+    /// Attaches every resolved symbol of the library at `path`: one link per entry program
+    /// (by argument layout) and one for the return program, each symbol's api in its cookie.
+    /// `pid` restricts the probes to one process.
+    pub fn attach(&self, path: &Path, found: &[Resolved], pid: Option<u32>) -> Result<Vec<OwnedFd>, MultiError> {
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| MultiError::Object(format!("{} has a NUL byte", path.display())))?;
+        let mut links = Vec::new();
+        let groups = [
+            (PROG_LAUNCH, Some(Layout::Launch)),
+            (PROG_LAUNCH_EX, Some(Layout::LaunchEx)),
+            (PROG_REGS, Some(Layout::Regs)),
+            (PROG_RETURN, None),
+        ];
+        for (program, layout) in groups {
+            let chosen: Vec<&Resolved> = found.iter().filter(|r| layout.is_none_or(|l| r.api.info().layout == l)).collect();
+            if chosen.is_empty() {
+                continue;
+            }
+            let offsets: Vec<u64> = chosen.iter().map(|r| r.offset).collect();
+            let cookies: Vec<u64> = chosen.iter().map(|r| r.api.cookie()).collect();
+            let mut attr = LinkCreateAttr {
+                prog_fd: self.by_name[program].as_raw_fd() as u32,
+                attach_type: BPF_TRACE_UPROBE_MULTI,
+                path: c_path.as_ptr() as u64,
+                offsets: offsets.as_ptr() as u64,
+                cookies: cookies.as_ptr() as u64,
+                cnt: offsets.len() as u32,
+                multi_flags: if layout.is_none() { BPF_F_UPROBE_MULTI_RETURN } else { 0 },
+                pid: pid.unwrap_or(0),
+                ..Default::default()
+            };
+            let link = bpf(BPF_LINK_CREATE, &mut attr).map_err(|source| MultiError::Link {
+                program,
+                path: path.display().to_string(),
+                source,
+            })?;
+            links.push(link);
+        }
+        Ok(links)
+    }
+}
