@@ -2,7 +2,8 @@
 # Installs what building and testing cudatrace needs. Idempotent, and quiet once everything is there.
 #   - nightly rust-src (for -Z build-std=core on bpfel-unknown-none)
 #   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
-#   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux)
+#   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux, and podman,
+#     buildah and runc for the container image)
 #   - kubernetes-validate (PyPI), which checks deploy/kubernetes against the Kubernetes schemas offline
 # Set CUDATRACE_SKIP_APT=1 to skip the Debian packages (e.g. on a non-Debian host).
 set -euo pipefail
@@ -45,7 +46,8 @@ fi
 if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
     need=()
     for pair in bpftrace:bpftrace prometheus:prometheus promtool:prometheus \
-                prometheus-alertmanager:prometheus-alertmanager cc:gcc unshare:util-linux curl:curl; do
+                prometheus-alertmanager:prometheus-alertmanager cc:gcc unshare:util-linux curl:curl \
+                podman:podman buildah:buildah runc:runc; do
         cmd=${pair%%:*}; pkg=${pair#*:}
         case "$cmd" in
             prometheus-alertmanager) [ -x /usr/bin/prometheus-alertmanager ] || need+=("$pkg") ;;

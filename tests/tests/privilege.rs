@@ -8,7 +8,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, exposition, free_port, http, poll};
+use integration_tests::{
+    Cudatrace, Scenario, Workload,
+    container::{DEFAULT_SECCOMP, podman_run, seccomp_with_bpf},
+    device_file, env, exposition, free_port, http, poll,
+};
 
 /// The capabilities the DaemonSet adds, as in deploy/kubernetes/cudatrace.yaml (`BPF`, ...).
 fn manifest_capabilities() -> Vec<String> {
@@ -168,4 +172,48 @@ fn classic_uprobes_still_trace_exactly() {
     eprintln!("e2e classic_uprobes_still_trace_exactly: launches in=500 out={launches}, copies in=50 out={copies}");
     assert_eq!((launches, copies), (500, 50));
     assert!(traced.stderr.iter().any(|l| l == "ready: 86 probes attached"), "{:?}", traced.stderr);
+}
+
+/// The image, run by podman as the DaemonSet runs it (host pids, the manifest's capabilities
+/// only, no privilege escalation, read-only root), traces a process of the host: N in, N
+/// counted. The runtime's default seccomp profile (podman 4.3's) lets only CAP_SYS_ADMIN call
+/// bpf(2): with it, loading fails at the first map, as measured here; the same profile with
+/// bpf under CAP_BPF is enough.
+#[test]
+fn image_traces_a_host_process_with_the_daemonset_security_context() {
+    let Some(env) = env() else { return };
+    let caps = manifest_capabilities();
+    let dir = integration_tests::guards::TempDir::new("image");
+    let name = format!("cudatrace-e2e-{}", std::process::id());
+    // As the runtime ships it: one line, the first map refused.
+    let mut args = podman_run(&caps, std::path::Path::new(DEFAULT_SECCOMP), &name);
+    args.extend(["trace".into(), "--duration".into(), "1".into()]);
+    let out = Command::new("podman").args(&args).output().expect("podman (Debian package) is needed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("e2e image_traces_a_host_process_with_the_daemonset_security_context: default seccomp: exit {:?}: {}", out.status.code(), err.trim());
+    assert!(err.contains("Operation not permitted") && err.contains("failed to create map"), "{err}");
+    // With bpf(2) allowed under CAP_BPF.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = podman_run(&caps, &seccomp_with_bpf(&dir), &name);
+    args.extend(["run".into(), "--listen".into(), listen.clone()]);
+    let daemon = Cudatrace::start_wrapped(&env, "podman", &args, &[]);
+    let dev = device_file("image");
+    let job = Workload::new(&env, Scenario::Basic { launches: 2000, copies: 0 }).device(&dev).settle_ms(2000).run();
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let counted = poll(Duration::from_secs(10), || {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let n: f64 = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        (n == 2000.0).then_some(n)
+    });
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!(
+        "e2e image_traces_a_host_process_with_the_daemonset_security_context: podman, caps {caps:?}, read-only, no-new-privileges: \
+         launches in=2000 counted={counted:?}"
+    );
+    assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
+    assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
 }

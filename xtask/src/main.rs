@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask build | standin | demo | test | bench`.
 mod bench;
+mod image;
 mod standin;
 
 use std::{
@@ -32,6 +33,8 @@ enum Task {
     },
     /// Measure tracing overhead against the floor and bpftrace, throughput, and memory at scale.
     Bench,
+    /// Build the container image `localhost/cudatrace:latest` with buildah, from local files only.
+    Image,
 }
 
 fn root() -> PathBuf {
@@ -83,7 +86,7 @@ fn build_standin() -> Result<PathBuf> {
     Ok(out)
 }
 
-fn build() -> Result<PathBuf> {
+pub(crate) fn build() -> Result<PathBuf> {
     run(cargo().current_dir(root()).args(["build", "--release", "--package", "tracer-user"]))?;
     build_standin()
 }
@@ -147,6 +150,8 @@ fn test(filter: Option<String>) -> Result<()> {
         .current_dir(root())
         .args(["-m", "kubernetes_validate", "--strict", "--quiet", "deploy/kubernetes/cudatrace.yaml"]))?;
     let standin = build()?;
+    // The container image, for the test that runs it under podman.
+    image::build(&root(), &target_dir().join("release/cudatrace"), false)?;
     // End-to-end: one test at a time, since every tracer sees every process's calls and the
     // simulated device is shared.
     let mut cmd = cargo();
@@ -167,6 +172,7 @@ fn main() -> Result<()> {
         Task::Standin => build_standin().map(|_| ()),
         Task::Demo => demo(),
         Task::Test { filter } => test(filter),
+        Task::Image => image::build(&root(), &target_dir().join("release/cudatrace"), true).map(|_| ()),
         Task::Bench => {
             let standin = build()?;
             bench::run(&root(), target_dir().join("release/cudatrace"), standin)
