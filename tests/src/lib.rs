@@ -7,6 +7,7 @@ mod cudatrace;
 mod env;
 pub mod exposition;
 pub mod guards;
+pub mod hostile;
 pub mod http;
 pub mod servers;
 mod workload;

@@ -34,6 +34,10 @@ pub enum Scenario {
     DieInCall,
     /// `cuLaunchKernelEx` calls whose `CUlaunchConfig` is in a file mapping not yet paged in.
     UnpagedConfig(u64),
+    /// Host-to-device copies of 2^63 bytes, each refused by the library.
+    HugeCopies(u64),
+    /// A kernel looked up by this name (any bytes a tenant chooses), launched once.
+    Lookup(String),
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -55,6 +59,8 @@ impl Scenario {
             }
             Scenario::DieInCall => vec!["die-in-call".into()],
             Scenario::UnpagedConfig(n) => vec!["unpaged-config".into(), n.to_string()],
+            Scenario::HugeCopies(n) => vec!["huge-copies".into(), n.to_string()],
+            Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
             Scenario::Copies { seconds, bytes, gap_us } => {
                 vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]
             }

@@ -253,9 +253,14 @@ static CUresult graph_launch(CUgraphExec g, CUstream s, int per_thread) {
 }
 
 /* A copy: queued on the copy engine after the stream's earlier work; synchronous ones wait. */
+/* Larger than any device's memory (2^48 bytes): refused, as the driver refuses a copy past an
+ * allocation, before any time is simulated. */
+#define MAX_COPY_BYTES ((size_t)1 << 48)
+
 static CUresult copy(size_t bytes, CUstream s, int per_thread, int synchronous) {
     init();
     spin(cfg_call_ns);
+    if (bytes > MAX_COPY_BYTES) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t key = stream_key(s, per_thread);
     uint64_t done = enqueue(&dev->copy_busy_until, stream_tail(key), (uint64_t)bytes * 1000 / cfg_bytes_per_us);
     stream_push(key, done);

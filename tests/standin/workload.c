@@ -13,6 +13,8 @@
  *     kernels K                 K distinct kernel names looked up and launched once each
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
+ *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
+ *     lookup NAME               cuModuleGetFunction of NAME (any bytes, from a tenant), one launch
  *     unpaged-config N          N cuLaunchKernelEx calls whose CUlaunchConfig sits in a file
  *                               mapping not yet paged in (grid N+1 x 2 x 3): a probe cannot read
  *                               it without faulting, the driver's own read faults it in
@@ -434,6 +436,25 @@ static void run_die_in_call(void) {
     _exit(0);
 }
 
+static void run_huge_copies(long n) {
+    setup(4096);
+    PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
+    static char host[16];
+    long failed = 0;
+    for (long i = 0; i < n; i++) failed += htod(dev_a, host, (size_t)1 << 63) != CUDA_SUCCESS;
+    printf("{\"pid\":%d,\"copies\":%ld,\"failed\":%ld}\n", getpid(), n, failed);
+}
+
+static void run_lookup(const char *name) {
+    setup(4096);
+    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    CUfunction f;
+    CHECK(getfn(&f, module, name));
+    CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+    printf("{\"pid\":%d,\"function\":%lu}\n", getpid(), (unsigned long)(uintptr_t)f);
+}
+
 static void run_unpaged_config(long n) {
     setup(4096);
     PFN_cuLaunchKernelEx launch_ex = (PFN_cuLaunchKernelEx)sym("cuLaunchKernelEx", 1);
@@ -459,7 +480,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME\n");
     exit(64);
 }
 
@@ -502,6 +523,8 @@ int main(int argc, char **argv) {
         run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0);
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
+    else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
+    else if (!strcmp(scenario, "lookup") && i + 1 == argc) run_lookup(argv[i]);
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else usage();
     return 0;

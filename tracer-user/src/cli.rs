@@ -40,6 +40,9 @@ pub struct TraceArgs {
     /// One JSON object a line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// With --json, include each process's command line (it may hold tokens and passwords).
+    #[arg(long)]
+    pub cmdline: bool,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -98,7 +101,14 @@ pub struct Selection {
 
 impl Selection {
     /// The session these options select, with the command's own settings.
-    pub fn session(self, duration: Option<Duration>, ringbuf_mib: u32, rescan_ms: u64, limits: RegistryLimits) -> SessionOptions {
+    pub fn session(
+        self,
+        duration: Option<Duration>,
+        ringbuf_mib: u32,
+        rescan_ms: u64,
+        limits: RegistryLimits,
+        cmdline: bool,
+    ) -> SessionOptions {
         SessionOptions {
             filter: FilterOptions { pid: self.pid, comm: self.comm, cgroup: self.cgroup },
             libs: self.libs,
@@ -107,6 +117,7 @@ impl Selection {
             log_level: self.log_level,
             rescan: Duration::from_millis(rescan_ms),
             limits,
+            cmdline,
         }
     }
 }

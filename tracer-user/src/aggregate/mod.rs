@@ -166,8 +166,9 @@ impl Aggregator {
         s.calls += 1;
         s.errors += u64::from(ev.result != 0);
         s.sum_ns = s.sum_ns.saturating_add(ev.duration_ns);
-        if let Detail::Copy { bytes, .. } = ev.detail {
-            s.bytes = s.bytes.saturating_add(bytes);
+        // A failed copy moved nothing, whatever size it asked for (a tenant's 2^63 included).
+        if let (0, Detail::Copy { bytes, .. }) = (ev.result, &ev.detail) {
+            s.bytes = s.bytes.saturating_add(*bytes);
         }
         let secs_f = ev.duration_ns as f64 / 1e9;
         let b = BUCKETS.iter().position(|le| secs_f <= *le).unwrap_or(BUCKETS.len());

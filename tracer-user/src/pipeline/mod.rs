@@ -54,6 +54,8 @@ pub struct SessionOptions {
     pub rescan: Duration,
     /// What the process registry keeps.
     pub limits: RegistryLimits,
+    /// Whether identities keep the command line (`trace --cmdline`; it may hold secrets).
+    pub cmdline: bool,
 }
 
 /// Where a session's calls go; each command implements it.
@@ -101,6 +103,7 @@ pub struct Session {
     /// since all their records are in it by then.
     gone: Vec<u32>,
     watch: bool,
+    cmdline: bool,
     known: HashSet<PathBuf>,
     poll: Interval,
     rescan: Interval,
@@ -114,11 +117,11 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
     let mut failures = Vec::new();
     for lib in libs {
         match probes.attach_library(lib) {
-            Ok(Some(attached)) => eprintln!("{}", loader::report(attached)),
+            Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
             Ok(None) => {}
             Err(e) => {
                 if !quiet_errors {
-                    eprintln!("cudatrace: {e:#}");
+                    eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}")));
                 }
                 failures.push(e);
             }
@@ -173,6 +176,7 @@ impl Session {
             counts: Counts::default(),
             gone: Vec::new(),
             watch,
+            cmdline: opts.cmdline,
             known: libs.into_iter().collect(),
             poll,
             rescan,
@@ -221,7 +225,8 @@ impl Session {
         let before = self.probes.libraries.len();
         let _ = attach_all(&mut self.probes, &new, false);
         for lib in &self.probes.libraries[before..] {
-            eprintln!("discovered: {} at_ns={}", lib.path.display(), decode::monotonic_ns());
+            let path = lib.path.display().to_string();
+            eprintln!("discovered: {} at_ns={}", crate::sinks::stdout::printable(&path), decode::monotonic_ns());
         }
         self.probes.libraries.len() > before
     }
@@ -266,7 +271,7 @@ impl Session {
             // a process that had begun exiting by then is read as gone and released after this
             // drain instead (all its records are in the ring buffer by then).
             self.probes.track(ev.pid);
-            let identity = identity::read(ev.pid);
+            let identity = identity::read(ev.pid, self.cmdline);
             if !identity.alive {
                 self.gone.push(ev.pid);
             }

@@ -166,18 +166,23 @@ impl Probes {
     /// (same device and inode) is attached already; an error when it cannot be read or exports
     /// none of the entry points.
     pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>> {
-        let meta = std::fs::metadata(path).map_err(|e| {
-            anyhow::anyhow!(
-                "library not found: {} ({e}); pass the path of a libcuda.so.1 with --lib \
+        let (file, meta) = match symbols::open(path) {
+            Ok(opened) => opened,
+            Err(symbols::SymbolError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => bail!(
+                "library not found: {} ({source}); pass the path of a libcuda.so.1 with --lib \
                  (`ldconfig -p | grep libcuda` lists the host's)",
                 path.display()
-            )
-        })?;
+            ),
+            Err(e) => return Err(e.into()),
+        };
         use std::os::unix::fs::MetadataExt as _;
         if !self.seen.insert((meta.dev(), meta.ino())) {
             return Ok(None);
         }
-        let resolution = symbols::resolve(path)?;
+        let resolution = symbols::resolve(&file, path)?;
+        // The kernel probes the inode this descriptor holds: the one just read.
+        use std::os::fd::AsRawFd as _;
+        let probe_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
         if resolution.found.is_empty() {
             bail!(
                 "{} exports none of the CUDA driver entry points cudatrace probes: is it a libcuda.so.1?",
@@ -189,7 +194,7 @@ impl Probes {
                 UProbeScope::OneProcess(pid) => Some(pid.get()),
                 _ => None,
             };
-            match programs.attach(path, &resolution.found, pid) {
+            match programs.attach(&probe_path, path, &resolution.found, pid) {
                 Ok(new) => {
                     links.push(new);
                     self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution });
@@ -214,7 +219,7 @@ impl Probes {
                     location: UProbeAttachLocation::AbsoluteOffset(r.offset),
                     cookie: Some(r.api.cookie()),
                 };
-                prog.attach(point, path, self.scope).with_context(|| {
+                prog.attach(point, &probe_path, self.scope).with_context(|| {
                     format!("cannot attach {program} to {} in {}", r.api.symbol(), path.display())
                 })?;
             }

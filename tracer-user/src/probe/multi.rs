@@ -174,10 +174,10 @@ impl MultiPrograms {
         Ok(MultiPrograms { by_name })
     }
 
-    /// Attaches every resolved symbol of the library at `path`: one link per entry program
-    /// (by argument layout) and one for the return program, each symbol's api in its cookie.
-    /// `pid` restricts the probes to one process.
-    pub fn attach(&self, path: &Path, found: &[Resolved], pid: Option<u32>) -> Result<Vec<OwnedFd>, MultiError> {
+    /// Attaches every resolved symbol of the library at `path` (`shown` names it in errors): one
+    /// link per entry program (by argument layout) and one for the return program, each
+    /// symbol's api in its cookie. `pid` restricts the probes to one process.
+    pub fn attach(&self, path: &Path, shown: &Path, found: &[Resolved], pid: Option<u32>) -> Result<Vec<OwnedFd>, MultiError> {
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| MultiError::Object(format!("{} has a NUL byte", path.display())))?;
         let mut links = Vec::new();
@@ -207,7 +207,7 @@ impl MultiPrograms {
             };
             let link = bpf(BPF_LINK_CREATE, &mut attr).map_err(|source| MultiError::Link {
                 program,
-                path: path.display().to_string(),
+                path: shown.display().to_string(),
                 source,
             })?;
             links.push(link);

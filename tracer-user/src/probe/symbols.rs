@@ -1,15 +1,41 @@
 //! Resolves the probed driver entry points in one library: one ELF parse per library instead of
 //! one per attach, and symbols that alias one address are attached once (a second uprobe on the
 //! same instruction would count every call twice).
-use std::{collections::HashMap, fs, path::Path};
+use std::{
+    collections::HashMap,
+    fs::{File, Metadata},
+    io::Read as _,
+    os::unix::fs::OpenOptionsExt as _,
+    path::Path,
+};
 
 use object::{Object, ObjectSection, ObjectSymbol};
 use thiserror::Error;
 use tracer_common::Api;
 
+/// Largest library read (NVIDIA's libcuda is about 30 to 100 MiB): a huge sparse file named
+/// like one is refused, not read.
+pub const MAX_LIBRARY_BYTES: u64 = 2 << 30;
+
 /// Why a library's symbols could not be read.
 #[derive(Debug, Error)]
 pub enum SymbolError {
+    /// Not a regular file (a FIFO, a device, a directory): never read.
+    #[error("{path} is not a regular file (a FIFO, a device or a directory): not attached")]
+    NotRegular {
+        /// The library.
+        path: String,
+    },
+    /// Larger than [`MAX_LIBRARY_BYTES`].
+    #[error("{path} is {bytes} bytes, over the {max} byte limit for a library: not attached")]
+    TooLarge {
+        /// The library.
+        path: String,
+        /// Its size.
+        bytes: u64,
+        /// The limit.
+        max: u64,
+    },
     /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -48,9 +74,34 @@ pub struct Resolution {
     pub aliases: Vec<(Api, Api)>,
 }
 
-/// Resolves every [`Api`] exported by the library at `path`.
-pub fn resolve(path: &Path) -> Result<Resolution, SymbolError> {
-    let data = fs::read(path).map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
+/// Opens a library to read and probe it: without blocking (a FIFO put at a library's path
+/// cannot hang the caller), and only a regular file of at most [`MAX_LIBRARY_BYTES`] (not
+/// `/dev/zero`, not a huge sparse file). The open file is what gets read and probed, so a path
+/// changed in between cannot swap it.
+pub fn open(path: &Path) -> Result<(File, Metadata), SymbolError> {
+    let read_error = |source| SymbolError::Read { path: path.display().to_string(), source };
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(read_error)?;
+    let meta = file.metadata().map_err(read_error)?;
+    if !meta.is_file() {
+        return Err(SymbolError::NotRegular { path: path.display().to_string() });
+    }
+    if meta.len() > MAX_LIBRARY_BYTES {
+        return Err(SymbolError::TooLarge { path: path.display().to_string(), bytes: meta.len(), max: MAX_LIBRARY_BYTES });
+    }
+    Ok((file, meta))
+}
+
+/// Resolves every [`Api`] exported by the open library `file` (`path` names it in errors).
+pub fn resolve(file: &File, path: &Path) -> Result<Resolution, SymbolError> {
+    let mut data = Vec::new();
+    (&*file)
+        .take(MAX_LIBRARY_BYTES)
+        .read_to_end(&mut data)
+        .map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
     let file = object::File::parse(&*data)
         .map_err(|source| SymbolError::Parse { path: path.display().to_string(), source })?;
     let wanted: HashMap<&str, Api> = Api::ALL.iter().map(|a| (a.symbol(), *a)).collect();

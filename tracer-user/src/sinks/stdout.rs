@@ -35,6 +35,17 @@ struct JsonEvent<'a> {
     process: Option<&'a Identity>,
 }
 
+/// `s` with control characters (terminal escapes included) written as `\u{..}`: names and
+/// paths come from tenants, and are shown on terminals.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
 /// Buffered event printer; flushed after each batch read from the ring buffer.
 pub struct Printer {
     json: bool,
@@ -90,11 +101,11 @@ impl Printer {
             ev.start_ns,
             ev.pid,
             ev.tid,
-            ev.comm,
+            printable(&ev.comm),
             ev.api.symbol(),
             ev.duration_ns as f64 / 1e3,
             ev.result,
-            detail
+            printable(&detail)
         )
     }
 
@@ -154,4 +165,15 @@ pub fn print_changes(changes: &[AlertChange]) {
         }
     }
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("python3"), "python3");
+        assert_eq!(printable("evil\u{1b}[2Jname\n"), "evil\\u{1b}[2Jname\\u{a}");
+    }
 }

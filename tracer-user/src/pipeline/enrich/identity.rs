@@ -108,19 +108,37 @@ pub fn pod_uid(cgroup: &str) -> Option<String> {
     })
 }
 
-/// Reads a process's identity from /proc; fields that cannot be read are left out.
-pub fn read(pid: u32) -> Identity {
+/// Most bytes read of any /proc file: a tenant controls its command line, environment and
+/// cgroup names, so none of them is read whole.
+pub const MAX_PROC_READ: u64 = 64 * 1024;
+/// Longest command line kept.
+const MAX_CMDLINE: usize = 4096;
+
+/// At most [`MAX_PROC_READ`] bytes of a /proc file.
+fn read_bounded(path: &str) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    fs::File::open(path).ok()?.take(MAX_PROC_READ).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// Reads a process's identity from /proc; fields that cannot be read are left out. The command
+/// line (it may hold secrets) only when `with_cmdline`.
+pub fn read(pid: u32, with_cmdline: bool) -> Identity {
     let proc = format!("/proc/{pid}");
-    let stat = fs::read_to_string(format!("{proc}/stat")).unwrap_or_default();
+    let stat = read_bounded(&format!("{proc}/stat")).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
     let start_time = parse_start_time(&stat).unwrap_or(0);
     let exe = fs::read_link(format!("{proc}/exe")).ok().map(|p| p.display().to_string());
-    let cmdline = fs::read(format!("{proc}/cmdline")).ok().filter(|c| !c.is_empty()).map(|c| {
+    let cmdline = with_cmdline.then(|| read_bounded(&format!("{proc}/cmdline"))).flatten().filter(|c| !c.is_empty()).map(|c| {
         let parts: Vec<String> =
             c.split(|&b| b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect();
-        parts.join(" ")
+        parts.join(" ").chars().take(MAX_CMDLINE).collect()
     });
-    let cgroup = fs::read_to_string(format!("{proc}/cgroup")).ok().as_deref().and_then(parse_cgroup);
-    let cuda_visible_devices = fs::read(format!("{proc}/environ")).ok().and_then(|env| {
+    let cgroup = read_bounded(&format!("{proc}/cgroup"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .as_deref()
+        .and_then(parse_cgroup);
+    let cuda_visible_devices = read_bounded(&format!("{proc}/environ")).and_then(|env| {
         env.split(|&b| b == 0)
             .find_map(|kv| kv.strip_prefix(b"CUDA_VISIBLE_DEVICES=").map(|v| String::from_utf8_lossy(v).into_owned()))
     });

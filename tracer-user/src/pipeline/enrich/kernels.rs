@@ -18,14 +18,60 @@ pub struct KernelName {
     pub demangled: Arc<str>,
 }
 
+/// Longest demangled name kept, in bytes: a crafted name of a few hundred bytes whose
+/// back-references expand to gigabytes is cut here (and so is the time spent on it).
+pub const MAX_DEMANGLED: usize = 1024;
+/// How deep the demangler may recurse, parsing and printing.
+const RECURSION_LIMIT: u32 = 64;
+
+/// A demangler sink that refuses everything past [`MAX_DEMANGLED`] bytes.
+struct Capped {
+    out: String,
+    full: bool,
+}
+
+impl std::fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = MAX_DEMANGLED.saturating_sub(self.out.len());
+        if s.len() <= room {
+            self.out.push_str(s);
+            return Ok(());
+        }
+        let mut end = room;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.out.push_str(&s[..end]);
+        self.full = true;
+        Err(std::fmt::Error)
+    }
+}
+
+/// The demangled form of `mangled`, at most [`MAX_DEMANGLED`] bytes (cut names end in `...`);
+/// the symbol itself when it is not a mangled C++ name, or too deep to demangle.
+pub fn demangle(mangled: &str) -> String {
+    let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
+    let Ok(symbol) = cpp_demangle::Symbol::new_with_options(mangled, &parse) else {
+        return mangled.chars().take(MAX_DEMANGLED).collect();
+    };
+    let options = cpp_demangle::DemangleOptions::default().recursion_limit(RECURSION_LIMIT);
+    let mut sink = Capped { out: String::new(), full: false };
+    match symbol.structured_demangle(&mut sink, &options) {
+        Ok(()) => sink.out,
+        Err(_) if sink.full => {
+            while sink.out.len() > MAX_DEMANGLED - 3 {
+                sink.out.pop();
+            }
+            sink.out + "..."
+        }
+        Err(_) => mangled.chars().take(MAX_DEMANGLED).collect(),
+    }
+}
+
 impl KernelName {
     /// Builds both forms from the looked-up symbol.
     pub fn new(mangled: &str) -> Self {
-        let demangled = cpp_demangle::Symbol::new(mangled)
-            .ok()
-            .and_then(|s| s.demangle(&Default::default()).ok())
-            .unwrap_or_else(|| mangled.to_owned());
-        KernelName { mangled: mangled.to_owned(), demangled: demangled.into() }
+        KernelName { mangled: mangled.to_owned(), demangled: demangle(mangled).into() }
     }
 }
 
@@ -67,6 +113,21 @@ mod tests {
 
     fn launch(pid: u32, function: u64) -> Event {
         Event::launch(Api::LaunchKernel, pid, function, 0)
+    }
+
+    #[test]
+    fn a_back_reference_bomb_is_cut_quickly() {
+        // 24 levels: a 234-byte name (the eBPF side reads up to 256) that would print ~100 MB.
+        let name = integration_tests::hostile::demangling_bomb(24);
+        assert_eq!(name.len(), 234);
+        let start = std::time::Instant::now();
+        let out = demangle(&name);
+        let took = start.elapsed();
+        assert!(out.len() <= MAX_DEMANGLED && out.ends_with("..."), "{} bytes", out.len());
+        assert!(out.starts_with("f(A, A<A, A>, A<A<A, A>, A<A, A> >"), "{out}");
+        assert!(took < std::time::Duration::from_millis(1), "took {took:?}");
+        // A name that is not C++ (or nests too deep) comes back as it is, also cut.
+        assert_eq!(demangle(&"x".repeat(5000)).len(), MAX_DEMANGLED);
     }
 
     #[test]

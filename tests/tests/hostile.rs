@@ -1,0 +1,153 @@
+//! End-to-end: what a tenant on the node controls cannot hang, exhaust or fool the agent: the
+//! file at a mapped library's path, the sizes it asks copies for, the kernel names it looks up,
+//! the command line it runs with.
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, exposition, free_port, guards::TempDir, http, report};
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    kb / 1024.0
+}
+
+/// Two processes map a libcuda; then one's file is replaced by a FIFO and the other's by a
+/// symlink to /dev/zero. The daemon, discovering, opens neither for good: it becomes ready,
+/// says one line for each, and keeps answering scrapes within 2 s with its memory under 100 MiB.
+#[test]
+fn a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("hostile-libs");
+    let (fifo, zero) = (dir.copy(&env.libcuda(), "fifo/libcuda.so.1"), dir.copy(&env.libcuda(), "zero/libcuda.so.1"));
+    let dev = device_file("hostile");
+    // Both map their library, then sleep before their first call.
+    let sleepy = |lib: &std::path::Path| {
+        Workload::new(&env, Scenario::Basic { launches: 10, copies: 0 }).lib(lib).device(&dev).settle_ms(60_000).spawn()
+    };
+    let (_a, _b) = (sleepy(&fifo), sleepy(&zero));
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::remove_file(&fifo).unwrap();
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0, "mkfifo");
+    std::fs::remove_file(&zero).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[]);
+    let ready_after = started.elapsed();
+    let (mut slowest, mut rss) = (Duration::ZERO, 0f64);
+    for _ in 0..6 {
+        let t = Instant::now();
+        let text = http::try_get(&format!("http://{listen}/metrics"), None);
+        slowest = slowest.max(t.elapsed());
+        assert!(text.is_ok(), "{text:?}");
+        rss = rss.max(rss_mib(daemon.pid()));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let traced = daemon.stop();
+    let refused = |p: &std::path::Path| {
+        traced.stderr.iter().filter(|l| l.contains(&p.display().to_string()) && l.contains("is not a regular file")).count()
+    };
+    eprintln!(
+        "e2e a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts: ready after {:.0} ms, slowest scrape {:.0} ms, \
+         RSS {rss:.1} MiB, refusals fifo={} zero={}",
+        ready_after.as_secs_f64() * 1e3,
+        slowest.as_secs_f64() * 1e3,
+        refused(&fifo),
+        refused(&zero)
+    );
+    assert!(slowest < Duration::from_secs(2), "a scrape took {slowest:?}");
+    assert!(rss < 100.0, "RSS {rss} MiB");
+    assert_eq!((refused(&fifo), refused(&zero)), (1, 1), "{:?}", traced.stderr);
+    let _ = std::fs::remove_file(&dev);
+}
+
+/// Two copies of 2^63 bytes, refused by the library: errors counted, no byte counted.
+#[test]
+fn failed_huge_copies_add_no_bytes() {
+    let Some(env) = env() else { return };
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+    let dev = device_file("huge");
+    let job = Workload::new(&env, Scenario::HugeCopies(2)).device(&dev).run();
+    assert_eq!(job["failed"], 2, "{job}");
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let sum = |name: &str| -> Option<f64> {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let found = exposition::select(&samples, name, &[("pid", &pid), ("api", "cuMemcpyHtoD_v2")]);
+        (!found.is_empty()).then(|| found.iter().map(|s| s.value).sum())
+    };
+    let errors = integration_tests::poll(Duration::from_secs(5), || sum("cudatrace_call_errors_total").filter(|e| *e == 2.0));
+    let bytes = sum("cudatrace_memcpy_bytes_total");
+    let _ = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!("e2e failed_huge_copies_add_no_bytes: copies of 2^63 bytes in=2 errors={errors:?} bytes={bytes:?}");
+    assert_eq!((errors, bytes), (Some(2.0), Some(0.0)));
+}
+
+/// A token in a process's command line appears nowhere in `trace --json` output unless
+/// `--cmdline` asks for command lines.
+#[test]
+fn command_lines_stay_private_unless_asked() {
+    let Some(env) = env() else { return };
+    let token = "tok3n-S3cr3t-9f2c";
+    let lib = env.libcuda();
+    let dev = device_file("token");
+    for (flag, shown) in [(None, false), (Some("--cmdline"), true)] {
+        let mut args = vec!["--json", "--lib", lib.to_str().unwrap()];
+        args.extend(flag);
+        let tracer = Cudatrace::start(&env, &args);
+        // argv[0] carries the token; comm and exe stay the workload's. It runs for a second, so
+        // that its identity is read while it lives.
+        let script = format!(
+            "exec -a 'cuda-workload --api-token={token}' {} --lib {} loop 1 1 1",
+            env.workload().display(),
+            lib.display()
+        );
+        let child = Command::new("bash").args(["-c", &script]).env("CUDA_STANDIN_DEVICE", &dev).env("CUDA_STANDIN_NS_PER_BLOCK", "1000000").stdout(Stdio::piped()).spawn().unwrap();
+        let job = report(child);
+        let traced = tracer.stop();
+        let pid = job["pid"].as_u64().unwrap();
+        let events = traced.of_pid(pid);
+        let everything = format!("{:?}{}", traced.stderr, serde_json::to_string(&traced.events).unwrap());
+        eprintln!(
+            "e2e command_lines_stay_private_unless_asked: {flag:?}: events={} token shown={}",
+            events.len(),
+            everything.contains(token)
+        );
+        let launches = events.iter().filter(|e| e["api"] == "cuLaunchKernel").count() as u64;
+        assert_eq!(Some(launches), job["launches"].as_u64());
+        assert_eq!(everything.contains(token), shown, "{flag:?}");
+    }
+    let _ = std::fs::remove_file(&dev);
+}
+
+/// A kernel looked up by a 234-byte name whose demangled form would be about 100 MB: the
+/// daemon stays responsive and labels the launches with at most 1 KiB of it.
+#[test]
+fn a_demangling_bomb_gets_a_short_label() {
+    let Some(env) = env() else { return };
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+    let dev = device_file("bomb");
+    let name = integration_tests::hostile::demangling_bomb(24);
+    let job = Workload::new(&env, Scenario::Lookup(name.clone())).device(&dev).run();
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let label = integration_tests::poll(Duration::from_secs(5), || {
+        let t = Instant::now();
+        let samples = exposition::parse(&http::scrape(&listen));
+        assert!(t.elapsed() < Duration::from_secs(2), "a scrape took {:?}", t.elapsed());
+        exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
+            .first()
+            .map(|s| s.label("kernel").to_owned())
+    });
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    let label = label.unwrap_or_else(|| panic!("no launch series: {:?}", traced.stderr));
+    eprintln!("e2e a_demangling_bomb_gets_a_short_label: name {} bytes, label {} bytes", name.len(), label.len());
+    assert_eq!(name.len(), 234);
+    assert!(label.len() <= 1024 && label.ends_with("...") && label.starts_with("f(A, A<A, A>"), "{label}");
+    assert_eq!(traced.code, Some(0));
+}
