@@ -36,6 +36,9 @@ pub enum Scenario {
     UnpagedConfig(u64),
     /// Host-to-device copies of 2^63 bytes, each refused by the library.
     HugeCopies(u64),
+    /// `Loop { seconds, grid: 1, sync_every: 1 }` in a second thread, after `main` calls
+    /// `pthread_exit`.
+    Headless(f64),
     /// A kernel looked up by this name (any bytes a tenant chooses), launched once.
     Lookup(String),
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
@@ -60,6 +63,7 @@ impl Scenario {
             Scenario::DieInCall => vec!["die-in-call".into()],
             Scenario::UnpagedConfig(n) => vec!["unpaged-config".into(), n.to_string()],
             Scenario::HugeCopies(n) => vec!["huge-copies".into(), n.to_string()],
+            Scenario::Headless(seconds) => vec!["headless".into(), seconds.to_string()],
             Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
             Scenario::Copies { seconds, bytes, gap_us } => {
                 vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]

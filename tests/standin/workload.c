@@ -14,6 +14,7 @@
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
  *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
+ *     headless SECONDS          loop SECONDS 1 1 in a second thread, after main calls pthread_exit
  *     lookup NAME               cuModuleGetFunction of NAME (any bytes, from a tenant), one launch
  *     unpaged-config N          N cuLaunchKernelEx calls whose CUlaunchConfig sits in a file
  *                               mapping not yet paged in (grid N+1 x 2 x 3): a probe cannot read
@@ -436,6 +437,24 @@ static void run_die_in_call(void) {
     _exit(0);
 }
 
+static double headless_seconds;
+
+static void *headless_worker(void *unused) {
+    (void)unused;
+    run_loop(headless_seconds, 1, 1, 0);
+    fflush(stdout);
+    exit(0);
+}
+
+/* The main thread leaves (the process's leader becomes a zombie) while a second thread goes on
+ * calling the driver: the process still runs and must still be traced. */
+static void run_headless(double seconds) {
+    headless_seconds = seconds;
+    pthread_t t;
+    if (pthread_create(&t, NULL, headless_worker, NULL) != 0) exit(2);
+    pthread_exit(NULL);
+}
+
 static void run_huge_copies(long n) {
     setup(4096);
     PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
@@ -480,7 +499,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | headless SECONDS\n");
     exit(64);
 }
 
@@ -524,6 +543,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
+    else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));
     else if (!strcmp(scenario, "lookup") && i + 1 == argc) run_lookup(argv[i]);
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else usage();

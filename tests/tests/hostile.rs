@@ -151,3 +151,33 @@ fn a_demangling_bomb_gets_a_short_label() {
     assert!(label.len() <= 1024 && label.ends_with("...") && label.starts_with("f(A, A<A, A>"), "{label}");
     assert_eq!(traced.code, Some(0));
 }
+
+/// A process whose main thread calls `pthread_exit` while another thread keeps launching is
+/// still one traced process: its count rises from scrape to scrape, and ends at exactly the
+/// launches it made.
+#[test]
+fn a_headless_process_stays_traced() {
+    let Some(env) = env() else { return };
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+    let dev = device_file("headless");
+    // 1 ms kernels, a wait after each: about 1,000 launches a second for 3 s.
+    let job = Workload::new(&env, Scenario::Headless(3.0)).device(&dev).var("CUDA_STANDIN_NS_PER_BLOCK", "1000000").spawn();
+    let pid = job.pid().to_string();
+    let launches = || -> f64 {
+        let samples = exposition::parse(&http::scrape(&listen));
+        exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]).iter().map(|s| s.value).sum()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(800));
+        seen.push(launches());
+    }
+    let report = job.finish();
+    let want = report["launches"].as_f64().unwrap();
+    let total = integration_tests::poll(Duration::from_secs(5), || Some(launches()).filter(|n| *n == want));
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!("e2e a_headless_process_stays_traced: counts while running {seen:?}, launches in={want} counted={total:?}");
+    assert!(seen[0] > 0.0 && seen[0] < seen[1] && seen[1] < seen[2], "{seen:?}");
+    assert_eq!(total, Some(want), "{:?}", traced.stderr);
+}

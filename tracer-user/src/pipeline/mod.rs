@@ -37,6 +37,8 @@ use enrich::{Enrichment, identity};
 /// How often the ring buffer is drained when the kernel has not woken the reader: the most an
 /// event waits before it is printed or counted.
 const POLL_PERIOD: Duration = Duration::from_millis(20);
+/// Drains between two looks at processes whose leader exited (about a second).
+const HEADLESS_CHECK_DRAINS: u32 = 50;
 
 /// What to trace and how, for every command.
 pub struct SessionOptions {
@@ -102,6 +104,11 @@ pub struct Session {
     /// Processes found already gone when first seen: released once the ring buffer is drained,
     /// since all their records are in it by then.
     gone: Vec<u32>,
+    /// Processes whose leader exited while other threads run on (`pthread_exit` in `main`):
+    /// the kernel reports no later exit, so they are looked at about once a second.
+    headless: Vec<u32>,
+    /// Drains since `headless` was last looked at.
+    drains: u32,
     watch: bool,
     cmdline: bool,
     known: HashSet<PathBuf>,
@@ -175,6 +182,8 @@ impl Session {
             registry: Registry::new(opts.limits),
             counts: Counts::default(),
             gone: Vec::new(),
+            headless: Vec::new(),
+            drains: 0,
             watch,
             cmdline: opts.cmdline,
             known: libs.into_iter().collect(),
@@ -245,6 +254,10 @@ impl Session {
             self.probes.untrack(pid);
             self.exit(pid, consumer);
         }
+        self.drains = self.drains.wrapping_add(1);
+        if self.drains % HEADLESS_CHECK_DRAINS == 0 {
+            self.settle_headless(consumer);
+        }
         self.probes.flush_log();
         consumer.flush()
     }
@@ -253,6 +266,14 @@ impl Session {
         let ev = match record {
             Ok(RingRecord::Call(ev)) => ev,
             Ok(RingRecord::Exit(pid)) => {
+                // The leader's exit, reported by the kernel; the process lives on while another
+                // of its threads does (a tenant's pthread_exit in main must not hide its calls).
+                if self.registry.live_mut(pid).is_some() && identity::process_alive(pid) {
+                    if !self.headless.contains(&pid) {
+                        self.headless.push(pid);
+                    }
+                    return Ok(());
+                }
                 self.counts.exits += 1;
                 self.exit(pid, consumer);
                 return Ok(());
@@ -283,6 +304,19 @@ impl Session {
         consumer.call(&ev, &enrichment, process)
     }
 
+    /// Releases the processes whose leader exited and whose last thread has now gone too.
+    fn settle_headless(&mut self, consumer: &mut impl Consumer) {
+        if self.headless.is_empty() {
+            return;
+        }
+        let (gone, running): (Vec<u32>, Vec<u32>) = self.headless.iter().partition(|pid| !identity::process_alive(**pid));
+        self.headless = running;
+        for pid in gone {
+            self.counts.exits += 1;
+            self.exit(pid, consumer);
+        }
+    }
+
     /// A process exited: its final lines, the consumer's last word, then its tables go.
     fn exit(&mut self, pid: u32, consumer: &mut impl Consumer) {
         self.registry.exit(pid, |p| {
@@ -299,6 +333,7 @@ impl Session {
         if !output_closed {
             let _ = self.drain(consumer);
         }
+        self.settle_headless(consumer);
         let (dropped, orphans) = self.probes.counters()?;
         let (inflight, tracked) = self.probes.inflight_and_tracked();
         let live = self.registry.live_sorted();

@@ -66,6 +66,23 @@ pub fn parse_alive(stat: &str) -> bool {
     !matches!(state, None | Some("Z" | "X" | "x")) && flags.is_some_and(|f| f & PF_EXITING == 0)
 }
 
+/// Threads looked at, at most, to tell whether a process whose leader has exited still runs.
+const MAX_TASKS_CHECKED: usize = 256;
+
+/// Whether the process still runs: its leader, or (after the leader called `pthread_exit`)
+/// any of its first [`MAX_TASKS_CHECKED`] threads.
+pub fn process_alive(pid: u32) -> bool {
+    let stat = |path: String| read_bounded(&path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    if parse_alive(&stat(format!("/proc/{pid}/stat"))) {
+        return true;
+    }
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks
+        .flatten()
+        .take(MAX_TASKS_CHECKED)
+        .any(|t| parse_alive(&stat(format!("{}/stat", t.path().display()))))
+}
+
 /// The cgroup path that identifies the process: the v2 one (`0::/path`) unless it is the root,
 /// else the first v1 hierarchy with a non-root path.
 pub fn parse_cgroup(text: &str) -> Option<String> {
@@ -150,7 +167,7 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
         pod_uid: cgroup.as_deref().and_then(pod_uid),
         cgroup,
         cuda_visible_devices,
-        alive: parse_alive(&stat),
+        alive: parse_alive(&stat) || process_alive(pid),
     }
 }
 
