@@ -181,3 +181,36 @@ fn a_headless_process_stays_traced() {
     assert!(seen[0] > 0.0 && seen[0] < seen[1] && seen[1] < seen[2], "{seen:?}");
     assert_eq!(total, Some(want), "{:?}", traced.stderr);
 }
+
+/// 2,000 idle connections to the metrics port do not keep a scrape out: a new one answers
+/// within 1 s. A connection that sends half a request is closed once the header timeout (5 s)
+/// has passed.
+#[test]
+fn idle_connections_do_not_block_a_scrape() {
+    use std::io::{Read as _, Write as _};
+    let Some(env) = env() else { return };
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+    let idle: Vec<std::net::TcpStream> = (0..2000).map(|_| std::net::TcpStream::connect(&listen).expect("connect")).collect();
+    let mut slow = std::net::TcpStream::connect(&listen).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let opened = Instant::now();
+    let t = Instant::now();
+    let text = http::try_get(&format!("http://{listen}/metrics"), None);
+    let scrape = t.elapsed();
+    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 1];
+    let closed = slow.read(&mut buf);
+    let closed_after = opened.elapsed();
+    drop(idle);
+    let traced = daemon.stop();
+    eprintln!(
+        "e2e idle_connections_do_not_block_a_scrape: 2000 idle connections, scrape answered in {:.1} ms; half a request closed after {:.1} s ({closed:?})",
+        scrape.as_secs_f64() * 1e3,
+        closed_after.as_secs_f64()
+    );
+    assert!(text.is_ok_and(|t| t.contains("cudatrace_events_total")), "scrape failed");
+    assert!(scrape < Duration::from_secs(1), "{scrape:?}");
+    assert!(matches!(closed, Ok(0)), "the half request's connection was not closed: {closed:?}");
+    assert!((Duration::from_secs(4)..Duration::from_secs(8)).contains(&closed_after), "{closed_after:?}");
+    assert_eq!(traced.code, Some(0));
+}

@@ -86,6 +86,7 @@ fn publish(changes: &[crate::alert::AlertChange], sinks: Option<&Sinks>) {
 /// Runs `cudatrace run`.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
+    server::raise_fd_limit();
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
     let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };

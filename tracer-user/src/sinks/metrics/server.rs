@@ -1,7 +1,13 @@
-//! The metrics server: axum on its own thread and runtime. Each scrape asks the event loop for a
-//! fresh [`Snapshot`] (answered between two drains), then encodes it here, as OpenMetrics or the
-//! Prometheus text format by the scrape's `Accept` header. Scrapes are encoded one at a time.
-use std::{net::SocketAddr, sync::Arc};
+//! The metrics server: axum routes served by hyper on their own thread and runtime. Each scrape
+//! asks the event loop for a fresh [`Snapshot`] (answered between two drains), then encodes it
+//! here, as OpenMetrics or the Prometheus text format by the scrape's `Accept` header. Scrapes
+//! are encoded one at a time.
+//!
+//! Anyone who reaches the port can connect, so connections are bounded: headers must arrive
+//! within [`HEADER_TIMEOUT`] (idle and slow connections are closed), a connection lives at most
+//! [`CONNECTION_LIFETIME`], headers are at most [`MAX_HEADER_BYTES`], and past
+//! [`MAX_CONNECTIONS`] open at once a new one is closed at once.
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use axum::{
@@ -12,9 +18,22 @@ use axum::{
     routing::get,
 };
 use prometheus_client::registry::Registry;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
 use super::{Snapshot, SnapshotCell};
+
+/// Time a connection has to send a request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest life of one connection (a scraper then opens another).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Connections open at once, at most.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// Largest request head read.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// A scrape's request for a snapshot, answered by the event loop.
 pub type SnapshotRequest = oneshot::Sender<Arc<Snapshot>>;
@@ -25,6 +44,23 @@ struct Served {
     requests: mpsc::Sender<SnapshotRequest>,
     /// Held while a scrape refreshes and encodes.
     encoding: Mutex<()>,
+}
+
+/// Raises this process's open-file limit to its hard limit (no privilege needed): connections
+/// and libraries both take descriptors. Returns the limit in force.
+pub fn raise_fd_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit get a valid pointer to an rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+            return raised.rlim_cur;
+        }
+    }
+    limit.rlim_cur
 }
 
 /// Binds the metrics listener, with a one-line error when the address is taken.
@@ -53,7 +89,7 @@ pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotReq
                     .route("/metrics", get(metrics))
                     .route("/", get(|| async { "cudatrace: metrics at /metrics\n" }))
                     .with_state(served);
-                axum::serve(listener, app).await
+                accept_loop(listener, app).await
             });
             if let Err(e) = result {
                 eprintln!("cudatrace: metrics server failed: {e}");
@@ -61,6 +97,33 @@ pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotReq
         })
         .context("cannot start the metrics thread")?;
     Ok(())
+}
+
+/// Serves each accepted connection with the bounds above.
+async fn accept_loop(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            // Out of descriptors, or the peer gave up first: go on accepting.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
+            let connection = http.serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            drop(slot);
+        });
+    }
 }
 
 async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> impl IntoResponse {
