@@ -214,3 +214,35 @@ fn idle_connections_do_not_block_a_scrape() {
     assert!((Duration::from_secs(4)..Duration::from_secs(8)).contains(&closed_after), "{closed_after:?}");
     assert_eq!(traced.code, Some(0));
 }
+
+/// Past `max_libraries` distinct library files, more are refused in one line each and counted;
+/// the daemon answers on.
+#[test]
+fn libraries_past_the_cap_are_refused_and_counted() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("many-libs");
+    let config = dir.write("cudatrace.toml", "max_libraries = 2\nrescan_ms = 100\n");
+    let dev = device_file("many-libs");
+    let libs: Vec<_> = (0..3).map(|k| dir.copy(&env.libcuda(), &format!("{k}/libcuda.so.1"))).collect();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen, "--config", config.to_str().unwrap()], &[]);
+    let _jobs: Vec<_> = libs
+        .iter()
+        .map(|lib| Workload::new(&env, Scenario::Basic { launches: 10, copies: 0 }).lib(lib).device(&dev).settle_ms(60_000).spawn())
+        .collect();
+    let counts = integration_tests::poll(Duration::from_secs(10), || {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let refused: f64 = exposition::select(&samples, "cudatrace_libraries_refused_total", &[]).iter().map(|s| s.value).sum();
+        let attached: std::collections::BTreeSet<String> = exposition::select(&samples, "cudatrace_probe_attached", &[("symbol", "cuLaunchKernel")])
+            .iter()
+            .map(|s| s.label("library").to_owned())
+            .collect();
+        (refused == 1.0).then_some((attached.len(), refused))
+    });
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    let said = traced.stderr.iter().filter(|l| l.contains("distinct libraries are attached already (max_libraries)")).count();
+    eprintln!("e2e libraries_past_the_cap_are_refused_and_counted: 3 distinct libraries, max 2: (attached, refused) {counts:?}, lines {said}");
+    assert_eq!(counts, Some((2, 1.0)), "{:?}", traced.stderr);
+    assert_eq!(said, 1);
+}

@@ -108,6 +108,7 @@ impl Selection {
         rescan_ms: u64,
         limits: RegistryLimits,
         cmdline: bool,
+        max_libraries: usize,
     ) -> SessionOptions {
         SessionOptions {
             filter: FilterOptions { pid: self.pid, comm: self.comm, cgroup: self.cgroup },
@@ -118,6 +119,7 @@ impl Selection {
             rescan: Duration::from_millis(rescan_ms),
             limits,
             cmdline,
+            max_libraries,
         }
     }
 }

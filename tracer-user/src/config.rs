@@ -27,6 +27,9 @@ pub struct Config {
     pub retain_exited_s: u64,
     /// Processes held at most (the longest-exited, else longest-idle, are dropped past it).
     pub max_processes: usize,
+    /// Distinct library files attached at most (each costs descriptors and probes); more are
+    /// refused and counted.
+    pub max_libraries: usize,
     /// Contention detection: baselines, thresholds and debouncing.
     pub detect: DetectConfig,
     /// Where alerts go besides stdout and the metrics.
@@ -135,6 +138,7 @@ impl Default for Config {
             rescan_ms: 250,
             retain_exited_s: 120,
             max_processes: 1024,
+            max_libraries: 32,
             detect: DetectConfig::default(),
             alerts: AlertConfig::default(),
         }
@@ -152,6 +156,9 @@ impl Config {
             bail!("top_kernels = {}: give 1 to max_kernels ({})", c.top_kernels, c.max_kernels);
         }
         check_ringbuf_mib(c.ringbuf_mib).map_err(|e| anyhow::anyhow!("ringbuf_mib = {e}"))?;
+        if c.max_libraries == 0 {
+            bail!("max_libraries = 0: give at least 1");
+        }
         if c.max_processes == 0 {
             bail!("max_processes = 0: give at least 1");
         }

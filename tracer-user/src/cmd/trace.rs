@@ -14,6 +14,8 @@ use crate::{
 /// Processes `trace` holds at most (identity, kernel names, memory, streams); an exited one is
 /// released at once.
 const MAX_PROCESSES: usize = 4096;
+/// Distinct library files `trace` attaches at most (as `run`'s default).
+const MAX_LIBRARIES: usize = 32;
 
 impl Consumer for Printer {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
@@ -28,7 +30,7 @@ impl Consumer for Printer {
 /// Runs `cudatrace trace`.
 pub async fn run(args: TraceArgs) -> Result<()> {
     let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
-    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, args.cmdline))?;
+    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, args.cmdline, MAX_LIBRARIES))?;
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");

@@ -58,6 +58,8 @@ pub struct SessionOptions {
     pub limits: RegistryLimits,
     /// Whether identities keep the command line (`trace --cmdline`; it may hold secrets).
     pub cmdline: bool,
+    /// Distinct library files attached at most.
+    pub max_libraries: usize,
 }
 
 /// Where a session's calls go; each command implements it.
@@ -150,7 +152,7 @@ impl Session {
         if watch && libs.is_empty() {
             eprintln!("no libcuda in use or installed yet; watching for processes that map one");
         }
-        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level)?;
+        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level, opts.max_libraries)?;
         probes.set_filter(filter)?;
         // With one library its error is the run's error, printed once below.
         let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
@@ -204,6 +206,11 @@ impl Session {
     /// (symbol, library, attached) of every entry point of every attached library.
     pub fn probe_rows(&self) -> Vec<(&'static str, String, bool)> {
         self.probes.rows()
+    }
+
+    /// Libraries refused because `max_libraries` were attached.
+    pub fn libraries_refused(&self) -> u64 {
+        self.probes.refused()
     }
 
     /// Records the kernel could not write (ring buffer full).

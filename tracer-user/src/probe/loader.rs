@@ -84,6 +84,10 @@ pub struct Probes {
     pub libraries: Vec<LibraryProbes>,
     scope: UProbeScope,
     seen: HashSet<(u64, u64)>,
+    /// Distinct library files attached at most.
+    max_libraries: usize,
+    /// Libraries refused for `max_libraries`.
+    refused: u64,
     /// Reader of the programs' aya-log records (none with `--log-level off`).
     log: Option<aya_log::EbpfLogger<StderrLog>>,
 }
@@ -94,7 +98,7 @@ fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf
 }
 
 /// Loads the programs, sizing the ring buffer to `ringbuf_bytes`; they log up to `log_level`.
-pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel) -> Result<Probes> {
+pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libraries: usize) -> Result<Probes> {
     let level = log_level.aya();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries(MAP_EVENTS, ringbuf_bytes)
@@ -137,7 +141,18 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel) -> Result
                 .context("cannot read the eBPF programs' log")?,
         ),
     };
-    Ok(Probes { ebpf, attach, maps, ring, libraries: Vec::new(), scope, seen: HashSet::new(), log })
+    Ok(Probes {
+        ebpf,
+        attach,
+        maps,
+        ring,
+        libraries: Vec::new(),
+        scope,
+        seen: HashSet::new(),
+        max_libraries,
+        refused: 0,
+        log,
+    })
 }
 
 /// Loads aya's uprobe programs for classic perf-event uprobes.
@@ -176,9 +191,18 @@ impl Probes {
             Err(e) => return Err(e.into()),
         };
         use std::os::unix::fs::MetadataExt as _;
-        if !self.seen.insert((meta.dev(), meta.ino())) {
+        if self.seen.contains(&(meta.dev(), meta.ino())) {
             return Ok(None);
         }
+        if self.libraries.len() >= self.max_libraries {
+            self.refused += 1;
+            bail!(
+                "{}: not attached: {} distinct libraries are attached already (max_libraries)",
+                path.display(),
+                self.max_libraries
+            );
+        }
+        self.seen.insert((meta.dev(), meta.ino()));
         let resolution = symbols::resolve(&file, path)?;
         // The kernel probes the inode this descriptor holds: the one just read.
         use std::os::fd::AsRawFd as _;
@@ -281,6 +305,11 @@ impl Probes {
     /// Threads inside a driver call now, and processes tracked for their exit.
     pub fn inflight_and_tracked(&self) -> (usize, usize) {
         (self.maps.entries.keys().count(), self.maps.tracked.keys().count())
+    }
+
+    /// Libraries refused because `max_libraries` were attached.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 
     /// Whether probes are uprobe_multi links (else classic perf-event uprobes).

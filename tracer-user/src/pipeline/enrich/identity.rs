@@ -101,9 +101,20 @@ pub fn parse_cgroup(text: &str) -> Option<String> {
     }
 }
 
+/// Whether a cgroup path lies outside what systemd delegates to users: a tenant may create any
+/// cgroup inside its own `user.slice` subtree (`user-1000.slice`, `user@1000.service`), named
+/// like a runtime's or a pod's, so ids are never taken from there.
+fn outside_user_delegation(cgroup: &str) -> bool {
+    !cgroup.split('/').any(|c| c == "user.slice" || (c.starts_with("user-") && c.ends_with(".slice")) || c.starts_with("user@"))
+}
+
 /// Container id in a cgroup path: 64 hex digits after `docker-`, `cri-containerd-`, `crio-`,
-/// or as a whole path component (`/docker/<id>`, `/kubepods/.../<id>`).
+/// or as a whole path component (`/docker/<id>`, `/kubepods/.../<id>`); none inside a user's
+/// delegated subtree.
 pub fn container_id(cgroup: &str) -> Option<String> {
+    if !outside_user_delegation(cgroup) {
+        return None;
+    }
     cgroup.split('/').rev().find_map(|part| {
         let part = part.strip_suffix(".scope").unwrap_or(part);
         let id = ["docker-", "cri-containerd-", "crio-", "containerd-"]
@@ -116,7 +127,14 @@ pub fn container_id(cgroup: &str) -> Option<String> {
 
 /// Pod UID in a cgroup path: `pod<uid>` components, with `_` (systemd driver) or `-` separators.
 pub fn pod_uid(cgroup: &str) -> Option<String> {
-    cgroup.split('/').find_map(|part| {
+    // Only under the kubelet's hierarchy (`kubepods`, `kubepods.slice`, `kubepods-*.slice`), and
+    // not inside a user's delegated subtree.
+    if !outside_user_delegation(cgroup) {
+        return None;
+    }
+    let mut parts = cgroup.split('/');
+    parts.by_ref().find(|c| c.starts_with("kubepods"))?;
+    parts.find_map(|part| {
         let part = part.strip_suffix(".slice").unwrap_or(part);
         let pod = &part[part.rfind("pod")? + 3..];
         let uid = pod.replace('_', "-");
@@ -206,6 +224,21 @@ mod tests {
         assert_eq!(pod_uid(&systemd).as_deref(), Some(uid));
         assert_eq!(pod_uid(&format!("/kubepods/besteffort/pod{uid}/{ID}")).as_deref(), Some(uid));
         assert_eq!(pod_uid("/system.slice/docker.service"), None);
+    }
+
+    #[test]
+    fn ids_from_a_users_delegated_cgroups_are_not_believed() {
+        let uid = "0b1c2d3e_4f50_6172_8394_a5b6c7d8e9f0";
+        for forged in [
+            format!("/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods-pod{uid}.slice/cri-containerd-{ID}.scope"),
+            format!("/user.slice/user-1000.slice/session-3.scope/kubepods/pod{uid}/{ID}"),
+            format!("/user.slice/user-1000.slice/user@1000.service/docker-{ID}.scope"),
+        ] {
+            assert_eq!((pod_uid(&forged), container_id(&forged)), (None, None), "{forged}");
+        }
+        // A pod UID outside the kubelet's hierarchy is not one either.
+        assert_eq!(pod_uid(&format!("/system.slice/kubepods-pod{uid}.slice")), None);
+        assert_eq!(pod_uid(&format!("/system.slice/pod{uid}.slice")), None);
     }
 
     #[test]

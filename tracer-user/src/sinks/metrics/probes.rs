@@ -22,6 +22,12 @@ impl Collector for ProbesCollector {
             &[(vec![], snap.evicted as f64)],
         )?;
         counter(&mut enc, "cudatrace_events_dropped", "Records lost because the ring buffer was full.", &[(vec![], snap.dropped as f64)])?;
+        counter(
+            &mut enc,
+            "cudatrace_libraries_refused",
+            "Library files not attached because max_libraries distinct ones were attached already.",
+            &[(vec![], snap.libraries_refused as f64)],
+        )?;
         let probes: Vec<(Labels, f64)> = snap
             .probes
             .iter()

@@ -114,6 +114,8 @@ pub struct Snapshot {
     pub dropped: u64,
     /// Processes dropped to stay within `max_processes`.
     pub evicted: u64,
+    /// Libraries refused for `max_libraries`.
+    pub libraries_refused: u64,
     /// (symbol, library, attached) of every entry point of every library.
     pub probes: Vec<(&'static str, String, bool)>,
     /// Pending and firing alerts.
@@ -138,6 +140,8 @@ pub struct Sources<'a> {
     pub events: u64,
     /// Records dropped.
     pub dropped: u64,
+    /// Libraries refused for `max_libraries`.
+    pub libraries_refused: u64,
     /// Probe rows.
     pub probes: &'a [(&'static str, String, bool)],
     /// Whether NVML answers.
@@ -185,6 +189,7 @@ impl Snapshot {
             events: s.events,
             dropped: s.dropped,
             evicted: s.registry.evicted,
+            libraries_refused: s.libraries_refused,
             probes: s.probes.to_vec(),
             alerts: s.detector.active(s.registry).cloned().collect(),
             signals,
