@@ -246,3 +246,37 @@ fn libraries_past_the_cap_are_refused_and_counted() {
     assert_eq!(counts, Some((2, 1.0)), "{:?}", traced.stderr);
     assert_eq!(said, 1);
 }
+
+/// `--lib-allow` names the host's driver file: a process using it is traced; one using a copy of
+/// the same bytes elsewhere (as a tenant's image would carry) is refused in one line and not
+/// traced. A relative glob is one line and exit 1.
+#[test]
+fn lib_allow_attaches_only_the_hosts_files() {
+    let Some(env) = env() else { return };
+    let lib = env.libcuda();
+    let dir = TempDir::new("allow");
+    let copy = dir.copy(&lib, "fake/libcuda.so.1");
+    let dev = device_file("allow");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let allow = lib.display().to_string();
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen, "--lib-allow", &allow], &[]);
+    let basic = |lib: &std::path::Path| Workload::new(&env, Scenario::Basic { launches: 300, copies: 0 }).lib(lib).device(&dev).settle_ms(1500);
+    let (real, fake) = (basic(&lib).spawn(), basic(&copy).spawn());
+    let (real, fake) = (real.finish(), fake.finish());
+    let count = |pid: &serde_json::Value| -> f64 {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let pid = pid.to_string();
+        exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]).iter().map(|s| s.value).sum()
+    };
+    let counted = integration_tests::poll(Duration::from_secs(5), || Some(count(&real["pid"])).filter(|n| *n == 300.0));
+    let fake_counted = count(&fake["pid"]);
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    let refused = traced.stderr.iter().filter(|l| l.contains(&copy.display().to_string()) && l.contains("--lib-allow")).count();
+    eprintln!("e2e lib_allow_attaches_only_the_hosts_files: allowed file in=300 counted={counted:?}; copy in=300 counted={fake_counted}; refusal lines {refused}");
+    assert_eq!((counted, fake_counted, refused), (Some(300.0), 0.0, 1), "{:?}", traced.stderr);
+    let out = Command::new(&env.bin).args(["trace", "--lib-allow", "libcuda.so.*"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+    assert!(err.contains("give an absolute path or glob"), "{err}");
+}

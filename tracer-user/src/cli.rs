@@ -93,6 +93,10 @@ pub struct Selection {
     /// Trace only processes in this cgroup v2 directory, filtered in the kernel.
     #[arg(long, value_name = "DIR")]
     pub cgroup: Option<PathBuf>,
+    /// Attach only the host's library files this glob names (repeatable), matched by device
+    /// and inode: e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.* locks a node to the driver's own.
+    #[arg(long = "lib-allow", value_name = "GLOB")]
+    pub lib_allow: Vec<String>,
     /// What the eBPF programs report on stderr: rare conditions at warn, process exits too at
     /// debug.
     #[arg(long, value_enum, default_value_t = LogLevel::Warn, value_name = "LEVEL")]
@@ -109,7 +113,10 @@ impl Selection {
         limits: RegistryLimits,
         cmdline: bool,
         max_libraries: usize,
+        lib_allow: Vec<String>,
     ) -> SessionOptions {
+        let mut allow = self.lib_allow;
+        allow.extend(lib_allow);
         SessionOptions {
             filter: FilterOptions { pid: self.pid, comm: self.comm, cgroup: self.cgroup },
             libs: self.libs,
@@ -120,6 +127,7 @@ impl Selection {
             limits,
             cmdline,
             max_libraries,
+            lib_allow: allow,
         }
     }
 }

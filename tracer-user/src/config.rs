@@ -30,6 +30,8 @@ pub struct Config {
     /// Distinct library files attached at most (each costs descriptors and probes); more are
     /// refused and counted.
     pub max_libraries: usize,
+    /// Globs of the host's library files that may be attached (`--lib-allow` adds to them).
+    pub lib_allow: Vec<String>,
     /// Contention detection: baselines, thresholds and debouncing.
     pub detect: DetectConfig,
     /// Where alerts go besides stdout and the metrics.
@@ -139,6 +141,7 @@ impl Default for Config {
             retain_exited_s: 120,
             max_processes: 1024,
             max_libraries: 32,
+            lib_allow: Vec::new(),
             detect: DetectConfig::default(),
             alerts: AlertConfig::default(),
         }

@@ -90,7 +90,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
     let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
-    let mut session = Session::open(args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries))?;
+    let mut session = Session::open(args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone()))?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
     if let Sampler::Off(why) = &sampler {
         eprintln!("cudatrace: {why}");

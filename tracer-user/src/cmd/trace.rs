@@ -30,7 +30,7 @@ impl Consumer for Printer {
 /// Runs `cudatrace trace`.
 pub async fn run(args: TraceArgs) -> Result<()> {
     let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
-    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, args.cmdline, MAX_LIBRARIES))?;
+    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, args.cmdline, MAX_LIBRARIES, Vec::new()))?;
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");

@@ -24,6 +24,7 @@ use tokio::{
 
 use crate::{
     probe::{
+        allow::AllowList,
         caps, discover,
         ebpf_log::LogLevel,
         filter::{self, FilterOptions},
@@ -60,6 +61,8 @@ pub struct SessionOptions {
     pub cmdline: bool,
     /// Distinct library files attached at most.
     pub max_libraries: usize,
+    /// `--lib-allow` globs: only the host's files they name are attached (none: any).
+    pub lib_allow: Vec<String>,
 }
 
 /// Where a session's calls go; each command implements it.
@@ -148,12 +151,14 @@ impl Session {
             bail!(why);
         }
         let filter = filter::build(&opts.filter)?;
+        let allow = AllowList::new(opts.lib_allow.clone())?;
         let libs = if watch { discover::libraries() } else { opts.libs.clone() };
         if watch && libs.is_empty() {
             eprintln!("no libcuda in use or installed yet; watching for processes that map one");
         }
         let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level, opts.max_libraries)?;
         probes.set_filter(filter)?;
+        probes.set_allow(allow);
         // With one library its error is the run's error, printed once below.
         let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
         if probes.probe_count() == 0 && !watch {
@@ -239,6 +244,9 @@ impl Session {
         let new: Vec<PathBuf> =
             discover::mapped_libraries().into_iter().filter(|p| self.known.insert(p.clone())).collect();
         let before = self.probes.libraries.len();
+        if !new.is_empty() {
+            self.probes.refresh_allow();
+        }
         let _ = attach_all(&mut self.probes, &new, false);
         for lib in &self.probes.libraries[before..] {
             let path = lib.path.display().to_string();

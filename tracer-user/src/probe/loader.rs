@@ -26,6 +26,7 @@ use tracer_common::{
 };
 
 use super::{
+    allow::AllowList,
     ebpf_log::{LogLevel, StderrLog},
     multi::{MultiError, MultiPrograms},
     symbols::{self, Resolution},
@@ -88,6 +89,8 @@ pub struct Probes {
     max_libraries: usize,
     /// Libraries refused for `max_libraries`.
     refused: u64,
+    /// `--lib-allow`: the only library files attached, when set.
+    allow: AllowList,
     /// Reader of the programs' aya-log records (none with `--log-level off`).
     log: Option<aya_log::EbpfLogger<StderrLog>>,
 }
@@ -151,6 +154,7 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
         seen: HashSet::new(),
         max_libraries,
         refused: 0,
+        allow: AllowList::default(),
         log,
     })
 }
@@ -193,6 +197,9 @@ impl Probes {
         use std::os::unix::fs::MetadataExt as _;
         if self.seen.contains(&(meta.dev(), meta.ino())) {
             return Ok(None);
+        }
+        if !self.allow.allows(&meta) {
+            bail!("{}: not attached: not one of the host's files --lib-allow names ({})", path.display(), self.allow.describe());
         }
         if self.libraries.len() >= self.max_libraries {
             self.refused += 1;
@@ -305,6 +312,18 @@ impl Probes {
     /// Threads inside a driver call now, and processes tracked for their exit.
     pub fn inflight_and_tracked(&self) -> (usize, usize) {
         (self.maps.entries.keys().count(), self.maps.tracked.keys().count())
+    }
+
+    /// Restricts attaching to the files `allow` names.
+    pub fn set_allow(&mut self, allow: AllowList) {
+        self.allow = allow;
+    }
+
+    /// Expands `--lib-allow` again (before a rescan attaches what it found).
+    pub fn refresh_allow(&mut self) {
+        if self.allow.active() {
+            self.allow.refresh();
+        }
     }
 
     /// Libraries refused because `max_libraries` were attached.

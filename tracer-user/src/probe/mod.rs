@@ -2,6 +2,7 @@
 //! (`symbols`), checking the privileges (`caps`), building the in-kernel filter (`filter`), and
 //! loading and attaching the eBPF programs with typed handles to their maps (`loader`), and
 //! showing what the programs log (`ebpf_log`).
+pub mod allow;
 pub mod caps;
 pub mod discover;
 pub mod ebpf_log;
