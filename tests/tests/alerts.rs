@@ -299,3 +299,52 @@ fn names(events: &[Value]) -> Vec<String> {
         .map(|e| format!("{}/{}/{}", e["alert"].as_str().unwrap(), e["evidence"]["signal"].as_str().unwrap(), e["state"].as_str().unwrap()))
         .collect()
 }
+
+/// A webhook that accepts connections and never answers holds up neither tracing nor
+/// Alertmanager: with short detector timings, a heavy neighbour's contention alert is listed by a
+/// real Alertmanager within 15 s, while every post to the webhook waits out its timeouts.
+#[test]
+fn a_blackholed_webhook_does_not_delay_alertmanager() {
+    let Some(env) = env() else { return };
+    let am = Alertmanager::start();
+    // Listening, never accepting: connections wait in the backlog, requests are never answered.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hook_url = format!("http://{}/hook", blackhole.local_addr().unwrap());
+    let dir = TempDir::new("blackhole");
+    let config = dir.write(
+        "cudatrace.toml",
+        "[detect]\nwindow_s = 1\nwarmup_windows = 3\npending_windows = 2\nfiring_after_s = 2\nresolve_after_s = 5\n\n[alerts]\nresend_s = 5\n",
+    );
+    let (daemon, _listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &["--config", config.to_str().unwrap(), "--alertmanager", &am.url(), "--webhook", &hook_url],
+        &[],
+    );
+    let dev = device_file("blackhole");
+    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
+    let victim = looping(&env, 120.0, 1000, 1).comm("model-server").vars(&vars).spawn();
+    let victim_pid = victim.pid();
+    let learned = daemon.wait_stderr(Duration::from_secs(30), baseline_line(victim_pid, "wait_per_launch"));
+    assert!(learned.is_some(), "no baseline within 30 s: {:?}", daemon.stderr_now());
+    let heavy_start = Instant::now();
+    let heavy = looping(&env, 30.0, 4000, 2).comm("trainer").vars(&vars).spawn();
+    let listed = poll(Duration::from_secs(30), || {
+        let alerts = am.alerts()?;
+        alerts.iter().any(|a| a["labels"]["pid"] == victim_pid.to_string().as_str() && a["labels"]["signal"] == "wait_per_launch").then_some(())
+    });
+    let after = heavy_start.elapsed();
+    // Meanwhile the webhook's posts wait out their timeouts, and say so.
+    let stuck = daemon.wait_stderr(Duration::from_secs(30), |l| l.contains("webhook") && l.contains("no answer within 5 s"));
+    drop(heavy);
+    drop(victim);
+    let traced = daemon.stop();
+    drop(blackhole);
+    eprintln!(
+        "e2e a_blackholed_webhook_does_not_delay_alertmanager: Alertmanager listed the alert {:.1} s after the heavy job started; records {:?}",
+        after.as_secs_f64(),
+        names(&traced.events)
+    );
+    assert!(listed.is_some(), "not listed within 30 s: {:?}", traced.stderr);
+    assert!(after < Duration::from_secs(15), "{after:?}");
+    assert!(stuck.is_some(), "{:?}", traced.stderr);
+}

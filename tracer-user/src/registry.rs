@@ -167,6 +167,17 @@ impl Registry {
         self.by_pid.values_mut()
     }
 
+    /// Running processes whose pid now belongs to another process, or to none (their exit
+    /// record was lost), given each pid's current start time (`None`: no such process).
+    pub fn stale(&self, start_time_of: impl Fn(u32) -> Option<u64>) -> Vec<u32> {
+        self.by_pid
+            .values()
+            .filter(|p| p.exited_at.is_none() && p.identity.start_time != 0)
+            .filter(|p| start_time_of(p.pid) != Some(p.identity.start_time))
+            .map(|p| p.pid)
+            .collect()
+    }
+
     /// Running processes, by pid.
     pub fn live_sorted(&self) -> Vec<&Process> {
         let mut v: Vec<&Process> = self.by_pid.values().filter(|p| p.exited_at.is_none()).collect();
@@ -206,6 +217,24 @@ mod tests {
         add(&mut r, 5, 40);
         assert!(r.get(2).is_none(), "then the longest idle");
         assert_eq!(r.evicted, 2);
+    }
+
+    #[test]
+    fn a_lost_exit_or_a_reused_pid_is_found_by_the_start_time() {
+        let mut r = Registry::new(limits(10, 600));
+        for (pid, start) in [(1, 100), (2, 200), (3, 300)] {
+            r.insert(pid, Comm::from("job"), Identity { start_time: start, ..Identity::default() });
+        }
+        r.insert(4, Comm::from("job"), Identity::default());
+        // 1 runs on, 2's pid is another process now, 3 is gone; 4's start time is unknown.
+        let now = |pid| match pid {
+            1 => Some(100),
+            2 => Some(250),
+            _ => None,
+        };
+        let mut stale = r.stale(now);
+        stale.sort();
+        assert_eq!(stale, vec![2, 3]);
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct Counts {
     pub decode_errors: u64,
     /// Exit records.
     pub exits: u64,
+    /// Processes found gone (or their pid reused) without an exit record.
+    pub stale: u64,
 }
 
 /// A tracing session: probes, ring buffer, registry, timers.
@@ -272,6 +274,14 @@ impl Session {
         self.drains = self.drains.wrapping_add(1);
         if self.drains % HEADLESS_CHECK_DRAINS == 0 {
             self.settle_headless(consumer);
+            // A process whose exit record was lost (or whose pid was reused meanwhile) goes
+            // now: its pid shows another start time, or none.
+            for pid in self.registry.stale(identity::start_time) {
+                if !self.headless.contains(&pid) && self.exit(pid, consumer) {
+                    self.probes.untrack(pid);
+                    self.counts.stale += 1;
+                }
+            }
         }
         self.probes.flush_log();
         consumer.flush()
@@ -333,11 +343,12 @@ impl Session {
     }
 
     /// A process exited: its final lines, the consumer's last word, then its tables go.
-    fn exit(&mut self, pid: u32, consumer: &mut impl Consumer) {
+    /// `false` when it was not a running process.
+    fn exit(&mut self, pid: u32, consumer: &mut impl Consumer) -> bool {
         self.registry.exit(pid, |p| {
             final_lines(p);
             consumer.exited(p);
-        });
+        })
     }
 
     /// Stops recording, drains what the programs had already written (unless the output is

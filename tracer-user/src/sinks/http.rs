@@ -1,8 +1,14 @@
 //! The HTTP alert sinks: each change is POSTed to a webhook as it is, and Alertmanager (API v2)
-//! gets firing and resolved alerts. A sink that fails is retried, said once on stderr, and never
-//! holds up tracing: records reach the sink task through a channel.
+//! gets firing and resolved alerts. Each sink is its own task with its own bounded queue,
+//! timeouts and retries, so a sink that hangs holds up neither tracing nor the other sink; one
+//! that fails is retried with backoff and said once on stderr, and past [`QUEUE`] waiting
+//! records the newest are dropped and counted.
 use std::{
     collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, SystemTime},
 };
 
@@ -21,32 +27,81 @@ use crate::{
     config::AlertConfig,
 };
 
-/// The sending end of the sink task; dropping it ends the task.
-pub struct Sinks {
-    tx: mpsc::UnboundedSender<AlertChange>,
+/// Records a sink holds while it is behind; past that the newest are dropped and counted.
+pub const QUEUE: usize = 1024;
+/// Time one POST may take.
+const POST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Tries of one POST, the waits between them doubling from 0.5 s.
+const TRIES: u32 = 3;
+
+/// One sink's task and the sending end of its queue; dropping the sender ends the task.
+struct SinkTask {
+    name: &'static str,
+    tx: mpsc::Sender<AlertChange>,
     task: tokio::task::JoinHandle<()>,
+    dropped: Arc<AtomicU64>,
 }
 
+impl SinkTask {
+    /// Starts `run` on a new bounded queue.
+    fn spawn<F, Fut>(name: &'static str, run: F) -> SinkTask
+    where
+        F: FnOnce(mpsc::Receiver<AlertChange>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        SinkTask { name, tx, task: tokio::spawn(run(rx)), dropped: Arc::new(AtomicU64::new(0)) }
+    }
+}
+
+/// The running sinks.
+pub struct Sinks {
+    sinks: Vec<SinkTask>,
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 impl Sinks {
-    /// Starts the sink task when a webhook or Alertmanager is configured.
+    /// Starts a task per configured sink (none: `None`).
     pub fn start(cfg: &AlertConfig, generator: String) -> Option<Sinks> {
-        if cfg.alertmanager_url.is_none() && cfg.webhook_url.is_none() {
-            return None;
+        let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+        let mut sinks = Vec::new();
+        if let Some(endpoint) = cfg.webhook_url.as_deref().and_then(|u| Endpoint::new("webhook", u)) {
+            let client = client.clone();
+            sinks.push(SinkTask::spawn("webhook", |rx| webhook(client, endpoint, rx)));
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run(cfg.clone(), generator, rx));
-        Some(Sinks { tx, task })
+        let manager = cfg.alertmanager_url.as_deref().and_then(|u| {
+            let base = u.trim_end_matches('/');
+            let url = if base.ends_with("/api/v2/alerts") { base.to_owned() } else { format!("{base}/api/v2/alerts") };
+            Endpoint::new("alertmanager", &url)
+        });
+        if let Some(endpoint) = manager {
+            let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
+            sinks.push(SinkTask::spawn("alertmanager", |rx| alertmanager_sink(client, endpoint, rx, generator, resend)));
+        }
+        (!sinks.is_empty()).then_some(Sinks { sinks })
     }
 
-    /// Queues a record for the sinks.
+    /// Queues a record for every sink; a sink whose queue is full drops it (said on stderr
+    /// once per 1,000 dropped).
     pub fn send(&self, record: &AlertChange) {
-        let _ = self.tx.send(record.clone());
+        for sink in &self.sinks {
+            if sink.tx.try_send(record.clone()).is_err() {
+                let dropped = sink.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped % 1000 == 1 {
+                    eprintln!("cudatrace: {} is {QUEUE} alert records behind: {dropped} dropped so far", sink.name);
+                }
+            }
+        }
     }
 
-    /// Sends what is queued (for at most `limit`), then stops.
+    /// Sends what is queued (for at most `limit` in all), then stops.
     pub async fn finish(self, limit: Duration) {
-        drop(self.tx);
-        let _ = tokio::time::timeout(limit, self.task).await;
+        let deadline = tokio::time::Instant::now() + limit;
+        for sink in self.sinks {
+            drop(sink.tx);
+            let _ = tokio::time::timeout_at(deadline, sink.task).await;
+        }
     }
 }
 
@@ -62,19 +117,20 @@ impl Endpoint {
         url.parse().ok().map(|uri| Endpoint { name, uri, failing: None })
     }
 
-    /// POSTs JSON, up to three tries; says on stderr when it starts and stops failing.
-    async fn post(&mut self, client: &Client<HttpConnector, Full<Bytes>>, body: &Value) -> bool {
+    /// POSTs JSON, up to [`TRIES`] times with backoff; says on stderr when it starts and stops
+    /// failing.
+    async fn post(&mut self, client: &HttpClient, body: &Value) -> bool {
         let bytes = Bytes::from(body.to_string());
         let mut last = String::new();
-        for attempt in 0..3 {
+        for attempt in 0..TRIES {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(Duration::from_millis(500) * 2u32.pow(attempt - 1)).await;
             }
             let req = http::Request::post(self.uri.clone())
                 .header(http::header::CONTENT_TYPE, "application/json")
                 .body(Full::new(bytes.clone()))
                 .expect("valid request");
-            match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
+            match tokio::time::timeout(POST_TIMEOUT, client.request(req)).await {
                 Ok(Ok(resp)) if resp.status().is_success() => {
                     if self.failing.take().is_some() {
                         eprintln!("cudatrace: {} {} accepts alerts again", self.name, self.uri);
@@ -97,16 +153,22 @@ impl Endpoint {
     }
 }
 
-async fn run(cfg: AlertConfig, generator: String, mut rx: mpsc::UnboundedReceiver<AlertChange>) {
-    let client: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let mut webhook = cfg.webhook_url.as_deref().and_then(|u| Endpoint::new("webhook", u));
-    let mut manager = cfg.alertmanager_url.as_deref().and_then(|u| {
-        let base = u.trim_end_matches('/');
-        let url = if base.ends_with("/api/v2/alerts") { base.to_owned() } else { format!("{base}/api/v2/alerts") };
-        Endpoint::new("alertmanager", &url)
-    });
+/// The webhook's task: every record, as it is.
+async fn webhook(client: HttpClient, mut endpoint: Endpoint, mut rx: mpsc::Receiver<AlertChange>) {
+    while let Some(record) = rx.recv().await {
+        endpoint.post(&client, &serde_json::to_value(&record).unwrap_or_default()).await;
+    }
+}
+
+/// Alertmanager's task: firing alerts (told again every `resend`) and resolved ones.
+async fn alertmanager_sink(
+    client: HttpClient,
+    mut endpoint: Endpoint,
+    mut rx: mpsc::Receiver<AlertChange>,
+    generator: String,
+    resend: Duration,
+) {
     let instance = alertmanager::instance();
-    let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
     let mut tick = tokio::time::interval(resend);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Firing alerts, by identity: what Alertmanager is told again on each tick.
@@ -115,10 +177,6 @@ async fn run(cfg: AlertConfig, generator: String, mut rx: mpsc::UnboundedReceive
         tokio::select! {
             record = rx.recv() => {
                 let Some(record) = record else { break };
-                if let Some(w) = webhook.as_mut() {
-                    w.post(&client, &serde_json::to_value(&record).unwrap_or_default()).await;
-                }
-                let Some(m) = manager.as_mut() else { continue };
                 let now = SystemTime::now();
                 let body = match record.state {
                     AlertState::Pending => continue,
@@ -132,14 +190,13 @@ async fn run(cfg: AlertConfig, generator: String, mut rx: mpsc::UnboundedReceive
                         None => continue,
                     },
                 };
-                m.post(&client, &Value::Array(vec![body])).await;
+                endpoint.post(&client, &Value::Array(vec![body])).await;
             }
-            _ = tick.tick(), if manager.is_some() && !firing.is_empty() => {
+            _ = tick.tick(), if !firing.is_empty() => {
                 let ends = SystemTime::now() + 4 * resend;
                 let all: Vec<Value> = firing.values().map(|r| alertmanager::form(r, &instance, &generator, ends)).collect();
-                manager.as_mut().expect("checked").post(&client, &Value::Array(all)).await;
+                endpoint.post(&client, &Value::Array(all)).await;
             }
         }
     }
 }
-

@@ -66,6 +66,12 @@ pub fn parse_alive(stat: &str) -> bool {
     !matches!(state, None | Some("Z" | "X" | "x")) && flags.is_some_and(|f| f & PF_EXITING == 0)
 }
 
+/// The start time of the process `pid` now (`None`: no such process).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = read_bounded(&format!("/proc/{pid}/stat"))?;
+    parse_start_time(&String::from_utf8_lossy(&stat))
+}
+
 /// Threads looked at, at most, to tell whether a process whose leader has exited still runs.
 const MAX_TASKS_CHECKED: usize = 256;
 
