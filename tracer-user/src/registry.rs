@@ -76,12 +76,24 @@ pub struct Registry {
     limits: RegistryLimits,
     /// Processes dropped to stay within `max_processes`.
     pub evicted: u64,
+    /// Overflows of the per-process tables of processes released so far: kernel handles,
+    /// allocations, streams.
+    released_overflows: [u64; 3],
+}
+
+/// Names of the per-process tables that are bounded, as [`Registry::overflows`] orders them.
+pub const BOUNDED_TABLES: [&str; 3] = ["kernel_handles", "allocations", "streams"];
+
+impl Process {
+    fn overflows(&self) -> [u64; 3] {
+        [self.kernels.overflowed, self.memory.overflowed, self.streams.overflowed]
+    }
 }
 
 impl Registry {
     /// An empty registry.
     pub fn new(limits: RegistryLimits) -> Registry {
-        Registry { by_pid: HashMap::default(), limits, evicted: 0 }
+        Registry { by_pid: HashMap::default(), limits, evicted: 0, released_overflows: [0; 3] }
     }
 
     /// The entry of a running process (none for an exited one, whose pid may come back).
@@ -141,10 +153,17 @@ impl Registry {
         let Some(p) = self.live_mut(pid) else { return false };
         p.exited_at = Some(Instant::now());
         f(p);
+        let overflows = p.overflows();
         p.kernels = KernelNames::default();
         p.memory.release();
         p.streams.release();
         p.signals = None;
+        // The released tables' counts are zero now: keep them here.
+        p.memory.overflowed = 0;
+        p.streams.overflowed = 0;
+        for (total, n) in self.released_overflows.iter_mut().zip(overflows) {
+            *total += n;
+        }
         if self.limits.retain_exited.is_zero() {
             self.by_pid.remove(&pid);
         }
@@ -165,6 +184,17 @@ impl Registry {
     /// Every entry, in no order, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Process> {
         self.by_pid.values_mut()
+    }
+
+    /// Overflows of each bounded per-process table ([`BOUNDED_TABLES`]) since start.
+    pub fn overflows(&self) -> [u64; 3] {
+        let mut all = self.released_overflows;
+        for p in self.by_pid.values() {
+            for (total, n) in all.iter_mut().zip(p.overflows()) {
+                *total += n;
+            }
+        }
+        all
     }
 
     /// Running processes whose pid now belongs to another process, or to none (their exit
@@ -235,6 +265,18 @@ mod tests {
         let mut stale = r.stale(now);
         stale.sort();
         assert_eq!(stale, vec![2, 3]);
+    }
+
+    #[test]
+    fn table_overflows_outlive_the_process() {
+        let mut r = Registry::new(limits(10, 0));
+        add(&mut r, 1, 1);
+        r.live_mut(1).unwrap().streams.overflowed = 4;
+        add(&mut r, 2, 1);
+        r.live_mut(2).unwrap().kernels.overflowed = 2;
+        assert_eq!(r.overflows(), [2, 0, 4]);
+        r.exit(1, |_| {});
+        assert_eq!((r.len(), r.overflows()), (1, [2, 0, 4]), "released, still counted");
     }
 
     #[test]

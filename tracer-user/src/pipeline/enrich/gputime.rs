@@ -47,10 +47,17 @@ pub struct BatchEstimate {
     pub gpu_ns_estimate: u64,
 }
 
+/// Streams tracked per process at most; calls on further streams share one overflow entry.
+pub const MAX_STREAMS: usize = 1024;
+/// The stream key calls past [`MAX_STREAMS`] are accounted under.
+const OVERFLOW_STREAM: (u64, u32) = (u64::MAX, 0);
+
 /// The streams of one process (its registry entry holds them), kept together so that a
 /// context-wide wait and the per-process total touch only that process.
 #[derive(Default)]
 pub struct Streams {
+    /// Calls on streams past [`MAX_STREAMS`], accounted under one entry.
+    pub overflowed: u64,
     /// By (stream handle, thread for the per-thread default stream).
     streams: HashMap<(u64, u32), StreamTime>,
     /// Sum of the streams' `gpu_ns_estimate`.
@@ -75,7 +82,8 @@ impl Streams {
         }
         match ev.detail {
             Detail::Launch { stream, .. } | Detail::Graph { stream, .. } => {
-                let s = self.streams.entry(key(ev, stream)).or_default();
+                let k = self.bounded(key(ev, stream));
+                let s = self.streams.entry(k).or_default();
                 s.launches += 1;
                 s.pending += 1;
                 s.batch_start.get_or_insert(ev.start_ns);
@@ -108,8 +116,9 @@ impl Streams {
         };
         match only {
             Some(k) => {
+                let k = self.bounded(k);
                 let s = self.streams.entry(k).or_default();
-                s.wait_ns += ev.duration_ns;
+                s.wait_ns = s.wait_ns.saturating_add(ev.duration_ns);
                 account(s);
             }
             None => self.streams.values_mut().for_each(&mut account),
@@ -123,6 +132,15 @@ impl Streams {
         let mut v: Vec<_> = self.streams.iter().map(|(k, s)| (*k, s)).collect();
         v.sort_by_key(|(k, _)| *k);
         v
+    }
+
+    /// `k`, or the overflow entry once [`MAX_STREAMS`] others are tracked.
+    fn bounded(&mut self, k: (u64, u32)) -> (u64, u32) {
+        if self.streams.len() < MAX_STREAMS || self.streams.contains_key(&k) {
+            return k;
+        }
+        self.overflowed += 1;
+        OVERFLOW_STREAM
     }
 
     /// Forgets the streams (the process exited); the total stays.
@@ -179,6 +197,17 @@ mod tests {
         assert_eq!(g.estimate_ns(), 14_500);
         assert_eq!(g.sorted().len(), 2);
         assert_eq!(g.lines(1)[0], "gpu-time estimate: pid=1 stream=0x7 launches=2 completed=2 gpu_ns_estimate=7000 wait_ns=5000");
+    }
+
+    #[test]
+    fn streams_past_the_cap_share_one_entry() {
+        let mut g = Streams::default();
+        for s in 10..(10 + MAX_STREAMS as u64 + 7) {
+            g.observe(&launch(Api::LaunchKernel, 1, s));
+        }
+        assert_eq!((g.sorted().len(), g.overflowed), (MAX_STREAMS + 1, 7));
+        let sync = Event::of(Api::CtxSynchronize, 1, Detail::Sync { stream: None, event: None }).timed(100, 10);
+        assert_eq!(g.observe(&sync).map(|b| b.launches), Some(MAX_STREAMS as u64 + 7), "every launch still closed");
     }
 
     #[test]

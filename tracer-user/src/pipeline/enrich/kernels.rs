@@ -75,10 +75,16 @@ impl KernelName {
     }
 }
 
+/// Handles remembered per process at most: past it new handles are not named (their launches
+/// are labelled by handle, and fold into `other` past `max_kernels`) and are counted.
+pub const MAX_HANDLES: usize = 65_536;
+
 /// One process's handle-to-name table.
 #[derive(Default)]
 pub struct KernelNames {
     by_handle: HashMap<u64, Arc<KernelName>>,
+    /// Handles not remembered, the table being full.
+    pub overflowed: u64,
 }
 
 impl KernelNames {
@@ -91,7 +97,11 @@ impl KernelNames {
                     Shape::KernelGetFunction => self.by_handle.get(source).cloned()?,
                     _ => Arc::new(KernelName::new(name.as_deref()?)),
                 };
-                self.by_handle.insert(*handle, name.clone());
+                if self.by_handle.len() < MAX_HANDLES || self.by_handle.contains_key(handle) {
+                    self.by_handle.insert(*handle, name.clone());
+                } else {
+                    self.overflowed += 1;
+                }
                 Some(name)
             }
             _ => None,
@@ -128,6 +138,16 @@ mod tests {
         assert!(took < std::time::Duration::from_millis(1), "took {took:?}");
         // A name that is not C++ (or nests too deep) comes back as it is, also cut.
         assert_eq!(demangle(&"x".repeat(5000)).len(), MAX_DEMANGLED);
+    }
+
+    #[test]
+    fn handles_past_the_cap_are_counted_not_kept() {
+        let mut t = KernelNames::default();
+        for h in 1..=(MAX_HANDLES as u64 + 5) {
+            t.observe(&Event::of(Api::ModuleGetFunction, 1, Detail::Lookup { handle: h, source: 1, name: Some("k".into()) }));
+        }
+        assert_eq!((t.len(), t.overflowed), (MAX_HANDLES, 5));
+        assert!(t.observe(&launch(1, 1)).is_some() && t.observe(&launch(1, MAX_HANDLES as u64 + 1)).is_none());
     }
 
     #[test]

@@ -6,6 +6,9 @@ use serde::Serialize;
 
 use crate::pipeline::decode::{Detail, Event};
 
+/// Live allocations tracked per process at most (16 bytes each).
+pub const MAX_LIVE: usize = 65_536;
+
 /// Device memory of one process (its registry entry holds it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ProcessMemory {
@@ -19,6 +22,9 @@ pub struct ProcessMemory {
     pub frees: u64,
     /// Frees of pointers not allocated while traced.
     pub unknown_frees: u64,
+    /// Allocations not tracked, the table being full (their bytes still count).
+    #[serde(skip)]
+    pub overflowed: u64,
     #[serde(skip)]
     live: HashMap<u64, u64>,
 }
@@ -32,18 +38,22 @@ impl ProcessMemory {
         let m = self;
         match ev.detail {
             Detail::Alloc { dptr, bytes, .. } if dptr != 0 => {
-                if let Some(old) = m.live.insert(dptr, bytes) {
-                    // The same pointer again without a free we saw: replace, don't double count.
-                    m.current_bytes -= old;
+                if m.live.len() < MAX_LIVE || m.live.contains_key(&dptr) {
+                    if let Some(old) = m.live.insert(dptr, bytes) {
+                        // The same pointer again without a free we saw: replace, don't double count.
+                        m.current_bytes = m.current_bytes.saturating_sub(old);
+                    }
+                } else {
+                    m.overflowed += 1;
                 }
-                m.current_bytes += bytes;
+                m.current_bytes = m.current_bytes.saturating_add(bytes);
                 m.peak_bytes = m.peak_bytes.max(m.current_bytes);
                 m.allocs += 1;
             }
             Detail::Free { dptr, .. } => {
                 match m.live.remove(&dptr) {
                     Some(bytes) => {
-                        m.current_bytes -= bytes;
+                        m.current_bytes = m.current_bytes.saturating_sub(bytes);
                         m.frees += 1;
                     }
                     None => m.unknown_frees += 1,
@@ -77,6 +87,15 @@ mod tests {
     use tracer_common::Api;
 
     use super::*;
+
+    #[test]
+    fn allocations_past_the_cap_count_their_bytes_untracked() {
+        let mut t = ProcessMemory::default();
+        for p in 1..=(MAX_LIVE as u64 + 3) {
+            t.observe(&Event::of(Api::MemAlloc, 1, Detail::Alloc { dptr: p, bytes: 2, stream: None }));
+        }
+        assert_eq!((t.live.len(), t.overflowed, t.current_bytes), (MAX_LIVE, 3, 2 * (MAX_LIVE as u64 + 3)));
+    }
 
     #[test]
     fn current_peak_and_unknown_frees() {

@@ -28,6 +28,14 @@ impl Collector for ProbesCollector {
             "Library files not attached because max_libraries distinct ones were attached already.",
             &[(vec![], snap.libraries_refused as f64)],
         )?;
+        let overflows: Vec<(Labels, f64)> =
+            snap.table_overflows.iter().map(|(table, n)| (vec![("table", (*table).to_owned())], *n as f64)).collect();
+        counter(
+            &mut enc,
+            "cudatrace_table_overflows",
+            "Entries a process's bounded table did not take (kernel_handles, allocations, streams): a process past the limits.",
+            &overflows,
+        )?;
         let probes: Vec<(Labels, f64)> = snap
             .probes
             .iter()

@@ -116,6 +116,8 @@ pub struct Snapshot {
     pub evicted: u64,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
+    /// Overflows of each bounded per-process table, by table name.
+    pub table_overflows: Vec<(&'static str, u64)>,
     /// (symbol, library, attached) of every entry point of every library.
     pub probes: Vec<(&'static str, String, bool)>,
     /// Pending and firing alerts.
@@ -190,6 +192,7 @@ impl Snapshot {
             dropped: s.dropped,
             evicted: s.registry.evicted,
             libraries_refused: s.libraries_refused,
+            table_overflows: crate::registry::BOUNDED_TABLES.into_iter().zip(s.registry.overflows()).collect(),
             probes: s.probes.to_vec(),
             alerts: s.detector.active(s.registry).cloned().collect(),
             signals,
