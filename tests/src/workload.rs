@@ -36,6 +36,8 @@ pub enum Scenario {
     UnpagedConfig(u64),
     /// Host-to-device copies of 2^63 bytes, each refused by the library.
     HugeCopies(u64),
+    /// `cuLaunchKernel` calls back to back, timed (benchmarks).
+    Calls(u64),
     /// `Loop { seconds, grid: 1, sync_every: 1 }` in a second thread, after `main` calls
     /// `pthread_exit`.
     Headless(f64),
@@ -63,6 +65,7 @@ impl Scenario {
             Scenario::DieInCall => vec!["die-in-call".into()],
             Scenario::UnpagedConfig(n) => vec!["unpaged-config".into(), n.to_string()],
             Scenario::HugeCopies(n) => vec!["huge-copies".into(), n.to_string()],
+            Scenario::Calls(n) => vec!["calls".into(), n.to_string()],
             Scenario::Headless(seconds) => vec!["headless".into(), seconds.to_string()],
             Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
             Scenario::Copies { seconds, bytes, gap_us } => {

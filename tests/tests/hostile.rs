@@ -280,3 +280,33 @@ fn lib_allow_attaches_only_the_hosts_files() {
     assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
     assert!(err.contains("give an absolute path or glob"), "{err}");
 }
+
+/// The process that filled the ring buffer is named: with the daemon stopped, a process makes
+/// 50,000 calls into a 1 MiB ring buffer; once resumed, every record lost is counted against
+/// that process.
+#[test]
+fn the_process_that_filled_the_ring_buffer_is_named() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("ring");
+    let config = dir.write("cudatrace.toml", "ringbuf_mib = 1\n");
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let dev = device_file("ring");
+    // SAFETY: plain kill(2) on the daemon's pid.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGSTOP) };
+    let job = Workload::new(&env, Scenario::Calls(50_000)).device(&dev).run();
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGCONT) };
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let figures = integration_tests::poll(Duration::from_secs(5), || {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let total: f64 = exposition::select(&samples, "cudatrace_events_dropped_total", &[]).iter().map(|s| s.value).sum();
+        let mine: f64 = exposition::select(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &pid)]).iter().map(|s| s.value).sum();
+        let counted: f64 = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]).iter().map(|s| s.value).sum();
+        (total > 0.0 && mine == total).then_some((total, counted))
+    });
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!("e2e the_process_that_filled_the_ring_buffer_is_named: launches in=50000 (dropped, counted) {figures:?}");
+    let (dropped, counted) = figures.unwrap_or_else(|| panic!("drops not attributed: {:?}", traced.stderr));
+    assert!(dropped > 30_000.0 && counted > 0.0 && counted + dropped <= 50_004.0, "{dropped} {counted}");
+}

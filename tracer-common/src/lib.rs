@@ -54,6 +54,10 @@ unsafe impl aya::Pod for Filter {}
 /// Capacity of the map of processes user space has seen (their exits are reported).
 pub const MAX_TRACKED: u32 = 65536;
 
+/// Capacity of the LRU map of records dropped per process (the processes that filled the ring
+/// buffer).
+pub const MAX_DROPPING: u32 = 4096;
+
 /// Capacity of the per-thread entry-state LRU map (threads inside a driver call at once).
 pub const MAX_INFLIGHT: u32 = 16384;
 /// Default ring-buffer size in bytes (a power of two, multiple of the page size).

@@ -15,6 +15,8 @@ pub const MAP_CONFIG: &str = "CONFIG";
 pub const MAP_FILTER: &str = "FILTER";
 /// Processes whose exit user space wants to hear of (pid to u8).
 pub const MAP_TRACKED: &str = "TRACKED";
+/// Records dropped per process, the ring buffer being full (LRU hash, pid to u64).
+pub const MAP_DROPS: &str = "DROPS";
 
 /// Entry program for `cuLaunchKernel`-shaped calls.
 pub const PROG_LAUNCH: &str = "cuda_launch";
@@ -28,6 +30,6 @@ pub const PROG_RETURN: &str = "cuda_ret";
 pub const PROG_EXIT: &str = "cuda_exit";
 
 /// Every map name.
-pub const MAPS: [&str; 6] = [MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED];
+pub const MAPS: [&str; 7] = [MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS];
 /// Every program name.
 pub const PROGRAMS: [&str; 5] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT];

@@ -3,9 +3,11 @@
 //! reads `STATS`.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
-use tracer_common::{CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_INFLIGHT, MAX_TRACKED, STAT_COUNT};
+use tracer_common::{
+    CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_TRACKED, STAT_COUNT, STAT_DROPPED,
+};
 
 /// Completed calls, consumed by the cudatrace binary.
 #[map]
@@ -33,6 +35,27 @@ pub static FILTER: Array<Filter> = Array::with_max_entries(1, 0);
 /// Processes user space has seen events of; their exit is reported and the entry removed.
 #[map]
 pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED, 0);
+
+/// Records dropped per process (the ring buffer full): who filled it. Per CPU (no atomics on
+/// this target; user space adds the CPUs up), LRU so that many processes cannot fill it either.
+#[map]
+pub static DROPS: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(MAX_DROPPING, 0);
+
+/// Counts a record of process `pid` the ring buffer had no room for.
+#[inline(always)]
+pub fn dropped(pid: u32) {
+    bump(STAT_DROPPED);
+    match DROPS.get_ptr_mut(&pid) {
+        // SAFETY: this CPU's slot of the value for `pid`; no other program runs on this CPU
+        // meanwhile, and the pointer is not kept past this program.
+        Some(count) => unsafe { *count += 1 },
+        None => {
+            // BPF_NOEXIST: if another CPU created the entry meanwhile, this CPU's count is lost
+            // (one record of a burst); the total in STATS is exact.
+            let _ = DROPS.insert(&pid, &1, 1);
+        }
+    }
+}
 
 /// Whether user space wants calls recorded (it clears this before its final drain).
 #[inline(always)]

@@ -102,7 +102,6 @@ impl Registry {
     }
 
     /// Any entry, exited or not.
-    #[cfg(test)]
     pub fn get(&self, pid: u32) -> Option<&Process> {
         self.by_pid.get(&pid)
     }

@@ -4,9 +4,9 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::raw_tracepoint, programs::RawTracePointContext,
 };
 use aya_log_ebpf::debug;
-use tracer_common::{EventTag, ExitEvent, STAT_DROPPED};
+use tracer_common::{EventTag, ExitEvent};
 
-use crate::maps::{ENTRIES, EVENTS, TRACKED, bump};
+use crate::maps::{ENTRIES, EVENTS, TRACKED, dropped};
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn cuda_exit(ctx: RawTracePointContext) -> u32 {
@@ -31,6 +31,6 @@ fn try_cuda_exit(ctx: &RawTracePointContext) {
             slot.write(ExitEvent { tag: EventTag::Exit as u32, pid });
             slot.submit(0);
         }
-        None => bump(STAT_DROPPED),
+        None => dropped(pid),
     }
 }

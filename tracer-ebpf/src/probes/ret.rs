@@ -15,11 +15,11 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::{debug, warn};
 use tracer_common::{
-    CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_DROPPED, STAT_ORPHAN_RETURNS,
+    CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_ORPHAN_RETURNS,
     api::{COOKIE_API_MASK, COOKIE_READ_NAME, COOKIE_READ_OUT},
 };
 
-use crate::maps::{ENTRIES, EVENTS, bump, submit_flags};
+use crate::maps::{ENTRIES, EVENTS, bump, dropped, submit_flags};
 
 #[uretprobe]
 pub fn cuda_ret(ctx: RetProbeContext) -> u32 {
@@ -85,7 +85,7 @@ fn record<C: EbpfContext>(ctx: &C, tag: EventTag, entry: &Entry, id: u64, end: u
 #[inline(always)]
 fn emit_call(call: CallEvent) {
     let Some(mut slot) = EVENTS.reserve::<CallEvent>(0) else {
-        bump(STAT_DROPPED);
+        dropped(call.pid);
         return;
     };
     slot.write(call);
@@ -95,7 +95,7 @@ fn emit_call(call: CallEvent) {
 #[inline(always)]
 fn emit_lookup<C: EbpfContext>(ctx: &C, call: CallEvent, name_ptr: u64) {
     let Some(mut slot) = EVENTS.reserve::<LookupEvent>(0) else {
-        bump(STAT_DROPPED);
+        dropped(call.pid);
         return;
     };
     let p: *mut LookupEvent = slot.as_mut_ptr();

@@ -152,6 +152,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 daemon.dropped = session.dropped();
                 let snapshot = Snapshot::build(&Sources {
                     libraries_refused: session.libraries_refused(),
+                    drops_by_process: &session.drops_by_process(),
                     registry: &session.registry,
                     aggregator: &daemon.aggregator,
                     detector: &daemon.detector,

@@ -215,6 +215,11 @@ impl Session {
         self.probes.rows()
     }
 
+    /// Records dropped per process: (pid, count).
+    pub fn drops_by_process(&self) -> Vec<(u32, u64)> {
+        self.probes.drops_by_process()
+    }
+
     /// Libraries refused because `max_libraries` were attached.
     pub fn libraries_refused(&self) -> u64 {
         self.probes.refused()

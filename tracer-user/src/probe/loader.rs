@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{
         RawTracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
@@ -20,7 +20,7 @@ use aya::{
 use tracer_common::{
     Api, CONFIG_ENABLED, CONFIG_WAKEUP_BYTES, Entry, Filter, Layout, STAT_DROPPED, STAT_ORPHAN_RETURNS,
     names::{
-        MAP_CONFIG, MAP_ENTRIES, MAP_EVENTS, MAP_FILTER, MAP_STATS, MAP_TRACKED, PROG_EXIT, PROG_LAUNCH,
+        MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_EVENTS, MAP_FILTER, MAP_STATS, MAP_TRACKED, PROG_EXIT, PROG_LAUNCH,
         PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN,
     },
 };
@@ -57,6 +57,8 @@ pub struct Maps {
     entries: BpfHashMap<MapData, u64, Entry>,
     /// Processes whose exit the kernel reports.
     tracked: BpfHashMap<MapData, u32, u8>,
+    /// Records dropped per process, per CPU.
+    drops: PerCpuHashMap<MapData, u32, u64>,
 }
 
 /// How probes are attached.
@@ -135,6 +137,7 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
         stats: take(&mut ebpf, MAP_STATS)?,
         entries: take(&mut ebpf, MAP_ENTRIES)?,
         tracked: take(&mut ebpf, MAP_TRACKED)?,
+        drops: take(&mut ebpf, MAP_DROPS)?,
     };
     let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
     let log = match log_level {
@@ -307,6 +310,17 @@ impl Probes {
     pub fn counters(&self) -> Result<(u64, u64)> {
         let sum = |i: u32| -> Result<u64> { Ok(self.maps.stats.get(&i, 0)?.iter().sum()) };
         Ok((sum(STAT_DROPPED)?, sum(STAT_ORPHAN_RETURNS)?))
+    }
+
+    /// Records dropped per process (the ring buffer full), the CPUs added up; at most
+    /// `MAX_DROPPING` processes, the least recent forgotten first.
+    pub fn drops_by_process(&self) -> Vec<(u32, u64)> {
+        self.maps
+            .drops
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(pid, per_cpu)| (pid, per_cpu.iter().sum()))
+            .collect()
     }
 
     /// Threads inside a driver call now, and processes tracked for their exit.

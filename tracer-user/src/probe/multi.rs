@@ -131,7 +131,13 @@ pub struct MultiPrograms {
 /// The raw fd of a map aya created, for the map types this object declares.
 fn map_fd(map: &Map) -> Option<RawFd> {
     match map {
-        Map::Array(m) | Map::HashMap(m) | Map::LruHashMap(m) | Map::PerCpuArray(m) | Map::RingBuf(m) => {
+        Map::Array(m)
+        | Map::HashMap(m)
+        | Map::LruHashMap(m)
+        | Map::PerCpuArray(m)
+        | Map::PerCpuHashMap(m)
+        | Map::PerCpuLruHashMap(m)
+        | Map::RingBuf(m) => {
             Some(m.fd().as_fd().as_raw_fd())
         }
         _ => None,

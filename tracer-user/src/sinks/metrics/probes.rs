@@ -28,6 +28,17 @@ impl Collector for ProbesCollector {
             "Library files not attached because max_libraries distinct ones were attached already.",
             &[(vec![], snap.libraries_refused as f64)],
         )?;
+        let by_process: Vec<(Labels, f64)> = snap
+            .drops_by_process
+            .iter()
+            .map(|(pid, comm, n)| (vec![("pid", pid.to_string()), ("comm", comm.clone())], *n as f64))
+            .collect();
+        counter(
+            &mut enc,
+            "cudatrace_events_dropped_by_process",
+            "Records lost because the ring buffer was full, by the process whose call they were: who filled it.",
+            &by_process,
+        )?;
         let overflows: Vec<(Labels, f64)> =
             snap.table_overflows.iter().map(|(table, n)| (vec![("table", (*table).to_owned())], *n as f64)).collect();
         counter(

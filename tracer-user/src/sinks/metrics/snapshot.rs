@@ -118,6 +118,8 @@ pub struct Snapshot {
     pub libraries_refused: u64,
     /// Overflows of each bounded per-process table, by table name.
     pub table_overflows: Vec<(&'static str, u64)>,
+    /// Records dropped per process: pid, comm (empty when unknown), count.
+    pub drops_by_process: Vec<(u32, String, u64)>,
     /// (symbol, library, attached) of every entry point of every library.
     pub probes: Vec<(&'static str, String, bool)>,
     /// Pending and firing alerts.
@@ -144,6 +146,8 @@ pub struct Sources<'a> {
     pub dropped: u64,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
+    /// Records dropped per process: (pid, count).
+    pub drops_by_process: &'a [(u32, u64)],
     /// Probe rows.
     pub probes: &'a [(&'static str, String, bool)],
     /// Whether NVML answers.
@@ -193,6 +197,11 @@ impl Snapshot {
             evicted: s.registry.evicted,
             libraries_refused: s.libraries_refused,
             table_overflows: crate::registry::BOUNDED_TABLES.into_iter().zip(s.registry.overflows()).collect(),
+            drops_by_process: s
+                .drops_by_process
+                .iter()
+                .map(|(pid, n)| (*pid, s.registry.get(*pid).map(|p| p.comm.to_string()).unwrap_or_default(), *n))
+                .collect(),
             probes: s.probes.to_vec(),
             alerts: s.detector.active(s.registry).cloned().collect(),
             signals,
