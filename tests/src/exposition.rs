@@ -65,6 +65,22 @@ pub fn select<'a>(samples: &'a [Sample], name: &str, with: &[(&str, &str)]) -> V
     samples.iter().filter(|s| s.name == name && with.iter().all(|(k, v)| s.label(k) == *v)).collect()
 }
 
+/// The sum of the samples of one metric whose labels include every `(key, value)` of `with`
+/// (0 when there are none).
+pub fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+    select(samples, name, with).iter().map(|s| s.value).sum()
+}
+
+/// Polls the daemon at `listen` (up to `limit`) until the launches counted for `pid` equal
+/// `want`; returns them then.
+pub fn wait_for_launches(listen: &str, pid: &str, want: f64, limit: std::time::Duration) -> Option<f64> {
+    crate::poll(limit, || {
+        let samples = parse(&crate::http::scrape(listen));
+        let n = sum(&samples, "cudatrace_calls_total", &[("pid", pid), ("api", "cuLaunchKernel")]);
+        (n == want).then_some(n)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,7 +165,7 @@ fn a_headless_process_stays_traced() {
     let pid = job.pid().to_string();
     let launches = || -> f64 {
         let samples = exposition::parse(&http::scrape(&listen));
-        exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]).iter().map(|s| s.value).sum()
+        exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
     };
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -232,7 +232,7 @@ fn libraries_past_the_cap_are_refused_and_counted() {
         .collect();
     let counts = integration_tests::poll(Duration::from_secs(10), || {
         let samples = exposition::parse(&http::scrape(&listen));
-        let refused: f64 = exposition::select(&samples, "cudatrace_libraries_refused_total", &[]).iter().map(|s| s.value).sum();
+        let refused: f64 = exposition::sum(&samples, "cudatrace_libraries_refused_total", &[]);
         let attached: std::collections::BTreeSet<String> = exposition::select(&samples, "cudatrace_probe_attached", &[("symbol", "cuLaunchKernel")])
             .iter()
             .map(|s| s.label("library").to_owned())
@@ -266,7 +266,7 @@ fn lib_allow_attaches_only_the_hosts_files() {
     let count = |pid: &serde_json::Value| -> f64 {
         let samples = exposition::parse(&http::scrape(&listen));
         let pid = pid.to_string();
-        exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]).iter().map(|s| s.value).sum()
+        exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
     };
     let counted = integration_tests::poll(Duration::from_secs(5), || Some(count(&real["pid"])).filter(|n| *n == 300.0));
     let fake_counted = count(&fake["pid"]);
@@ -299,9 +299,9 @@ fn the_process_that_filled_the_ring_buffer_is_named() {
     let pid = job["pid"].as_u64().unwrap().to_string();
     let figures = integration_tests::poll(Duration::from_secs(5), || {
         let samples = exposition::parse(&http::scrape(&listen));
-        let total: f64 = exposition::select(&samples, "cudatrace_events_dropped_total", &[]).iter().map(|s| s.value).sum();
-        let mine: f64 = exposition::select(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &pid)]).iter().map(|s| s.value).sum();
-        let counted: f64 = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]).iter().map(|s| s.value).sum();
+        let total: f64 = exposition::sum(&samples, "cudatrace_events_dropped_total", &[]);
+        let mine: f64 = exposition::sum(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &pid)]);
+        let counted: f64 = exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]);
         (total > 0.0 && mine == total).then_some((total, counted))
     });
     let traced = daemon.stop();

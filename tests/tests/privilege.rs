@@ -11,7 +11,7 @@ use std::{
 use integration_tests::{
     Cudatrace, Scenario, Workload,
     container::{DEFAULT_SECCOMP, podman_run, seccomp_with_bpf},
-    device_file, env, exposition, free_port, http, poll,
+    device_file, env, exposition, free_port,
 };
 
 /// The capabilities the DaemonSet adds, as in deploy/kubernetes/cudatrace.yaml (`BPF`, ...).
@@ -84,14 +84,7 @@ fn least_privilege_daemon_traces_another_users_process() {
         .as_user(1000)
         .run();
     let pid = job["pid"].as_u64().unwrap().to_string();
-    let counted = poll(Duration::from_secs(10), || {
-        let samples = exposition::parse(&http::scrape(&listen));
-        let n: f64 = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
-            .iter()
-            .map(|s| s.value)
-            .sum();
-        (n == 2000.0).then_some(n)
-    });
+    let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     eprintln!(
@@ -200,14 +193,7 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     let dev = device_file("image");
     let job = Workload::new(&env, Scenario::Basic { launches: 2000, copies: 0 }).device(&dev).settle_ms(2000).run();
     let pid = job["pid"].as_u64().unwrap().to_string();
-    let counted = poll(Duration::from_secs(10), || {
-        let samples = exposition::parse(&http::scrape(&listen));
-        let n: f64 = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
-            .iter()
-            .map(|s| s.value)
-            .sum();
-        (n == 2000.0).then_some(n)
-    });
+    let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     eprintln!(
