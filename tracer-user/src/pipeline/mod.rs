@@ -38,8 +38,9 @@ use enrich::{Enrichment, identity};
 /// How often the ring buffer is drained when the kernel has not woken the reader: the most an
 /// event waits before it is printed or counted.
 const POLL_PERIOD: Duration = Duration::from_millis(20);
-/// Drains between two looks at processes whose leader exited (about a second).
-const HEADLESS_CHECK_DRAINS: u32 = 50;
+/// How often running processes are looked at in /proc (a leader that exited, a start time
+/// that changed): by the clock, since drains come faster under load.
+const PROCESS_CHECK_PERIOD: Duration = Duration::from_secs(1);
 
 /// What to trace and how, for every command.
 pub struct SessionOptions {
@@ -114,8 +115,8 @@ pub struct Session {
     /// Processes whose leader exited while other threads run on (`pthread_exit` in `main`):
     /// the kernel reports no later exit, so they are looked at about once a second.
     headless: Vec<u32>,
-    /// Drains since `headless` was last looked at.
-    drains: u32,
+    /// When running processes were last looked at in /proc.
+    checked_at: std::time::Instant,
     watch: bool,
     cmdline: bool,
     known: HashSet<PathBuf>,
@@ -192,7 +193,7 @@ impl Session {
             counts: Counts::default(),
             gone: Vec::new(),
             headless: Vec::new(),
-            drains: 0,
+            checked_at: std::time::Instant::now(),
             watch,
             cmdline: opts.cmdline,
             known: libs.into_iter().collect(),
@@ -276,8 +277,8 @@ impl Session {
             self.probes.untrack(pid);
             self.exit(pid, consumer);
         }
-        self.drains = self.drains.wrapping_add(1);
-        if self.drains % HEADLESS_CHECK_DRAINS == 0 {
+        if self.checked_at.elapsed() >= PROCESS_CHECK_PERIOD {
+            self.checked_at = std::time::Instant::now();
             self.settle_headless(consumer);
             // A process whose exit record was lost (or whose pid was reused meanwhile) goes
             // now: its pid shows another start time, or none.
@@ -317,21 +318,20 @@ impl Session {
             }
         };
         self.counts.events += 1;
-        if self.registry.live_mut(ev.pid).is_none() {
-            // From now on the kernel reports this process's exit. Tracked before /proc is read:
-            // a process that had begun exiting by then is read as gone and released after this
-            // drain instead (all its records are in the ring buffer by then).
-            self.probes.track(ev.pid);
-            let identity = identity::read(ev.pid, self.cmdline);
-            if !identity.alive {
-                self.gone.push(ev.pid);
-            }
-            self.registry.insert(ev.pid, ev.comm, identity);
+        // A process seen before: one lookup.
+        if let Some(process) = self.registry.live_mut(ev.pid) {
+            return consume(process, &ev, consumer);
         }
-        let process = self.registry.live_mut(ev.pid).expect("inserted above");
-        process.last_seen_ns = ev.start_ns.saturating_add(ev.duration_ns);
-        let enrichment = enrich::enrich(process, &ev);
-        consumer.call(&ev, &enrichment, process)
+        // From now on the kernel reports this process's exit. Tracked before /proc is read: a
+        // process that had begun exiting by then is read as gone and released after this drain
+        // instead (all its records are in the ring buffer by then).
+        self.probes.track(ev.pid);
+        let identity = identity::read(ev.pid, self.cmdline);
+        if !identity.alive {
+            self.gone.push(ev.pid);
+        }
+        let process = self.registry.insert(ev.pid, ev.comm, identity);
+        consume(process, &ev, consumer)
     }
 
     /// Releases the processes whose leader exited and whose last thread has now gone too.
@@ -395,6 +395,13 @@ impl Session {
     pub fn detach(self) {
         self.probes.detach_in_background();
     }
+}
+
+/// One call of a known process: enriched against its tables, then handed to the consumer.
+fn consume(process: &mut Process, ev: &Event, consumer: &mut impl Consumer) -> io::Result<()> {
+    process.last_seen_ns = ev.start_ns.saturating_add(ev.duration_ns);
+    let enrichment = enrich::enrich(process, ev);
+    consumer.call(ev, &enrichment, process)
 }
 
 /// Prints a process's final memory and GPU-time lines.
