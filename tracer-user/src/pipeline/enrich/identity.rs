@@ -5,6 +5,8 @@ use std::fs;
 
 use serde::Serialize;
 
+use super::pods::PodNames;
+
 /// Identity of one process, as read from /proc when its first event arrived.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Identity {
@@ -28,9 +30,26 @@ pub struct Identity {
     /// `CUDA_VISIBLE_DEVICES` from the environment, when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_visible_devices: Option<String>,
+    /// Namespace, pod and container names, once the node's pod list has them (`run`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube: Option<PodNames>,
     /// Whether the process was running (not gone, not a zombie) when this was read.
     #[serde(skip)]
     pub alive: bool,
+}
+
+impl Identity {
+    /// `namespace`, `pod` and `container` as dcgm-exporter labels them: the names once the
+    /// node's pod list has them, else the pod UID and container id from the cgroup path.
+    pub fn pod_labels(&self) -> [Option<String>; 3] {
+        let named = self.kube.as_ref();
+        let container = named.map(|k| k.container.as_str()).filter(|c| !c.is_empty());
+        [
+            named.map(|k| k.namespace.clone()),
+            named.map(|k| k.pod.clone()).or_else(|| self.pod_uid.clone()),
+            container.map(str::to_owned).or_else(|| self.container_id.clone()),
+        ]
+    }
 }
 
 /// A traced process as views of it name it: pid, comm and identity.
@@ -191,6 +210,7 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
         pod_uid: cgroup.as_deref().and_then(pod_uid),
         cgroup,
         cuda_visible_devices,
+        kube: None,
         alive: parse_alive(&stat) || process_alive(pid),
     }
 }
@@ -245,6 +265,18 @@ mod tests {
         // A pod UID outside the kubelet's hierarchy is not one either.
         assert_eq!(pod_uid(&format!("/system.slice/kubepods-pod{uid}.slice")), None);
         assert_eq!(pod_uid(&format!("/system.slice/pod{uid}.slice")), None);
+    }
+
+    #[test]
+    fn pod_labels_are_names_once_known_else_ids() {
+        let uid = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+        let mut id = Identity { pod_uid: Some(uid.into()), container_id: Some(ID.into()), ..Default::default() };
+        assert_eq!(id.pod_labels(), [None, Some(uid.into()), Some(ID.into())]);
+        id.kube = Some(PodNames { namespace: "serving".into(), pod: "llm-0".into(), container: "server".into() });
+        assert_eq!(id.pod_labels(), [Some("serving".into()), Some("llm-0".into()), Some("server".into())]);
+        id.kube.as_mut().unwrap().container.clear();
+        assert_eq!(id.pod_labels()[2].as_deref(), Some(ID), "a container the pod does not list keeps its id");
+        assert_eq!(Identity::default().pod_labels(), [None, None, None]);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Enrichment: what a call means beyond its record. Who the process is (identity), which kernel a
 //! launch runs (kernel names), device memory held, and the GPU-time estimate per stream. Each
-//! table is per process and lives in the process's [`crate::registry::Process`] entry.
+//! table is per process and lives in the process's [`crate::registry::Process`] entry. Pod
+//! names (`pods`, fetched by `pods_api`) join a process's identity once the node's list has them.
 pub mod gputime;
 pub mod identity;
 pub mod kernels;
 pub mod memory;
+pub mod pods;
+pub mod pods_api;
 
 use std::sync::Arc;
 

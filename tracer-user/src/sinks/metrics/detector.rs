@@ -42,8 +42,9 @@ impl Collector for DetectorCollector {
                     ("gpu", r.gpu.clone()),
                     ("pid", r.victim.pid.to_string()),
                     ("comm", r.victim.comm.clone()),
-                    ("container", r.victim.container.clone().unwrap_or_default()),
+                    ("namespace", r.victim.namespace.clone().unwrap_or_default()),
                     ("pod", r.victim.pod.clone().unwrap_or_default()),
+                    ("container", r.victim.container.clone().unwrap_or_default()),
                     ("aggressors", r.aggressors_label()),
                 ];
                 (labels, 1.0)

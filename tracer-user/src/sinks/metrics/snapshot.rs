@@ -15,23 +15,21 @@ use crate::{
     registry::Registry,
 };
 
-/// The process labels of every per-process metric: `pid`, `comm`, `container`, `pod`.
+/// The process labels of every per-process metric: `pid`, `comm`, `namespace`, `pod`,
+/// `container`.
 #[derive(Debug)]
 pub struct ProcessLabels {
     pid: u32,
     comm: String,
-    container: String,
+    namespace: String,
     pod: String,
+    container: String,
 }
 
 impl ProcessLabels {
     fn of(p: ProcessRef<'_>) -> ProcessLabels {
-        ProcessLabels {
-            pid: p.pid,
-            comm: p.comm.to_owned(),
-            container: p.identity.container_id.clone().unwrap_or_default(),
-            pod: p.identity.pod_uid.clone().unwrap_or_default(),
-        }
+        let [namespace, pod, container] = p.identity.pod_labels().map(Option::unwrap_or_default);
+        ProcessLabels { pid: p.pid, comm: p.comm.to_owned(), namespace, pod, container }
     }
 
     /// The labels, in order.
@@ -39,8 +37,9 @@ impl ProcessLabels {
         vec![
             ("pid", self.pid.to_string()),
             ("comm", self.comm.clone()),
-            ("container", self.container.clone()),
+            ("namespace", self.namespace.clone()),
             ("pod", self.pod.clone()),
+            ("container", self.container.clone()),
         ]
     }
 }

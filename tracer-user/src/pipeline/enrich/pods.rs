@@ -1,0 +1,190 @@
+//! Kubernetes names of a process: namespace, pod and container, from the node's pod list (a
+//! `PodList` as the API server and the kubelet's `/pods` serve it), matched by the pod UID and
+//! container id its cgroup path gives. The list is fetched off the event loop
+//! ([`super::pods_api`]); this module parses it, bounded, and labels the registry's processes.
+use std::sync::Arc;
+
+use foldhash::HashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::registry::Registry;
+
+/// Pods indexed at most: more than any node runs (the kubelet's default limit is 110).
+pub const MAX_PODS: usize = 4096;
+/// Containers of one pod indexed at most (regular, init and ephemeral together).
+pub const MAX_CONTAINERS: usize = 64;
+/// Longest name kept: Kubernetes names are at most 253 characters.
+const MAX_NAME: usize = 253;
+
+/// The Kubernetes names of one process's container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PodNames {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The container's name ("" when the pod lists no container with the process's id).
+    pub container: String,
+}
+
+/// One pod: its names and its containers' ids and names.
+#[derive(Debug)]
+struct PodEntry {
+    namespace: Arc<str>,
+    name: Arc<str>,
+    containers: Vec<(String, Arc<str>)>,
+}
+
+/// The node's pods by UID, as last fetched.
+#[derive(Debug, Default)]
+pub struct PodIndex {
+    pods: HashMap<String, PodEntry>,
+}
+
+#[derive(Deserialize)]
+struct PodList {
+    #[serde(default)]
+    items: Vec<Pod>,
+}
+
+#[derive(Deserialize)]
+struct Pod {
+    #[serde(default)]
+    metadata: Meta,
+    #[serde(default)]
+    status: Option<Status>,
+}
+
+#[derive(Default, Deserialize)]
+struct Meta {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    uid: String,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Status {
+    #[serde(default)]
+    container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    init_container_statuses: Option<Vec<ContainerStatus>>,
+    #[serde(default)]
+    ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
+}
+
+#[derive(Deserialize)]
+struct ContainerStatus {
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "containerID")]
+    container_id: Option<String>,
+}
+
+/// A name as a label may carry it: printable, at most [`MAX_NAME`] characters.
+fn clean(name: &str) -> Arc<str> {
+    name.chars().filter(|c| !c.is_control()).take(MAX_NAME).collect::<String>().into()
+}
+
+impl PodIndex {
+    /// Parses a `PodList`; at most [`MAX_PODS`] pods and [`MAX_CONTAINERS`] containers each.
+    /// Returns the index and how many pods were left out.
+    pub fn parse(json: &[u8]) -> Result<(PodIndex, usize), serde_json::Error> {
+        let list: PodList = serde_json::from_slice(json)?;
+        let total = list.items.len();
+        let mut pods = HashMap::default();
+        for pod in list.items.into_iter().filter(|p| !p.metadata.uid.is_empty()).take(MAX_PODS) {
+            let status = pod.status.unwrap_or_default();
+            let containers = [status.container_statuses, status.init_container_statuses, status.ephemeral_container_statuses]
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|c| {
+                    // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
+                    let id = c.container_id?;
+                    let id = id.rsplit_once("://").map_or(id.as_str(), |(_, id)| id).to_owned();
+                    Some((id, clean(&c.name)))
+                })
+                .take(MAX_CONTAINERS)
+                .collect();
+            let entry = PodEntry { namespace: clean(&pod.metadata.namespace), name: clean(&pod.metadata.name), containers };
+            pods.insert(pod.metadata.uid.chars().take(MAX_NAME).collect(), entry);
+        }
+        let left_out = total - pods.len().min(total);
+        Ok((PodIndex { pods }, left_out))
+    }
+
+    /// How many pods it holds.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// The names of the container `container_id` (when known) of the pod `uid`.
+    pub fn names(&self, uid: &str, container_id: Option<&str>) -> Option<PodNames> {
+        let pod = self.pods.get(uid)?;
+        let container = container_id
+            .and_then(|id| pod.containers.iter().find(|(cid, _)| cid == id))
+            .map_or_else(String::new, |(_, name)| name.to_string());
+        Some(PodNames { namespace: pod.namespace.to_string(), pod: pod.name.to_string(), container })
+    }
+}
+
+/// Gives every process in a pod the names `index` has for it; returns whether some process's
+/// pod is not in the index (a pod newer than the list).
+pub fn label(registry: &mut Registry, index: &PodIndex) -> bool {
+    let mut unknown = false;
+    for p in registry.iter_mut() {
+        let Some(uid) = p.identity.pod_uid.as_deref() else { continue };
+        let names = index.names(uid, p.identity.container_id.as_deref());
+        unknown |= names.is_none() && p.exited_at.is_none();
+        if names.is_some() && p.identity.kube != names {
+            Arc::make_mut(&mut p.identity).kube = names;
+        }
+    }
+    unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[
+      {"metadata":{"name":"llm-0","namespace":"serving","uid":"0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"},
+       "spec":{"nodeName":"gpu-7"},
+       "status":{"phase":"Running",
+         "initContainerStatuses":[{"name":"fetch","containerID":"containerd://aaa"}],
+         "containerStatuses":[{"name":"server","containerID":"containerd://bbb"},{"name":"sidecar"}]}},
+      {"metadata":{"name":"pending","namespace":"x","uid":"u2"},"status":null},
+      {"metadata":{"name":"no-uid","namespace":"x"}}]}"#;
+
+    #[test]
+    fn pods_and_containers_by_uid_and_id() {
+        let (index, left_out) = PodIndex::parse(LIST.as_bytes()).unwrap();
+        assert_eq!((index.len(), left_out), (2, 1));
+        let names = index.names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("bbb")).unwrap();
+        assert_eq!((&*names.namespace, &*names.pod, &*names.container), ("serving", "llm-0", "server"));
+        let init = index.names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("aaa")).unwrap();
+        assert_eq!(&*init.container, "fetch");
+        let unknown_container = index.names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("ccc")).unwrap();
+        assert_eq!((&*unknown_container.pod, &*unknown_container.container), ("llm-0", ""));
+        assert_eq!(&*index.names("u2", None).unwrap().pod, "pending");
+        assert!(index.names("nope", None).is_none());
+    }
+
+    #[test]
+    fn hostile_lists_are_bounded_or_refused() {
+        let many: Vec<String> = (0..MAX_PODS + 10)
+            .map(|i| format!(r#"{{"metadata":{{"name":"p{i}\u0007\n","namespace":"{}","uid":"u{i}"}}}}"#, "n".repeat(1000)))
+            .collect();
+        let (index, left_out) = PodIndex::parse(format!(r#"{{"items":[{}]}}"#, many.join(",")).as_bytes()).unwrap();
+        assert_eq!((index.len(), left_out), (MAX_PODS, 10));
+        let names = index.names("u0", None).unwrap();
+        assert_eq!((&*names.pod, names.namespace.len()), ("p0", MAX_NAME));
+        let deep = "[".repeat(100_000);
+        assert!(PodIndex::parse(format!(r#"{{"items":{deep}"#).as_bytes()).is_err(), "nesting is refused, not a stack overflow");
+        assert!(PodIndex::parse(b"not json").is_err());
+    }
+}
