@@ -199,10 +199,18 @@ impl Cudatrace {
         }
         let lines = self.stdout.take().expect("joined once").join().unwrap();
         self.stderr_done.take().expect("joined once").join().unwrap();
+        // A tracer killed by SIGKILL may have written part of its last line: only that one may be
+        // cut short.
+        let last = lines.len().saturating_sub(1);
         let events = lines
             .iter()
-            .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l}: {e}")))
+            .enumerate()
+            .filter(|(_, l)| l.starts_with('{'))
+            .filter_map(|(i, l)| match serde_json::from_str(l) {
+                Ok(v) => Some(v),
+                Err(_) if i == last && status.code().is_none() => None,
+                Err(e) => panic!("bad JSON line {l}: {e}"),
+            })
             .collect();
         let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
         Traced { events, stderr, code: status.code() }

@@ -98,3 +98,22 @@ impl Drop for Cgroup {
         }
     }
 }
+
+/// A tmpfs mounted over a folder (hiding what is there, as a tenant with its own mount rights
+/// can), unmounted on drop.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts an empty tmpfs at `dir`.
+    pub fn over(dir: &Path) -> Tmpfs {
+        let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "cudatrace-test"]).arg(dir).status().is_ok_and(|s| s.success());
+        assert!(ok, "cannot mount a tmpfs at {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

@@ -57,9 +57,12 @@ pub struct Prometheus(Server);
 impl Prometheus {
     /// Starts it, scraping `127.0.0.1:target`.
     pub fn start(target: u16) -> Prometheus {
-        let config = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: cudatrace\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
-        );
+        Self::start_scraping(&format!("  - job_name: cudatrace\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"))
+    }
+
+    /// Starts it with these `scrape_configs` entries (YAML, indented two spaces), every second.
+    pub fn start_scraping(scrape_configs: &str) -> Prometheus {
+        let config = format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}");
         Prometheus(Server::start("prometheus", "prometheus", "prometheus.yml", &config, |config, dir, port| {
             vec![
                 format!("--config.file={}", config.display()),

@@ -7,7 +7,7 @@
  *     each N                    every entry point the library exports, N calls each
  *     loop SECONDS GRID SYNC_EVERY [CALL_LIMIT]
  *                               launches of GRID blocks, a cuStreamSynchronize every SYNC_EVERY
- *     wait-for-lib N            dlopen, then call cuLaunchKernel N times once stdin closes
+ *     wait-for-lib N            once stdin closes: dlopen, then call cuLaunchKernel N times
  *     die-in-call               exit while a thread is blocked inside cuStreamSynchronize
  *     calls N [SECONDS]         N timed cuLaunchKernel calls per thread (benchmarks)
  *     kernels K                 K distinct kernel names looked up and launched once each
@@ -20,6 +20,7 @@
  *                               mapping not yet paged in (grid N+1 x 2 x 3): a probe cannot read
  *                               it without faulting, the driver's own read faults it in
  *   --settle MS sleeps between dlopen and the first call.
+ *   --hold waits, after dlopen, until stdin closes before the first call.
  *
  * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
  * sharedMemBytes i, and thread t's stream; its copy j moves 1024 + 16 * j + t bytes, host to device
@@ -498,7 +499,7 @@ static void run_unpaged_config(long n) {
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] "
+    fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
                     "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | headless SECONDS\n");
     exit(64);
 }
@@ -507,11 +508,13 @@ int main(int argc, char **argv) {
     const char *path = "libcuda.so.1";
     int threads = 1, i = 1;
     long settle_ms = 0;
+    int hold = 0;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (!strcmp(argv[i], "--lib") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--real")) real_driver = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--settle") && i + 1 < argc) settle_ms = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--hold")) hold = 1;
         else usage();
     }
     if (i >= argc || threads < 1 || threads > MAX_THREADS) usage();
@@ -531,6 +534,10 @@ int main(int argc, char **argv) {
     if (settle_ms > 0) {
         struct timespec ts = {settle_ms / 1000, (settle_ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
+    }
+    if (hold) {
+        char c;
+        while (read(0, &c, 1) > 0) {}
     }
     if (!strcmp(scenario, "basic") && i + 2 == argc) run_basic(threads, atol(argv[i]), atol(argv[i + 1]));
     else if (!strcmp(scenario, "each") && i + 1 == argc) run_each(atol(argv[i]));

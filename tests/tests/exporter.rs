@@ -166,3 +166,46 @@ fn runs_without_nvml_and_reports_bad_input() {
         assert!(err.starts_with(&format!("cudatrace: {flag} {url}: {want}")), "{err}");
     }
 }
+
+/// With a web config file (the Prometheus exporter-toolkit's format) the metrics server speaks
+/// TLS only and wants a user's password: a real Prometheus scraping over TLS with the right
+/// password counts every launch; the same target with a wrong password, and over plain HTTP,
+/// is down; a request without a password gets 401.
+#[test]
+fn prometheus_scrapes_over_tls_with_basic_auth() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("web-config");
+    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let ca = dir.write("server.crt", &key.cert.pem());
+    dir.write("server.key", &key.signing_key.serialize_pem());
+    let hash = bcrypt::hash("scrape-s3cret", 10).unwrap();
+    let web = dir.write(
+        "web.yml",
+        &format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: '{hash}'\n"),
+    );
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--web-config-file", web.to_str().unwrap()], &[]);
+    assert!(daemon.stderr_now().iter().any(|l| l.ends_with(&format!("metrics at https://{listen}/metrics"))), "{:?}", daemon.stderr_now());
+    let job = |name: &str, extra: &str| format!("  - job_name: {name}\n{extra}    static_configs:\n      - targets: ['{listen}']\n");
+    let tls = |password: &str| {
+        format!("    scheme: https\n    tls_config:\n      ca_file: {}\n    basic_auth:\n      username: prometheus\n      password: {password}\n", ca.display())
+    };
+    let prometheus = Prometheus::start_scraping(&(job("good", &tls("scrape-s3cret")) + &job("wrong", &tls("not-it")) + &job("plain", "")));
+    let dev = device_file("tls");
+    let report = Workload::new(&env, Scenario::Basic { launches: 1500, copies: 0 }).device(&dev).run();
+    let pid = report["pid"].as_u64().unwrap();
+    let counted = prometheus.wait_for(&format!("sum(cudatrace_calls_total{{job=\"good\",pid=\"{pid}\",api=\"cuLaunchKernel\"}})"), 1500.0);
+    let up = |job: &str| prometheus.wait_for(&format!("up{{job=\"{job}\"}}"), if job == "good" { 1.0 } else { 0.0 });
+    let (good, wrong, plain) = (up("good"), up("wrong"), up("plain"));
+    let plain_get = http::try_get(&format!("http://{listen}/metrics"), None);
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!(
+        "e2e prometheus_scrapes_over_tls_with_basic_auth: launches in=1500 counted over TLS={counted}; up good={good} wrong={wrong} plain={plain}; \
+         plain GET: {:?}",
+        plain_get.as_ref().map(|b| b.len())
+    );
+    assert_eq!(counted, 1500.0);
+    assert_eq!((good, wrong, plain), (1.0, 0.0, 0.0));
+    assert!(plain_get.is_err(), "plain HTTP was answered");
+    assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
+}

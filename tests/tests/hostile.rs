@@ -6,7 +6,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, exposition, free_port, guards::TempDir, http, report};
+use integration_tests::{
+    Cudatrace, Scenario, Workload, device_file, env, exposition, free_port,
+    guards::{TempDir, Tmpfs},
+    http, report,
+};
 
 fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -14,9 +18,10 @@ fn rss_mib(pid: u32) -> f64 {
     kb / 1024.0
 }
 
-/// Two processes map a libcuda; then one's file is replaced by a FIFO and the other's by a
-/// symlink to /dev/zero. The daemon, discovering, opens neither for good: it becomes ready,
-/// says one line for each, and keeps answering scrapes within 2 s with its memory under 100 MiB.
+/// Two processes map a libcuda; then a tmpfs is mounted over each one's folder, holding a FIFO
+/// at the library's path for one and a symlink to /dev/zero for the other (the maps still name
+/// the path). The daemon, discovering, opens neither for good: it becomes ready, says one line
+/// for each, and keeps answering scrapes within 2 s with its memory under 100 MiB.
 #[test]
 fn a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts() {
     let Some(env) = env() else { return };
@@ -29,11 +34,11 @@ fn a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts() {
     };
     let (_a, _b) = (sleepy(&fifo), sleepy(&zero));
     std::thread::sleep(Duration::from_millis(500));
-    std::fs::remove_file(&fifo).unwrap();
+    let _over_fifo = Tmpfs::over(fifo.parent().unwrap());
     let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: mkfifo with a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0, "mkfifo");
-    std::fs::remove_file(&zero).unwrap();
+    let _over_zero = Tmpfs::over(zero.parent().unwrap());
     std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
     let started = Instant::now();
@@ -309,4 +314,80 @@ fn the_process_that_filled_the_ring_buffer_is_named() {
     eprintln!("e2e the_process_that_filled_the_ring_buffer_is_named: launches in=50000 (dropped, counted) {figures:?}");
     let (dropped, counted) = figures.unwrap_or_else(|| panic!("drops not attributed: {:?}", traced.stderr));
     assert!(dropped > 30_000.0 && counted > 0.0 && counted + dropped <= 50_004.0, "{dropped} {counted}");
+}
+
+/// Two workloads in a container (own mount namespace and root) map their libcuda; then, inside that root, one
+/// library is deleted and its path made an absolute symlink, and a tmpfs is mounted over the
+/// other's folder with the same kind of symlink. The symlinks name a path where the HOST has a
+/// libcuda of its own (and the container a different file). Discovery probes the container's
+/// deleted file itself (read through /proc/PID/map_files, as root may) and refuses the other
+/// (its path now leads to another inode than the one mapped); the host's file is never probed.
+#[test]
+fn absolute_symlinks_in_a_container_never_reach_host_files() {
+    let Some(env) = env() else { return };
+    let root = TempDir::new("rootfs");
+    for d in ["usr", "standin", "old", "proc", "dev"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for (link, to) in [("lib", "usr/lib"), ("lib64", "usr/lib64"), ("bin", "usr/bin")] {
+        std::os::unix::fs::symlink(to, root.join(link)).unwrap();
+    }
+    let decoy = format!("/tmp/cudatrace-decoy-{}", std::process::id());
+    let deleted = root.copy(&env.libcuda(), "mnt/drv/libcuda.so.1");
+    let covered = root.copy(&env.libcuda(), "mnt/ovr/libcuda.so.1");
+    let inside_decoy = root.copy(&env.libcuda(), &format!("{}/libcuda.so.1", &decoy[1..]));
+    let host = TempDir::new("host-decoy");
+    let _ = std::fs::remove_dir_all(&decoy);
+    std::os::unix::fs::symlink(host.path(), &decoy).unwrap();
+    let host_decoy = host.copy(&env.libcuda(), "libcuda.so.1");
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
+    let (deleted_ino, covered_ino, inside_ino, host_ino) = (ino(&deleted), ino(&covered), ino(&inside_decoy), ino(&host_decoy));
+    let r = root.path().display().to_string();
+    // A container as runtimes make one: its own mount namespace, pivoted into its root.
+    let script = format!(
+        "exec 3<&0
+         mount --bind {r} {r} && mount --bind /usr {r}/usr && mount --bind /dev {r}/dev && mount --bind {standin} {r}/standin && cd {r} && pivot_root . old || exit 1
+         cd / && mount -t proc proc /proc && umount -l /old || exit 1
+         /standin/cuda-workload --lib /mnt/drv/libcuda.so.1 --hold basic 300 0 <&3 & a=$!
+         /standin/cuda-workload --lib /mnt/ovr/libcuda.so.1 --hold basic 200 0 <&3 & b=$!
+         sleep 0.5
+         rm /mnt/drv/libcuda.so.1 && ln -s {decoy}/libcuda.so.1 /mnt/drv/libcuda.so.1
+         mount -t tmpfs none /mnt/ovr && ln -s {decoy}/libcuda.so.1 /mnt/ovr/libcuda.so.1
+         echo \"$a $b\" > /swapped
+         wait $a; wait $b",
+        standin = env.standin.display(),
+    );
+    let mut container = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("CUDA_STANDIN_DEVICE", "/standin-device")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = integration_tests::poll(Duration::from_secs(10), || std::fs::read_to_string(root.join("swapped")).ok().filter(|s| s.ends_with('\n')));
+    let pids: Vec<u64> = pids.expect("the container set up").split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let tracer = Cudatrace::start(&env, &["--json", "--rescan-ms", "100"]);
+    drop(container.stdin.take());
+    let out = container.wait_with_output().unwrap();
+    let traced = tracer.stop();
+    let _ = std::fs::remove_file(&decoy);
+    let reports = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with('{')).count();
+    let launches = |pid: u64| traced.of_pid(pid).iter().filter(|e| e["api"] == "cuLaunchKernel").count();
+    let lines_with = |s: &str| traced.stderr.iter().filter(|l| l.contains(s)).cloned().collect::<Vec<_>>();
+    let attached = lines_with("attached 43 of 43");
+    let refused = lines_with(&format!("inode {inside_ino} there, {covered_ino} in its maps"));
+    eprintln!(
+        "e2e absolute_symlinks_in_a_container_never_reach_host_files: deleted file (inode {deleted_ino}) launches in=300 out={}; \
+         covered file (inode {covered_ino}) launches in=200 out={}; attached {attached:?}; refused {refused:?}; host decoy inode {host_ino}",
+        launches(pids[0]),
+        launches(pids[1])
+    );
+    assert_eq!(reports, 2, "both workloads ran: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(attached.len(), 1, "{:?}", traced.stderr);
+    assert!(attached[0].contains(&format!("(inode {deleted_ino} on device")), "{}", attached[0]);
+    assert!(attached[0].starts_with(&format!("/proc/{}/root/mnt/drv/libcuda.so.1:", pids[0])), "{}", attached[0]);
+    assert_eq!(refused.len(), 1, "{:?}", traced.stderr);
+    assert!(traced.stderr.iter().all(|l| !l.contains(&format!("inode {host_ino} "))), "the host's file: {:?}", traced.stderr);
+    assert_eq!((launches(pids[0]), launches(pids[1])), (300, 0));
 }

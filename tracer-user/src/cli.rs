@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// NVML library to load instead of the loader's libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
+    /// TLS and basic auth for the metrics server, in the Prometheus exporter-toolkit's web
+    /// config format (tls_server_config, basic_auth_users).
+    #[arg(long, value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// Send alerts to this Alertmanager (API v2), e.g. http://alertmanager:9093.
     #[arg(long, value_name = "URL")]
     pub alertmanager: Option<String>,

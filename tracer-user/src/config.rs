@@ -13,6 +13,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// NVML library to load instead of the loader's `libnvidia-ml.so.1`.
     pub nvml_library: Option<PathBuf>,
+    /// TLS and basic auth for the metrics server (exporter-toolkit web config format).
+    pub web_config_file: Option<PathBuf>,
     /// How often to sample NVML, in milliseconds.
     pub nvml_period_ms: u64,
     /// Kernels per process with their own `kernel` label (the rest are "other").
@@ -164,6 +166,7 @@ impl Default for Config {
         Config {
             listen: "127.0.0.1:9464".parse().expect("valid"),
             nvml_library: None,
+            web_config_file: None,
             nvml_period_ms: 1000,
             top_kernels: 20,
             max_kernels: 500,

@@ -25,7 +25,7 @@ use crate::{
     registry::{Process, Registry, RegistryLimits},
     sinks::{
         http::Sinks,
-        metrics::{Snapshot, Sources, server},
+        metrics::{Snapshot, Sources, server, web},
         stdout,
     },
 };
@@ -65,6 +65,9 @@ fn config(args: &mut RunArgs) -> Result<Config> {
     if let Some(lib) = args.nvml_lib.take() {
         cfg.nvml_library = Some(lib);
     }
+    if let Some(file) = args.web_config_file.take() {
+        cfg.web_config_file = Some(file);
+    }
     for (flag, url, slot) in [
         ("--alertmanager", args.alertmanager.take(), &mut cfg.alerts.alertmanager_url),
         ("--webhook", args.webhook.take(), &mut cfg.alerts.webhook_url),
@@ -100,6 +103,11 @@ fn name_pods(source: Option<&PodNamesSource>, registry: &mut Registry) {
 /// Runs `cudatrace run`.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
+    let web = match cfg.web_config_file.as_deref() {
+        Some(path) => web::load(path)?,
+        None => web::WebConfig { tls: None, auth: None },
+    };
+    let scheme = if web.tls.is_some() { "https" } else { "http" };
     server::raise_fd_limit();
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
@@ -119,16 +127,16 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         dropped: 0,
     };
     let (requests_tx, mut requests) = mpsc::channel(16);
-    server::spawn(listener, requests_tx)?;
+    server::spawn(listener, requests_tx, web)?;
     let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
     // Alert evaluation: one tick per detection window, the first a window from now.
     let window = Duration::from_secs(cfg.detect.window_s);
     let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
     detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let sinks = Sinks::start(&cfg.alerts, format!("http://{}/metrics", cfg.listen));
+    let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen));
     let pod_names = pods_api::start(&cfg.kubernetes);
     let probes = session.start_recording()?;
-    eprintln!("ready: {probes} probes attached; metrics at http://{}/metrics", cfg.listen);
+    eprintln!("ready: {probes} probes attached; metrics at {scheme}://{}/metrics", cfg.listen);
     let mut output_closed = false;
     loop {
         tokio::select! {

@@ -60,6 +60,15 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
     GpuSet::Only(entries)
 }
 
+/// Whether a process may be a victim or an aggressor: NVML lists it on a GPU, or NVML lists no
+/// process at all (no NVML, or it cannot see processes). A process that only calls a library
+/// of its own making, which NVML does not see on any GPU, cannot raise or be named in an alert
+/// while NVML sees the real ones (its calls are still counted).
+pub fn vouched(pid: u32, gpus: &[GpuSample]) -> bool {
+    let mut listed = gpus.iter().flat_map(|g| &g.processes).peekable();
+    listed.peek().is_none() || gpus.iter().any(|g| g.processes.iter().any(|p| p.pid == pid))
+}
+
 impl GpuSet {
     /// The first GPU both sets hold, if any.
     pub fn shared_with(&self, other: &GpuSet) -> Option<String> {
@@ -155,7 +164,7 @@ pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: 
     reasons.dedup();
     let others: Vec<(Seen<'_>, GpuSet)> = everyone
         .iter()
-        .filter(|s| s.process.pid != victim.process.pid)
+        .filter(|s| s.process.pid != victim.process.pid && vouched(s.process.pid, gpus))
         .map(|s| (*s, gpus_of(s.process.pid, s.process.identity, gpus)))
         .collect();
     let verdict = |cause, aggressors, gpu: Option<String>| Verdict {
@@ -276,5 +285,26 @@ mod tests {
         let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &gpus, LIMITS);
         assert_eq!((got.cause, got.gpu.as_str()), (Cause::MemoryPressure, "0"));
         assert_eq!(got.aggressors.iter().map(|p| (p.pid, p.share)).collect::<Vec<_>>(), vec![(2, Some(1.0))]);
+    }
+
+    #[test]
+    fn processes_nvml_does_not_list_are_neither_victims_nor_aggressors() {
+        let (v, fake, real) = (id(Some("0")), id(Some("0")), id(Some("0")));
+        let gpu = |pids: &[u32]| GpuSample {
+            index: 0,
+            uuid: "GPU-0".into(),
+            processes: pids.iter().map(|&pid| GpuProcess { pid, ..Default::default() }).collect(),
+            ..Default::default()
+        };
+        let everyone = [seen(1, "victim", &v, act(10, 0, 0)), seen(2, "fake", &fake, act(5000, 0, 0)), seen(3, "real", &real, act(100, 0, 0))];
+        // NVML lists the victim and the real neighbour: the fake library's caller is not named.
+        let gpus = [gpu(&[1, 3])];
+        let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &gpus, LIMITS);
+        assert_eq!(got.aggressors.iter().map(|p| (p.pid, p.share)).collect::<Vec<_>>(), vec![(3, Some(1.0))]);
+        assert!(vouched(1, &gpus) && vouched(3, &gpus) && !vouched(2, &gpus));
+        // Without NVML, or with NVML listing nobody, every traced process counts.
+        assert!(vouched(2, &[]) && vouched(2, &[gpu(&[])]));
+        let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &[gpu(&[])], LIMITS);
+        assert_eq!(got.aggressors.first().map(|p| p.pid), Some(2));
     }
 }

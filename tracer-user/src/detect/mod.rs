@@ -258,6 +258,10 @@ impl Detector {
         seen: &[Seen<'_>],
     ) {
         let Breach { pid, signal: i, tier, value: v, p99, samples } = *b;
+        if !classify::vouched(pid, gpus) {
+            // NVML sees GPU processes but not this one: no alert of its own.
+            return;
+        }
         let signal = Signal::ALL[i];
         let Some(s) = registry.live_mut(pid).and_then(|p| p.signals.as_deref_mut()) else { return };
         let t = &mut s.tracks[i];

@@ -4,10 +4,10 @@
 //! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
 //! timers of that flow; each command owns the rest of its loop.
 pub mod decode;
+mod discovery;
 pub mod enrich;
 
 use std::{
-    collections::HashSet,
     io,
     path::PathBuf,
     pin::Pin,
@@ -32,6 +32,7 @@ use crate::{
     },
     registry::{Process, Registry, RegistryLimits},
 };
+use discovery::Discovery;
 use decode::{DecodeError, Event, RingRecord};
 use enrich::{Enrichment, identity};
 
@@ -117,9 +118,11 @@ pub struct Session {
     headless: Vec<u32>,
     /// When running processes were last looked at in /proc.
     checked_at: std::time::Instant,
-    watch: bool,
     cmdline: bool,
-    known: HashSet<PathBuf>,
+    /// The discovery thread, while watching.
+    discovery: Option<Discovery>,
+    /// Libraries a discovery pass prepared, attached by [`Session::rescan`].
+    found: Vec<discover::Prepared>,
     poll: Interval,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
@@ -145,6 +148,15 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
     failures
 }
 
+/// Attaches one library discovery prepared; says what was attached, or why not.
+fn attach_one(probes: &mut Probes, p: discover::Prepared) {
+    match probes.attach_prepared(p) {
+        Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
+        Ok(None) => {}
+        Err(e) => eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}"))),
+    }
+}
+
 impl Session {
     /// Checks privileges, attaches (or starts watching for) the libraries and arms the timers.
     /// Recording starts with [`Session::start_recording`].
@@ -155,15 +167,21 @@ impl Session {
         }
         let filter = filter::build(&opts.filter)?;
         let allow = AllowList::new(opts.lib_allow.clone())?;
-        let libs = if watch { discover::libraries() } else { opts.libs.clone() };
-        if watch && libs.is_empty() {
-            eprintln!("no libcuda in use or installed yet; watching for processes that map one");
-        }
+        let libs = if watch { discover::loader_libraries() } else { opts.libs.clone() };
         let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level, opts.max_libraries)?;
         probes.set_filter(filter)?;
         probes.set_allow(allow);
+        let mut discovery = if watch { Some(Discovery::start().context("cannot start the discovery thread")?) } else { None };
+        if let Some(d) = discovery.as_mut() {
+            for p in d.first_pass(probes.settled()) {
+                attach_one(&mut probes, p);
+            }
+        }
         // With one library its error is the run's error, printed once below.
         let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
+        if watch && probes.probe_count() == 0 {
+            eprintln!("no libcuda in use or installed yet; watching for processes that map one");
+        }
         if probes.probe_count() == 0 && !watch {
             match failures.into_iter().next() {
                 Some(e) if libs.len() == 1 => return Err(e),
@@ -194,9 +212,9 @@ impl Session {
             gone: Vec::new(),
             headless: Vec::new(),
             checked_at: std::time::Instant::now(),
-            watch,
             cmdline: opts.cmdline,
-            known: libs.into_iter().collect(),
+            discovery,
+            found: Vec::new(),
             poll,
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
@@ -233,29 +251,64 @@ impl Session {
 
     /// Waits for the next thing to do.
     pub async fn wake(&mut self) -> io::Result<Wake> {
-        tokio::select! {
-            _ = self.sigint.recv() => Ok(Wake::Stop),
-            _ = self.sigterm.recv() => Ok(Wake::Stop),
-            _ = &mut self.deadline => Ok(Wake::Stop),
-            _ = self.rescan.tick(), if self.watch => Ok(Wake::Rescan),
-            _ = self.poll.tick() => Ok(Wake::Drain),
-            guard = self.ring.readable_mut() => {
-                // Everything is drained right after: readiness that arrives meanwhile wakes again.
-                guard?.clear_ready();
-                Ok(Wake::Drain)
+        /// What woke the loop below.
+        enum Step {
+            Tick,
+            Found(Option<Vec<discover::Prepared>>),
+            Wake(Wake),
+        }
+        async fn found(d: &mut Option<Discovery>) -> Option<Vec<discover::Prepared>> {
+            match d {
+                Some(d) => d.next().await,
+                None => std::future::pending().await,
+            }
+        }
+        loop {
+            let watching = self.discovery.is_some();
+            let step = tokio::select! {
+                _ = self.sigint.recv() => Step::Wake(Wake::Stop),
+                _ = self.sigterm.recv() => Step::Wake(Wake::Stop),
+                _ = &mut self.deadline => Step::Wake(Wake::Stop),
+                _ = self.rescan.tick(), if watching => Step::Tick,
+                f = found(&mut self.discovery), if watching => Step::Found(f),
+                _ = self.poll.tick() => Step::Wake(Wake::Drain),
+                guard = self.ring.readable_mut() => {
+                    // Everything is drained right after: readiness that arrives meanwhile wakes again.
+                    guard?.clear_ready();
+                    Step::Wake(Wake::Drain)
+                }
+            };
+            match step {
+                Step::Wake(w) => return Ok(w),
+                Step::Tick => {
+                    let settled = self.probes.settled();
+                    if let Some(d) = self.discovery.as_mut() {
+                        d.request(settled);
+                    }
+                }
+                Step::Found(Some(found)) => {
+                    self.found = found;
+                    return Ok(Wake::Rescan);
+                }
+                Step::Found(None) => {
+                    eprintln!("cudatrace: the discovery thread ended; libraries mapped from now on are not traced");
+                    self.discovery = None;
+                }
             }
         }
     }
 
-    /// Attaches libcuda files mapped since the last look; returns whether any was attached.
+    /// Attaches the libcuda files the last discovery pass found; returns whether any was
+    /// attached.
     pub fn rescan(&mut self) -> bool {
-        let new: Vec<PathBuf> =
-            discover::mapped_libraries().into_iter().filter(|p| self.known.insert(p.clone())).collect();
+        let found = std::mem::take(&mut self.found);
         let before = self.probes.libraries.len();
-        if !new.is_empty() {
+        if !found.is_empty() {
             self.probes.refresh_allow();
         }
-        let _ = attach_all(&mut self.probes, &new, false);
+        for p in found {
+            attach_one(&mut self.probes, p);
+        }
         for lib in &self.probes.libraries[before..] {
             let path = lib.path.display().to_string();
             eprintln!("discovered: {} at_ns={}", crate::sinks::stdout::printable(&path), decode::monotonic_ns());

@@ -1,12 +1,23 @@
-//! Finds the libcuda libraries to attach when none is named: every `libcuda.so*` mapped by a
-//! running process (opened through `/proc/PID/root` so container paths resolve), then the ones
-//! the host's loader would find.
+//! Finds the libcuda libraries to attach when none is named: every `libcuda.so*` file mapped by
+//! a running process, then the ones the host's loader would find. A mapped file is opened as
+//! exactly the file the process mapped: inside the process's root (`openat2` with
+//! `RESOLVE_IN_ROOT`, so a tenant's absolute symlink cannot point cudatrace at a host file),
+//! non-blocking, and refused unless its device and inode are the maps line's; a deleted
+//! mapping only through `/proc/PID/map_files` (CAP_CHECKPOINT_RESTORE). Passes after the first
+//! run on a thread of their own ([`Scanner`]); a file that failed is retried with backoff.
 use std::{
-    collections::BTreeSet,
-    fs,
+    collections::{BTreeSet, HashMap, HashSet},
+    fs::{self, File},
+    os::{fd::FromRawFd as _, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
+use super::{
+    maps::{self, Mapping},
+    symbols::{self, Resolution},
+};
+use crate::sinks::stdout::printable;
 
 /// Directories where distributions and the NVIDIA installer put libcuda.
 const LOADER_DIRS: &[&str] = &[
@@ -17,30 +28,150 @@ const LOADER_DIRS: &[&str] = &[
     "/usr/local/cuda/compat",
     "/lib/x86_64-linux-gnu",
 ];
+/// First wait before a failed file is tried again; doubled each failure up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// Longest wait between two tries of a failed file.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// Failed files remembered at most (beyond, the oldest are forgotten and tried again).
+const MAX_FAILED: usize = 4096;
 
 /// Is this a libcuda file name (`libcuda.so`, `libcuda.so.1`, `libcuda.so.550.54.15`)?
 pub fn is_libcuda(name: &str) -> bool {
     name == "libcuda.so" || name.starts_with("libcuda.so.")
 }
 
-/// Libcuda files mapped by running processes, as paths through `/proc/PID/root`.
-pub fn mapped_libraries() -> Vec<PathBuf> {
-    let mut found = BTreeSet::new();
-    let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
-    for p in procs.flatten() {
-        let name = p.file_name();
-        let Some(pid) = name.to_str().filter(|s| s.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-        for line in maps.lines() {
-            // address perms offset dev inode path
-            let Some(path) = line.split_whitespace().nth(5) else { continue };
-            let Some(file) = Path::new(path).file_name().and_then(|f| f.to_str()) else { continue };
-            if is_libcuda(file) && path.starts_with('/') {
-                found.insert(PathBuf::from(format!("/proc/{pid}/root{path}")));
+/// A file key: device and inode.
+pub type FileKey = (u64, u64);
+
+/// A mapped libcuda opened and read, ready to attach.
+pub struct Prepared {
+    /// How it is named in output: `/proc/PID/root<path in the process's namespace>`.
+    pub path: PathBuf,
+    /// The open file: the kernel probes this inode.
+    pub file: File,
+    /// Its metadata.
+    pub meta: fs::Metadata,
+    /// Its entry points.
+    pub resolution: Resolution,
+}
+
+/// `openat2(2)` of `path` inside the root directory `root`: absolute symlinks and `..` stay in
+/// it, magic links are refused; non-blocking (a FIFO cannot hang it).
+fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
+    let dir = File::open(root)?;
+    let relative = std::ffi::CString::new(path.trim_start_matches('/')).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    // SAFETY: open_how is plain data; zeroed is a valid value, then the fields are set.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: the directory fd is open for the call, the path is NUL-terminated and `how` is
+    // an open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), relative.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a new descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+/// Opens the file `pid` mapped as `m`, checks it is that very file (device, inode), a regular
+/// file within the size cap, and reads its entry points.
+fn prepare(pid: u32, m: &Mapping) -> Result<Prepared, String> {
+    let path = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
+    let shown = printable(&path.display().to_string()).into_owned();
+    let file = if m.deleted {
+        File::options()
+            .read(true)
+            .open(format!("/proc/{pid}/map_files/{}", m.range))
+            .map_err(|e| format!("{shown} was deleted after pid {pid} mapped it; it can be read only through /proc/{pid}/map_files, which needs CAP_CHECKPOINT_RESTORE ({e})"))?
+    } else {
+        open_in_root(Path::new(&format!("/proc/{pid}/root")), &m.path).map_err(|e| format!("cannot open {shown} inside pid {pid}'s root: {e}"))?
+    };
+    let meta = symbols::check(&file, &path).map_err(|e| e.to_string())?;
+    if (meta.dev(), meta.ino()) != (m.dev, m.inode) {
+        return Err(format!(
+            "{shown} is not the file pid {pid} mapped (inode {} there, {} in its maps): it changed since, not attached",
+            meta.ino(),
+            m.inode
+        ));
+    }
+    let resolution = symbols::resolve(&file, &path).map_err(|e| e.to_string())?;
+    Ok(Prepared { path, file, meta, resolution })
+}
+
+/// A file that failed: when to try again and what it said.
+struct Retry {
+    next: Instant,
+    delay: Duration,
+    said: String,
+    pass: u64,
+}
+
+/// Discovery's memory between passes: files that failed, retried with backoff, and pruned once
+/// no process maps them.
+#[derive(Default)]
+pub struct Scanner {
+    failed: HashMap<FileKey, Retry>,
+    pass: u64,
+}
+
+impl Scanner {
+    /// One pass over every process's maps: the libcuda files not in `skip` (attached or refused
+    /// already), opened and read. Failures are said once per new reason.
+    pub fn pass(&mut self, skip: &HashSet<FileKey>) -> Vec<Prepared> {
+        self.pass += 1;
+        let now = Instant::now();
+        let mut out = Vec::new();
+        let mut tried = HashSet::new();
+        let Ok(procs) = fs::read_dir("/proc") else { return out };
+        for p in procs.flatten() {
+            let name = p.file_name();
+            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(file) = File::open(format!("/proc/{pid}/maps")) else { continue };
+            for m in maps::libcuda_mappings(file) {
+                let key = (m.dev, m.inode);
+                if skip.contains(&key) || !tried.insert(key) {
+                    continue;
+                }
+                if let Some(r) = self.failed.get_mut(&key) {
+                    r.pass = self.pass;
+                    if now < r.next {
+                        continue;
+                    }
+                }
+                match prepare(pid, &m) {
+                    Ok(p) => {
+                        self.failed.remove(&key);
+                        out.push(p);
+                    }
+                    Err(why) => self.failed_again(key, why, now),
+                }
             }
         }
+        // Files no process maps any more are forgotten.
+        let pass = self.pass;
+        self.failed.retain(|_, r| r.pass == pass);
+        out
     }
-    found.into_iter().collect()
+
+    fn failed_again(&mut self, key: FileKey, why: String, now: Instant) {
+        if self.failed.len() >= MAX_FAILED && !self.failed.contains_key(&key) {
+            if let Some(oldest) = self.failed.iter().min_by_key(|(_, r)| r.next).map(|(k, _)| *k) {
+                self.failed.remove(&oldest);
+            }
+        }
+        let r = self.failed.entry(key).or_insert(Retry { next: now, delay: FIRST_RETRY / 2, said: String::new(), pass: self.pass });
+        r.delay = (r.delay * 2).min(MAX_RETRY);
+        r.next = now + r.delay;
+        r.pass = self.pass;
+        if r.said != why {
+            eprintln!("cudatrace: {why} (tried again in {} s)", r.delay.as_secs());
+            r.said = why;
+        }
+    }
 }
 
 /// Libcuda files the host's loader would find.
@@ -49,14 +180,9 @@ pub fn loader_libraries() -> Vec<PathBuf> {
         .iter()
         .map(|d| Path::new(d).join("libcuda.so.1"))
         .filter(|p| p.exists())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
         .collect()
-}
-
-/// Every library to attach when none is named on the command line (may be none yet).
-pub fn libraries() -> Vec<PathBuf> {
-    let mut libs = mapped_libraries();
-    libs.extend(loader_libraries());
-    libs
 }
 
 #[cfg(test)]
@@ -70,5 +196,35 @@ mod tests {
         assert!(is_libcuda("libcuda.so.550.54.15"));
         assert!(!is_libcuda("libcudart.so.12"));
         assert!(!is_libcuda("libcuda_stub.so"));
+    }
+
+    #[test]
+    fn failures_back_off_and_are_pruned() {
+        let mut s = Scanner::default();
+        let now = Instant::now();
+        s.pass = 1;
+        s.failed_again((1, 2), "x".into(), now);
+        assert_eq!(s.failed[&(1, 2)].delay, FIRST_RETRY);
+        for _ in 0..20 {
+            s.failed_again((1, 2), "x".into(), now);
+        }
+        assert_eq!(s.failed[&(1, 2)].delay, MAX_RETRY);
+        // A pass that no longer sees the file forgets it.
+        s.pass(&HashSet::new());
+        assert!(!s.failed.contains_key(&(1, 2)));
+    }
+
+    #[test]
+    fn in_root_symlinks_stay_in_the_root() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-inroot-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("etc")).unwrap();
+        fs::write(dir.join("etc/hostname"), "inside").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join("abs")).unwrap();
+        std::os::unix::fs::symlink("../../../../etc/hostname", dir.join("up")).unwrap();
+        let read = |name: &str| std::io::read_to_string(open_in_root(&dir, name).unwrap()).unwrap();
+        assert_eq!(read("abs"), "inside", "an absolute symlink resolves inside the root");
+        assert_eq!(read("up"), "inside", "`..` stops at the root");
+        let _ = fs::remove_dir_all(&dir);
     }
 }

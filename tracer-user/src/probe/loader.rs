@@ -27,6 +27,7 @@ use tracer_common::{
 
 use super::{
     allow::AllowList,
+    discover::{FileKey, Prepared},
     ebpf_log::{LogLevel, StderrLog},
     multi::{MultiError, MultiPrograms},
     symbols::{self, Resolution},
@@ -34,6 +35,8 @@ use super::{
 
 /// The compiled eBPF programs, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+/// Refused files remembered at most (past it they are forgotten, then refused and counted again).
+const MAX_REFUSED_FILES: usize = 4096;
 
 
 /// What was attached in one library.
@@ -43,6 +46,8 @@ pub struct LibraryProbes {
     pub path: PathBuf,
     /// Symbols resolved in the library, with their aliases and absentees.
     pub resolution: Resolution,
+    /// The file probed: device and inode.
+    pub file: FileKey,
 }
 
 /// Typed handles to the maps user space reads and writes.
@@ -86,7 +91,9 @@ pub struct Probes {
     /// Libraries attached so far, in order.
     pub libraries: Vec<LibraryProbes>,
     scope: UProbeScope,
-    seen: HashSet<(u64, u64)>,
+    seen: HashSet<FileKey>,
+    /// Files `--lib-allow` or `max_libraries` refused (at most [`MAX_REFUSED_FILES`]).
+    refused_files: HashSet<FileKey>,
     /// Distinct library files attached at most.
     max_libraries: usize,
     /// Libraries refused for `max_libraries`.
@@ -155,6 +162,7 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
         libraries: Vec::new(),
         scope,
         seen: HashSet::new(),
+        refused_files: HashSet::new(),
         max_libraries,
         refused: 0,
         allow: AllowList::default(),
@@ -185,8 +193,8 @@ fn fall_back(ebpf: &mut Ebpf, why: &MultiError) -> Result<Attach> {
 
 impl Probes {
     /// Attaches every exported entry point of `path`. Returns `Ok(None)` when this very file
-    /// (same device and inode) is attached already; an error when it cannot be read or exports
-    /// none of the entry points.
+    /// (same device and inode) is attached or refused already; an error when it cannot be read
+    /// or exports none of the entry points.
     pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>> {
         let (file, meta) = match symbols::open(path) {
             Ok(opened) => opened,
@@ -197,23 +205,57 @@ impl Probes {
             ),
             Err(e) => return Err(e.into()),
         };
-        use std::os::unix::fs::MetadataExt as _;
-        if self.seen.contains(&(meta.dev(), meta.ino())) {
+        if !self.admit(path, &meta)? {
             return Ok(None);
         }
-        if !self.allow.allows(&meta) {
-            bail!("{}: not attached: not one of the host's files --lib-allow names ({})", path.display(), self.allow.describe());
-        }
-        if self.libraries.len() >= self.max_libraries {
-            self.refused += 1;
-            bail!(
-                "{}: not attached: {} distinct libraries are attached already (max_libraries)",
-                path.display(),
-                self.max_libraries
-            );
-        }
-        self.seen.insert((meta.dev(), meta.ino()));
         let resolution = symbols::resolve(&file, path)?;
+        self.attach_resolved(path, &file, resolution)
+    }
+
+    /// Attaches a library discovery opened and read (see [`Probes::attach_library`]).
+    pub fn attach_prepared(&mut self, p: Prepared) -> Result<Option<&LibraryProbes>> {
+        if !self.admit(&p.path, &p.meta)? {
+            return Ok(None);
+        }
+        self.attach_resolved(&p.path, &p.file, p.resolution)
+    }
+
+    /// Files attached or refused: discovery does not open them again.
+    pub fn settled(&self) -> HashSet<FileKey> {
+        self.seen.union(&self.refused_files).copied().collect()
+    }
+
+    /// Whether the file may be attached now: `false` when attached already; an error (and the
+    /// file remembered as refused) when `--lib-allow` or `max_libraries` refuses it.
+    fn admit(&mut self, path: &Path, meta: &std::fs::Metadata) -> Result<bool> {
+        use std::os::unix::fs::MetadataExt as _;
+        let key = (meta.dev(), meta.ino());
+        if self.seen.contains(&key) {
+            return Ok(false);
+        }
+        let allowed = self.allow.allows(meta);
+        if !allowed || self.libraries.len() >= self.max_libraries {
+            if self.refused_files.len() >= MAX_REFUSED_FILES {
+                self.refused_files.clear();
+            }
+            let first = self.refused_files.insert(key);
+            if !allowed {
+                bail!("{}: not attached: not one of the host's files --lib-allow names ({})", path.display(), self.allow.describe());
+            }
+            if first {
+                self.refused += 1;
+            }
+            bail!("{}: not attached: {} distinct libraries are attached already (max_libraries)", path.display(), self.max_libraries);
+        }
+        self.seen.insert(key);
+        Ok(true)
+    }
+
+    /// Attaches the entry points `resolution` found in the open `file`.
+    fn attach_resolved(&mut self, path: &Path, file: &std::fs::File, resolution: Resolution) -> Result<Option<&LibraryProbes>> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = file.metadata()?;
+        let key = (meta.dev(), meta.ino());
         // The kernel probes the inode this descriptor holds: the one just read.
         use std::os::fd::AsRawFd as _;
         let probe_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
@@ -231,7 +273,7 @@ impl Probes {
             match programs.attach(&probe_path, path, &resolution.found, pid) {
                 Ok(new) => {
                     links.push(new);
-                    self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution });
+                    self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution, file: key });
                     return Ok(self.libraries.last());
                 }
                 // A kernel that loads the programs but has no uprobe_multi links (before 6.6).
@@ -258,7 +300,7 @@ impl Probes {
                 })?;
             }
         }
-        self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution });
+        self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution, file: key });
         Ok(self.libraries.last())
     }
 
@@ -394,10 +436,13 @@ impl Probes {
 pub fn report(lib: &LibraryProbes) -> String {
     let r = &lib.resolution;
     let mut s = format!(
-        "{}: attached {} of {} entry points",
+        "{}: attached {} of {} entry points (inode {} on device {}:{})",
         lib.path.display(),
         r.found.len(),
-        Api::ALL.len()
+        Api::ALL.len(),
+        lib.file.1,
+        libc::major(lib.file.0),
+        libc::minor(lib.file.0)
     );
     if !r.aliases.is_empty() {
         let aliases: Vec<String> =

@@ -8,5 +8,6 @@ pub mod discover;
 pub mod ebpf_log;
 pub mod filter;
 pub mod loader;
+pub mod maps;
 pub mod multi;
 pub mod symbols;

@@ -85,14 +85,20 @@ pub fn open(path: &Path) -> Result<(File, Metadata), SymbolError> {
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
         .map_err(read_error)?;
-    let meta = file.metadata().map_err(read_error)?;
+    let meta = check(&file, path)?;
+    Ok((file, meta))
+}
+
+/// The metadata of an open `file` when it is a regular file of at most [`MAX_LIBRARY_BYTES`].
+pub fn check(file: &File, path: &Path) -> Result<Metadata, SymbolError> {
+    let meta = file.metadata().map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
     if !meta.is_file() {
         return Err(SymbolError::NotRegular { path: path.display().to_string() });
     }
     if meta.len() > MAX_LIBRARY_BYTES {
         return Err(SymbolError::TooLarge { path: path.display().to_string(), bytes: meta.len(), max: MAX_LIBRARY_BYTES });
     }
-    Ok((file, meta))
+    Ok(meta)
 }
 
 /// Resolves every [`Api`] exported by the open library `file` (`path` names it in errors).

@@ -10,6 +10,7 @@ pub mod probes;
 pub mod processes;
 pub mod server;
 pub mod snapshot;
+pub mod web;
 
 use prometheus_client::registry::Registry;
 

@@ -6,7 +6,9 @@
 //! Anyone who reaches the port can connect, so connections are bounded: headers must arrive
 //! within [`HEADER_TIMEOUT`] (idle and slow connections are closed), a connection lives at most
 //! [`CONNECTION_LIFETIME`], headers are at most [`MAX_HEADER_BYTES`], and past
-//! [`MAX_CONNECTIONS`] open at once a new one is closed at once.
+//! [`MAX_CONNECTIONS`] open at once a new one is closed at once. With a web config file
+//! ([`super::web`]) it speaks TLS only (the handshake within [`HEADER_TIMEOUT`] too) and answers
+//! 401 without a user's right password.
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
@@ -24,7 +26,7 @@ use hyper_util::{
 };
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
-use super::{Snapshot, SnapshotCell};
+use super::{Snapshot, SnapshotCell, web::WebConfig};
 
 /// Time a connection has to send a request's headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,6 +46,18 @@ struct Served {
     requests: mpsc::Sender<SnapshotRequest>,
     /// Held while a scrape refreshes and encodes.
     encoding: Mutex<()>,
+    /// Users, when basic auth is on.
+    auth: Option<super::web::BasicAuth>,
+}
+
+/// `None` when the request may go on, else the 401 to answer.
+async fn refused(served: &Served, headers: &HeaderMap) -> Option<axum::response::Response> {
+    let auth = served.auth.as_ref()?;
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if auth.allows(given).await {
+        return None;
+    }
+    Some((StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Basic realm=\"cudatrace\"")], "unauthorized\n").into_response())
 }
 
 /// Raises this process's open-file limit to its hard limit (no privilege needed): connections
@@ -75,21 +89,19 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
 
 /// Serves `/metrics` on its own thread until the process exits; scrapes send their snapshot
 /// requests to `requests`.
-pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotRequest>) -> Result<()> {
+pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotRequest>, web: WebConfig) -> Result<()> {
     listener.set_nonblocking(true).context("cannot make the metrics listener non-blocking")?;
     let cell = SnapshotCell::default();
-    let served = Arc::new(Served { registry: super::registry(&cell), cell, requests, encoding: Mutex::new(()) });
+    let tls = web.tls.map(tokio_rustls::TlsAcceptor::from);
+    let served = Arc::new(Served { registry: super::registry(&cell), cell, requests, encoding: Mutex::new(()), auth: web.auth });
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the metrics runtime")?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             let result = runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                let app = Router::new()
-                    .route("/metrics", get(metrics))
-                    .route("/", get(|| async { "cudatrace: metrics at /metrics\n" }))
-                    .with_state(served);
-                accept_loop(listener, app).await
+                let app = Router::new().route("/metrics", get(metrics)).route("/", get(index)).with_state(served);
+                accept_loop(listener, app, tls).await
             });
             if let Err(e) = result {
                 eprintln!("cudatrace: metrics server failed: {e}");
@@ -100,7 +112,7 @@ pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotReq
 }
 
 /// Serves each accepted connection with the bounds above.
-async fn accept_loop(listener: tokio::net::TcpListener, app: Router) -> std::io::Result<()> {
+async fn accept_loop(listener: tokio::net::TcpListener, app: Router, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, _) = match listener.accept().await {
@@ -115,18 +127,45 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router) -> std::io:
             drop(stream);
             continue;
         };
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut http = hyper::server::conn::http1::Builder::new();
-            http.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
-            let connection = http.serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+            match tls {
+                None => serve(stream, app).await,
+                Some(acceptor) => {
+                    if let Ok(Ok(stream)) = tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                        serve(stream, app).await;
+                    }
+                }
+            }
             drop(slot);
         });
     }
 }
 
-async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> impl IntoResponse {
+/// Serves one connection (plain or TLS) for at most [`CONNECTION_LIFETIME`].
+async fn serve<S>(stream: S, app: Router)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(app);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
+    let connection = http.serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+}
+
+async fn index(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum::response::Response {
+    if let Some(no) = refused(&served, &headers).await {
+        return no;
+    }
+    "cudatrace: metrics at /metrics\n".into_response()
+}
+
+async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum::response::Response {
+    if let Some(no) = refused(&served, &headers).await {
+        return no;
+    }
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let openmetrics = accept.contains("application/openmetrics-text");
     let _one_at_a_time = served.encoding.lock().await;
@@ -150,7 +189,7 @@ async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> impl 
         )
     };
     match result {
-        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], "encoding failed\n".into()),
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], "encoding failed\n").into_response(),
     }
 }
