@@ -1,4 +1,5 @@
-//! Plain HTTP on loopback for the tests (ureq, no TLS), with a timeout on every request.
+//! HTTP on loopback for the tests (ureq; TLS only where a test gives its CA), with a timeout on
+//! every request.
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,4 +39,22 @@ pub fn post_form_json(url: &str, form: &[(&str, &str)]) -> Result<Value, String>
 /// The `/metrics` text of a daemon listening on `listen` (`ADDR:PORT`).
 pub fn scrape(listen: &str) -> String {
     get(&format!("http://{listen}/metrics"), None)
+}
+
+/// GETs `url` over TLS trusting only the certificate in `ca` (PEM), with basic auth `user`,
+/// `password`, and parses the body as JSON.
+pub fn get_json_tls(url: &str, ca: &std::path::Path, user: &str, password: &str) -> Result<Value, String> {
+    use base64::Engine as _;
+    use ureq::tls::{Certificate, RootCerts, TlsConfig};
+    let pem = std::fs::read(ca).map_err(|e| e.to_string())?;
+    let cert = Certificate::from_pem(&pem).map_err(|e| e.to_string())?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .tls_config(TlsConfig::builder().root_certs(RootCerts::new_with_certs(&[cert])).build())
+        .build()
+        .into();
+    let auth = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")));
+    let mut resp = agent.get(url).header("Authorization", auth).call().map_err(|e| e.to_string())?;
+    let text = resp.body_mut().read_to_string().map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| format!("not JSON ({e}): {text}"))
 }

@@ -12,6 +12,7 @@ pub mod hostile;
 pub mod http;
 pub mod kube;
 pub mod servers;
+pub mod tls;
 mod workload;
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! a webhook receiver.
 use std::{
     io::BufRead as _,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -101,33 +101,63 @@ impl Prometheus {
 }
 
 /// A real Alertmanager (Debian's prometheus-alertmanager) on loopback.
-pub struct Alertmanager(Server);
+pub struct Alertmanager {
+    server: Server,
+    /// With a web config: the CA to trust, and the user and password to send.
+    secure: Option<(PathBuf, String, String)>,
+}
 
 impl Alertmanager {
     /// Starts it with one receiver that drops everything, and waits until it answers.
     pub fn start() -> Alertmanager {
+        Self::start_with(None)
+    }
+
+    /// Starts it serving TLS with `cert` and asking basic auth of `user` with `password` (its
+    /// `--web.config.file`, the exporter-toolkit format), and waits until it answers.
+    pub fn start_secure(cert: &crate::tls::Certificate, user: &str, password: &str) -> Alertmanager {
+        let hash = bcrypt::hash(password, 10).expect("bcrypt");
+        let web = format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  {user}: '{hash}'\n",
+            cert.pem().display(),
+            cert.key_pem().display()
+        );
+        let file = cert.dir.write("alertmanager-web.yml", &web);
+        Self::start_with(Some((file, (cert.pem(), user.to_owned(), password.to_owned()))))
+    }
+
+    fn start_with(secure: Option<(PathBuf, (PathBuf, String, String))>) -> Alertmanager {
         let config = "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n";
+        let web = secure.as_ref().map(|(file, _)| format!("--web.config.file={}", file.display()));
         let server = Server::start("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager.yml", config, |config, dir, port| {
-            vec![
+            let mut args = vec![
                 format!("--config.file={}", config.display()),
                 format!("--storage.path={}", dir.join("data").display()),
                 format!("--web.listen-address=127.0.0.1:{port}"),
                 "--cluster.listen-address=".into(),
-            ]
+            ];
+            args.extend(web.clone());
+            args
         });
-        let am = Alertmanager(server);
+        let am = Alertmanager { server, secure: secure.map(|(_, s)| s) };
         assert!(poll(Duration::from_secs(30), || am.alerts()).is_some(), "Alertmanager did not answer within 30 s");
         am
     }
 
     /// Its base URL.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.0.port)
+        let scheme = if self.secure.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.server.port)
     }
 
     /// The alerts its API lists (active ones), or None while it does not answer.
     pub fn alerts(&self) -> Option<Vec<Value>> {
-        http::get_json(&format!("{}/api/v2/alerts", self.url())).ok()?.as_array().cloned()
+        let url = format!("{}/api/v2/alerts", self.url());
+        let listed = match &self.secure {
+            Some((ca, user, password)) => http::get_json_tls(&url, ca, user, password),
+            None => http::get_json(&url),
+        };
+        listed.ok()?.as_array().cloned()
     }
 
     /// Waits (up to 15 s) until `pred` holds for the listed alerts; returns the last listing.

@@ -348,3 +348,65 @@ fn a_blackholed_webhook_does_not_delay_alertmanager() {
     assert!(after < Duration::from_secs(15), "{after:?}");
     assert!(stuck.is_some(), "{:?}", traced.stderr);
 }
+
+/// Alert sinks over https with credentials: a real Alertmanager serving TLS and asking basic
+/// auth (its web config), and a webhook over TLS that wants a bearer token. With short detector
+/// timings, a neighbour's contention alert is listed by Alertmanager and posted to the webhook
+/// with the token; every POST to the webhook carried it.
+#[test]
+fn alerts_reach_https_sinks_with_credentials() {
+    let Some(env) = env() else { return };
+    let cert = integration_tests::tls::Certificate::new();
+    let am = Alertmanager::start_secure(&cert, "cudatrace", "am-s3cret");
+    let hook = integration_tests::tls::TlsServer::start(|r| {
+        if r.header("authorization") == Some("Bearer hook-t0ken") { (200, "{}".into()) } else { (401, "{}".into()) }
+    });
+    let dir = TempDir::new("https-sinks");
+    // Both servers' certificates, as one CA file.
+    let ca = dir.write(
+        "ca.pem",
+        &(std::fs::read_to_string(cert.pem()).unwrap() + &std::fs::read_to_string(hook.cert.pem()).unwrap()),
+    );
+    let password = dir.write("am-password", "am-s3cret\n");
+    let token = dir.write("hook-token", "hook-t0ken\n");
+    let config = dir.write(
+        "cudatrace.toml",
+        &format!(
+            "[detect]\nwindow_s = 1\nwarmup_windows = 3\npending_windows = 2\nfiring_after_s = 2\nresolve_after_s = 5\n\n\
+             [alerts]\nresend_s = 5\nalertmanager_url = \"{}\"\nwebhook_url = \"https://127.0.0.1:{}/hook\"\nca_file = {ca:?}\n\n\
+             [alerts.alertmanager_auth]\nusername = \"cudatrace\"\npassword_file = {password:?}\n\n\
+             [alerts.webhook_auth]\nbearer_token_file = {token:?}\n",
+            am.url(),
+            hook.port
+        ),
+    );
+    let (daemon, _listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let dev = device_file("https-sinks");
+    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
+    let victim = looping(&env, 120.0, 1000, 1).comm("model-server").vars(&vars).spawn();
+    let victim_pid = victim.pid();
+    let learned = daemon.wait_stderr(Duration::from_secs(30), baseline_line(victim_pid, "wait_per_launch"));
+    assert!(learned.is_some(), "no baseline within 30 s: {:?}", daemon.stderr_now());
+    let heavy = looping(&env, 30.0, 4000, 2).comm("trainer").vars(&vars).spawn();
+    let is_victims = |a: &Value| a["labels"]["pid"] == victim_pid.to_string().as_str() && a["labels"]["signal"] == "wait_per_launch";
+    let listed = poll(Duration::from_secs(30), || am.alerts()?.into_iter().find(|a| is_victims(a)));
+    let posted = poll(Duration::from_secs(10), || {
+        hook.requests().into_iter().map(|r| serde_json::from_slice::<Value>(&r.body).unwrap_or_default()).find(|v| {
+            v["state"] == "firing" && v["victim"]["pid"].as_u64() == Some(victim_pid)
+        })
+    });
+    drop(heavy);
+    drop(victim);
+    let traced = daemon.stop();
+    let requests = hook.requests();
+    eprintln!(
+        "e2e alerts_reach_https_sinks_with_credentials: Alertmanager (TLS, basic auth) listed {:?}; webhook (TLS, bearer) got {} POSTs, firing one: {}",
+        listed.as_ref().map(|a| a["labels"]["alertname"].clone()),
+        requests.len(),
+        posted.is_some()
+    );
+    assert_eq!(listed.map(|a| a["labels"]["alertname"].clone()), Some(Value::from("CudatraceComputeContention")), "{:?}", traced.stderr);
+    assert!(posted.is_some(), "{:?}", traced.stderr);
+    assert!(requests.iter().all(|r| r.target == "/hook" && r.header("authorization") == Some("Bearer hook-t0ken")));
+    assert!(!traced.stderr.iter().any(|l| l.contains("alertmanager") && l.contains("answered 401")), "{:?}", traced.stderr);
+}

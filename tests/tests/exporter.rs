@@ -174,14 +174,13 @@ fn runs_without_nvml_and_reports_bad_input() {
 #[test]
 fn prometheus_scrapes_over_tls_with_basic_auth() {
     let Some(env) = env() else { return };
-    let dir = TempDir::new("web-config");
-    let key = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let ca = dir.write("server.crt", &key.cert.pem());
-    dir.write("server.key", &key.signing_key.serialize_pem());
+    let cert = integration_tests::tls::Certificate::new();
+    let ca = cert.pem();
     let hash = bcrypt::hash("scrape-s3cret", 10).unwrap();
-    let web = dir.write(
+    // Paths relative to the web config file's folder, as the exporter-toolkit reads them.
+    let web = cert.dir.write(
         "web.yml",
-        &format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: '{hash}'\n"),
+        &format!("tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\nbasic_auth_users:\n  prometheus: '{hash}'\n"),
     );
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--web-config-file", web.to_str().unwrap()], &[]);
     assert!(daemon.stderr_now().iter().any(|l| l.ends_with(&format!("metrics at https://{listen}/metrics"))), "{:?}", daemon.stderr_now());

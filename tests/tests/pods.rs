@@ -82,9 +82,9 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
     );
     assert_eq!(named, Some(("serving".into(), "llm-0".into(), "server".into(), LAUNCHES as f64)));
     assert!(requests.len() >= 3, "{requests:?}");
-    for r in &requests {
-        assert!(r.authorized, "{r:?}");
-        assert_eq!(r.target, "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-7");
+    for (target, authorized) in &requests {
+        assert!(authorized, "{target}");
+        assert_eq!(target, "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-7");
     }
     let lines = |s: &str| traced.stderr.iter().filter(|l| l.contains(s)).count();
     assert_eq!(lines("answered 403 Forbidden: the service account needs `list` on pods"), 1, "{:?}", traced.stderr);

@@ -130,6 +130,35 @@ pub struct AlertConfig {
     pub webhook_url: Option<String>,
     /// How often firing alerts are sent to Alertmanager again, seconds (0: 60).
     pub resend_s: u64,
+    /// CA certificates (PEM) https sinks may chain to, besides the public roots.
+    pub ca_file: Option<PathBuf>,
+    /// Credentials sent to Alertmanager.
+    pub alertmanager_auth: SinkAuth,
+    /// Credentials sent to the webhook.
+    pub webhook_auth: SinkAuth,
+}
+
+/// `[alerts.alertmanager_auth]`, `[alerts.webhook_auth]`: what a sink sends in `Authorization`,
+/// from files (Kubernetes Secrets), read at each POST so that rotated secrets are used.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SinkAuth {
+    /// Basic auth user name (with `password_file`).
+    pub username: Option<String>,
+    /// File holding the basic auth password.
+    pub password_file: Option<PathBuf>,
+    /// File holding a bearer token (instead of basic auth).
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+impl SinkAuth {
+    fn validate(&self, key: &str) -> Result<()> {
+        match (&self.username, &self.password_file, &self.bearer_token_file) {
+            (None, None, None) | (Some(_), Some(_), None) | (None, None, Some(_)) => Ok(()),
+            (_, _, Some(_)) => bail!("alerts.{key}: give username and password_file, or bearer_token_file, not both"),
+            _ => bail!("alerts.{key}: give both username and password_file"),
+        }
+    }
 }
 
 /// The `[kubernetes]` table: where namespace, pod and container names come from.
@@ -207,6 +236,8 @@ impl Config {
                 check_url(url).map_err(|e| anyhow::anyhow!("alerts.{key} = {url:?}: {e}"))?;
             }
         }
+        c.alerts.alertmanager_auth.validate("alertmanager_auth")?;
+        c.alerts.webhook_auth.validate("webhook_auth")?;
         if c.kubernetes.refresh_s < 5 {
             bail!("kubernetes.refresh_s = {}: give at least 5 seconds", c.kubernetes.refresh_s);
         }
@@ -303,13 +334,11 @@ pub fn check_rescan_ms(ms: u64) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Checks that a sink URL is plain HTTP with a host (the sinks do not speak TLS).
+/// Checks that a sink URL is http or https with a host.
 pub fn check_url(url: &str) -> std::result::Result<(), String> {
-    let uri: http::Uri = url.parse().map_err(|_| "not a URL: give http://HOST[:PORT][/PATH]".to_owned())?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => return Err("https is not supported; give the http address of the service (in-cluster, or a local proxy)".into()),
-        _ => return Err("not an http URL: give http://HOST[:PORT][/PATH]".into()),
+    let uri: http::Uri = url.parse().map_err(|_| "not a URL: give http[s]://HOST[:PORT][/PATH]".to_owned())?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err("not an http or https URL: give http[s]://HOST[:PORT][/PATH]".into());
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err("the URL has no host".into());
@@ -351,8 +380,16 @@ mod tests {
             "detect.resolve_after_s = 2: give at least one window (5 s)"
         );
         assert_eq!(
-            Config::parse("[alerts]\nwebhook_url = \"https://x/y\"\n").unwrap_err().to_string(),
-            "alerts.webhook_url = \"https://x/y\": https is not supported; give the http address of the service (in-cluster, or a local proxy)"
+            Config::parse("[alerts]\nwebhook_url = \"ftp://x/y\"\n").unwrap_err().to_string(),
+            "alerts.webhook_url = \"ftp://x/y\": not an http or https URL: give http[s]://HOST[:PORT][/PATH]"
+        );
+        assert_eq!(
+            Config::parse("[alerts.webhook_auth]\nusername = \"u\"\n").unwrap_err().to_string(),
+            "alerts.webhook_auth: give both username and password_file"
+        );
+        assert_eq!(
+            Config::parse("[alerts.alertmanager_auth]\nusername = \"u\"\npassword_file = \"p\"\nbearer_token_file = \"t\"\n").unwrap_err().to_string(),
+            "alerts.alertmanager_auth: give username and password_file, or bearer_token_file, not both"
         );
         assert!(Config::parse("[detect]\nlevel_smoothing = 0\n").unwrap_err().to_string().starts_with("detect.level_smoothing = 0:"));
     }

@@ -133,7 +133,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let window = Duration::from_secs(cfg.detect.window_s);
     let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
     detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen));
+    let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
     let pod_names = pods_api::start(&cfg.kubernetes);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached; metrics at {scheme}://{}/metrics", cfg.listen);

@@ -2,7 +2,8 @@
 //! gets firing and resolved alerts. Each sink is its own task with its own bounded queue,
 //! timeouts and retries, so a sink that hangs holds up neither tracing nor the other sink; one
 //! that fails is retried with backoff and said once on stderr, and past [`QUEUE`] waiting
-//! records the newest are dropped and counted.
+//! records the newest are dropped and counted. Sinks speak http or https (rustls; the public
+//! roots plus `alerts.ca_file`), with basic or bearer auth read from files at each POST.
 use std::{
     collections::HashMap,
     sync::{
@@ -12,6 +13,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::{
@@ -24,7 +26,7 @@ use tokio::sync::mpsc;
 use super::alertmanager;
 use crate::{
     alert::{AlertChange, AlertState},
-    config::AlertConfig,
+    config::{AlertConfig, SinkAuth},
 };
 
 /// Records a sink holds while it is behind; past that the newest are dropped and counted.
@@ -59,27 +61,55 @@ pub struct Sinks {
     sinks: Vec<SinkTask>,
 }
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A client for http and https URLs: TLS verified against the public roots and the
+/// certificates in `ca_file`.
+fn client(ca_file: Option<&std::path::Path>) -> Result<HttpClient> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    if let Some(path) = ca_file {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .and_then(|c| c.collect::<Result<_, _>>())
+            .map_err(|e| anyhow::anyhow!("alerts.ca_file {}: {e}", path.display()))?;
+        if certs.is_empty() {
+            anyhow::bail!("alerts.ca_file {}: no certificate in it", path.display());
+        }
+        for cert in certs {
+            roots.add(cert).with_context(|| format!("alerts.ca_file {}: a certificate rustls refuses", path.display()))?;
+        }
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .context("TLS versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
 
 impl Sinks {
-    /// Starts a task per configured sink (none: `None`).
-    pub fn start(cfg: &AlertConfig, generator: String) -> Option<Sinks> {
-        let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    /// Starts a task per configured sink (none: `None`); an error when `ca_file` is unusable.
+    pub fn start(cfg: &AlertConfig, generator: String) -> Result<Option<Sinks>> {
+        if cfg.webhook_url.is_none() && cfg.alertmanager_url.is_none() {
+            return Ok(None);
+        }
+        let client = client(cfg.ca_file.as_deref())?;
         let mut sinks = Vec::new();
-        if let Some(endpoint) = cfg.webhook_url.as_deref().and_then(|u| Endpoint::new("webhook", u)) {
+        if let Some(endpoint) = cfg.webhook_url.as_deref().and_then(|u| Endpoint::new("webhook", u, &cfg.webhook_auth)) {
             let client = client.clone();
             sinks.push(SinkTask::spawn("webhook", |rx| webhook(client, endpoint, rx)));
         }
         let manager = cfg.alertmanager_url.as_deref().and_then(|u| {
             let base = u.trim_end_matches('/');
             let url = if base.ends_with("/api/v2/alerts") { base.to_owned() } else { format!("{base}/api/v2/alerts") };
-            Endpoint::new("alertmanager", &url)
+            Endpoint::new("alertmanager", &url, &cfg.alertmanager_auth)
         });
         if let Some(endpoint) = manager {
             let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
             sinks.push(SinkTask::spawn("alertmanager", |rx| alertmanager_sink(client, endpoint, rx, generator, resend)));
         }
-        (!sinks.is_empty()).then_some(Sinks { sinks })
+        Ok((!sinks.is_empty()).then_some(Sinks { sinks }))
     }
 
     /// Queues a record for every sink; a sink whose queue is full drops it (said on stderr
@@ -105,16 +135,42 @@ impl Sinks {
     }
 }
 
-/// One HTTP endpoint, with its last error said once.
+/// One HTTP endpoint, its credentials, and its last error said once.
 struct Endpoint {
     name: &'static str,
     uri: http::Uri,
+    auth: SinkAuth,
     failing: Option<String>,
 }
 
+/// A secret file's first line, at most 4 KiB of it.
+fn secret(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(4096).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read {} ({e})", path.display()))?;
+    Ok(text.lines().next().unwrap_or_default().to_owned())
+}
+
 impl Endpoint {
-    fn new(name: &'static str, url: &str) -> Option<Endpoint> {
-        url.parse().ok().map(|uri| Endpoint { name, uri, failing: None })
+    fn new(name: &'static str, url: &str, auth: &SinkAuth) -> Option<Endpoint> {
+        url.parse().ok().map(|uri| Endpoint { name, uri, auth: auth.clone(), failing: None })
+    }
+
+    /// The `Authorization` header, when credentials are configured.
+    fn authorization(&self) -> Result<Option<String>, String> {
+        use base64::Engine as _;
+        if let Some(token) = &self.auth.bearer_token_file {
+            return Ok(Some(format!("Bearer {}", secret(token)?)));
+        }
+        match (&self.auth.username, &self.auth.password_file) {
+            (Some(user), Some(file)) => {
+                let pair = format!("{user}:{}", secret(file)?);
+                Ok(Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// POSTs JSON, up to [`TRIES`] times with backoff; says on stderr when it starts and stops
@@ -126,10 +182,19 @@ impl Endpoint {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(500) * 2u32.pow(attempt - 1)).await;
             }
-            let req = http::Request::post(self.uri.clone())
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Full::new(bytes.clone()))
-                .expect("valid request");
+            let mut req = http::Request::post(self.uri.clone()).header(http::header::CONTENT_TYPE, "application/json");
+            match self.authorization() {
+                Ok(Some(value)) => req = req.header(http::header::AUTHORIZATION, value),
+                Ok(None) => {}
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            }
+            let Ok(req) = req.body(Full::new(bytes.clone())) else {
+                last = "a credential is not a valid header value".into();
+                continue;
+            };
             match tokio::time::timeout(POST_TIMEOUT, client.request(req)).await {
                 Ok(Ok(resp)) if resp.status().is_success() => {
                     if self.failing.take().is_some() {
