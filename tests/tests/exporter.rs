@@ -157,8 +157,8 @@ fn runs_without_nvml_and_reports_bad_input() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bad config") && err.contains("0 < warning < critical < page"), "{err}");
     for (flag, url, want) in [
-        ("--alertmanager", "https://am.example:9093", "https is not supported"),
-        ("--webhook", "hooks.example/x", "not a URL: give http://HOST[:PORT][/PATH]"),
+        ("--alertmanager", "ftp://am.example:9093", "not an http or https URL: give http[s]://HOST[:PORT][/PATH]"),
+        ("--webhook", "hooks.example/x", "not a URL: give http[s]://HOST[:PORT][/PATH]"),
     ] {
         let out = Command::new(&env.bin).args(["run", flag, url]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
