@@ -94,7 +94,8 @@ fn prometheus_scrapes_exact_counts() {
         ("cudatrace_gpu_pcie_throughput_bytes_per_second{gpu=\"0\",direction=\"rx\"}", 2048000.0),
         ("cudatrace_gpu_process_memory_bytes{gpu=\"0\",pid=\"4242\"}", 1048576.0),
         ("cudatrace_gpu_process_sm_utilization_ratio{gpu=\"0\",pid=\"4242\"}", 0.5),
-        ("cudatrace_events_dropped_total", 0.0),
+        ("cudatrace_events_dropped_total{reason=\"ring_full\"}", 0.0),
+        ("cudatrace_events_dropped_total{reason=\"rate_limit\"}", 0.0),
     ] {
         assert_eq!(prom.wait_for(q, want), want, "{q}");
     }

@@ -391,3 +391,37 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
     assert!(traced.stderr.iter().all(|l| !l.contains(&format!("inode {host_ino} "))), "the host's file: {:?}", traced.stderr);
     assert_eq!((launches(pids[0]), launches(pids[1])), (300, 0));
 }
+
+/// With `record_rate_limit = 1000`, a process making 5,000 launches in well under a second gets
+/// exactly 1,000 records through, and every other record is counted as rate-limited, for it; a
+/// quieter process beside it loses nothing.
+#[test]
+fn a_record_rate_limit_caps_one_process_and_counts_the_rest() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("rate-limit");
+    let config = dir.write("cudatrace.toml", "record_rate_limit = 1000\n");
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let dev = device_file("rate");
+    // Short simulated kernels: the final wait returns within the same one-second window.
+    let job = |launches| Workload::new(&env, Scenario::Basic { launches, copies: 0 }).device(&dev).var("CUDA_STANDIN_NS_PER_BLOCK", "1").run();
+    let (quiet, loud) = (job(300), job(5000));
+    let (q, l) = (quiet["pid"].as_u64().unwrap().to_string(), loud["pid"].as_u64().unwrap().to_string());
+    let totals = integration_tests::poll(Duration::from_secs(10), || {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let calls = |pid: &str| exposition::sum(&samples, "cudatrace_calls_total", &[("pid", pid)]);
+        let limited = exposition::sum(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &l), ("reason", "rate_limit")]);
+        let all_limited = exposition::sum(&samples, "cudatrace_events_dropped_total", &[("reason", "rate_limit")]);
+        let launches = exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &q), ("api", "cuLaunchKernel")]);
+        (calls(&l) == 1000.0 && launches == 300.0).then_some((calls(&q), calls(&l), limited, all_limited))
+    });
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!(
+        "e2e a_record_rate_limit_caps_one_process_and_counts_the_rest: limit 1000/s; (quiet calls, loud calls, loud rate-limited, all rate-limited) = {totals:?}"
+    );
+    let (quiet_calls, loud_calls, limited, all_limited) = totals.expect("counts settled");
+    // The loud process made the quiet one's calls plus 4,700 more launches.
+    assert_eq!(loud_calls + limited, quiet_calls + 4700.0);
+    assert_eq!((loud_calls, all_limited), (1000.0, limited));
+    assert!(traced.stderr.iter().any(|l| l.starts_with("summary:") && l.contains(&format!(" rate_limited={limited} "))), "{:?}", traced.stderr);
+}

@@ -16,16 +16,22 @@ pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NAME_MAX};
 pub const STAT_DROPPED: u32 = 0;
 /// Index of the slot counting returns whose entry state was missing (evicted or attached mid-call).
 pub const STAT_ORPHAN_RETURNS: u32 = 1;
+/// Index of the slot counting records not written because their process was over
+/// `CONFIG_RATE_LIMIT`.
+pub const STAT_RATE_LIMITED: u32 = 2;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 2;
+pub const STAT_COUNT: u32 = 3;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;
 /// Index of the wake-up threshold in the `CONFIG` array: records are submitted without waking
 /// the reader until this many bytes wait in the ring buffer (the reader also polls on a timer).
 pub const CONFIG_WAKEUP_BYTES: u32 = 1;
+/// Index of the per-process record rate limit in the `CONFIG` array: at most this many records
+/// per process per second (a window that starts at its first record); 0: no limit.
+pub const CONFIG_RATE_LIMIT: u32 = 2;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_COUNT: u32 = 2;
+pub const CONFIG_COUNT: u32 = 3;
 
 /// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
 pub const FILTER_COMM: u32 = 1;
@@ -55,8 +61,21 @@ unsafe impl aya::Pod for Filter {}
 pub const MAX_TRACKED: u32 = 65536;
 
 /// Capacity of the LRU map of records dropped per process (the processes that filled the ring
-/// buffer).
+/// buffer), and of the one of records rate-limited per process.
 pub const MAX_DROPPING: u32 = 4096;
+
+/// Capacity of the LRU map of per-process rate windows.
+pub const MAX_RATED: u32 = 16384;
+
+/// One process's record-rate window (eBPF side only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RateWindow {
+    /// When the window began (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// Records counted in it.
+    pub count: u64,
+}
 
 /// Capacity of the per-thread entry-state LRU map (threads inside a driver call at once).
 pub const MAX_INFLIGHT: u32 = 16384;

@@ -17,6 +17,10 @@ pub const MAP_FILTER: &str = "FILTER";
 pub const MAP_TRACKED: &str = "TRACKED";
 /// Records dropped per process, the ring buffer being full (LRU hash, pid to u64).
 pub const MAP_DROPS: &str = "DROPS";
+/// Records not written per process, over the rate limit (LRU hash, pid to u64).
+pub const MAP_LIMITED: &str = "LIMITED";
+/// Per-process rate windows (LRU hash, pid to [`crate::RateWindow`]).
+pub const MAP_RATES: &str = "RATES";
 
 /// Entry program for `cuLaunchKernel`-shaped calls.
 pub const PROG_LAUNCH: &str = "cuda_launch";
@@ -30,6 +34,7 @@ pub const PROG_RETURN: &str = "cuda_ret";
 pub const PROG_EXIT: &str = "cuda_exit";
 
 /// Every map name.
-pub const MAPS: [&str; 7] = [MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS];
+pub const MAPS: [&str; 9] =
+    [MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS, MAP_LIMITED, MAP_RATES];
 /// Every program name.
 pub const PROGRAMS: [&str; 5] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT];

@@ -6,7 +6,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    CONFIG_COUNT, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_TRACKED, STAT_COUNT, STAT_DROPPED,
+    CONFIG_COUNT, CONFIG_RATE_LIMIT, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
+    RateWindow, STAT_COUNT, STAT_DROPPED, STAT_RATE_LIMITED,
 };
 
 /// Completed calls, consumed by the cudatrace binary.
@@ -41,18 +42,68 @@ pub static TRACKED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACKED, 0)
 #[map]
 pub static DROPS: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(MAX_DROPPING, 0);
 
+/// Records not written per process, over the rate limit; as `DROPS`.
+#[map]
+pub static LIMITED: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(MAX_DROPPING, 0);
+
+/// Each process's current one-second window of records. Shared by the CPUs without atomics: a
+/// count lost to a race lets a record more through, never fewer.
+#[map]
+pub static RATES: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(MAX_RATED, 0);
+
 /// Counts a record of process `pid` the ring buffer had no room for.
 #[inline(always)]
 pub fn dropped(pid: u32) {
     bump(STAT_DROPPED);
-    match DROPS.get_ptr_mut(&pid) {
+    count_for(&DROPS, pid);
+}
+
+/// Counts a record of process `pid` left out for the rate limit.
+#[inline(always)]
+pub fn rate_limited(pid: u32) {
+    bump(STAT_RATE_LIMITED);
+    count_for(&LIMITED, pid);
+}
+
+/// Whether process `pid` has written its `CONFIG_RATE_LIMIT` records in the window that holds
+/// `now` (a window lasts a second from the record that opened it).
+#[inline(always)]
+pub fn over_rate(pid: u32, now: u64) -> bool {
+    let limit = match CONFIG.get(CONFIG_RATE_LIMIT) {
+        Some(l) if *l > 0 => u64::from(*l),
+        _ => return false,
+    };
+    match RATES.get_ptr_mut(&pid) {
+        // SAFETY: the value stays valid while this program runs; a concurrent update from
+        // another CPU can only be lost, as said on RATES.
+        Some(w) => unsafe {
+            if now.wrapping_sub((*w).start_ns) >= 1_000_000_000 {
+                (*w).start_ns = now;
+                (*w).count = 1;
+                false
+            } else {
+                (*w).count += 1;
+                (*w).count > limit
+            }
+        },
+        None => {
+            let _ = RATES.insert(&pid, &RateWindow { start_ns: now, count: 1 }, 0);
+            false
+        }
+    }
+}
+
+/// Adds one to `pid`'s count in a per-CPU LRU map.
+#[inline(always)]
+fn count_for(map: &LruPerCpuHashMap<u32, u64>, pid: u32) {
+    match map.get_ptr_mut(&pid) {
         // SAFETY: this CPU's slot of the value for `pid`; no other program runs on this CPU
         // meanwhile, and the pointer is not kept past this program.
         Some(count) => unsafe { *count += 1 },
         None => {
             // BPF_NOEXIST: if another CPU created the entry meanwhile, this CPU's count is lost
             // (one record of a burst); the total in STATS is exact.
-            let _ = DROPS.insert(&pid, &1, 1);
+            let _ = map.insert(&pid, &1, 1);
         }
     }
 }

@@ -23,6 +23,10 @@ pub struct Config {
     pub max_kernels: usize,
     /// Ring-buffer size in MiB (a power of two).
     pub ringbuf_mib: u32,
+    /// Records a process may write per second, counted in the kernel (0: no limit): past it its
+    /// calls are left out and counted as `reason="rate_limit"`, so one process cannot fill the
+    /// ring buffer for all. Its metrics then count only what got through.
+    pub record_rate_limit: u32,
     /// How often to look for newly mapped libcuda files, in milliseconds.
     pub rescan_ms: u64,
     /// How long an exited process's series stay in the metrics, in seconds.
@@ -200,6 +204,7 @@ impl Default for Config {
             top_kernels: 20,
             max_kernels: 500,
             ringbuf_mib: 8,
+            record_rate_limit: 0,
             rescan_ms: 250,
             retain_exited_s: 120,
             max_processes: 1024,

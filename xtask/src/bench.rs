@@ -170,8 +170,9 @@ fn rss_bytes(pid: u32) -> Result<u64> {
 fn scrape(port: u16, metric: &str) -> Result<f64> {
     let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None).map_err(anyhow::Error::msg)?;
     let samples = exposition::parse(&text);
-    let sample = exposition::select(&samples, metric, &[]).into_iter().next().with_context(|| format!("{metric} not exported"))?;
-    Ok(sample.value)
+    let found = exposition::select(&samples, metric, &[]);
+    anyhow::ensure!(!found.is_empty(), "{metric} not exported");
+    Ok(found.iter().map(|s| s.value).sum())
 }
 
 /// What one throughput run measured.

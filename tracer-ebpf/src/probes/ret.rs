@@ -19,7 +19,7 @@ use tracer_common::{
     api::{COOKIE_API_MASK, COOKIE_READ_NAME, COOKIE_READ_OUT},
 };
 
-use crate::maps::{ENTRIES, EVENTS, bump, dropped, submit_flags};
+use crate::maps::{ENTRIES, EVENTS, bump, dropped, over_rate, rate_limited, submit_flags};
 
 #[uretprobe]
 pub fn cuda_ret(ctx: RetProbeContext) -> u32 {
@@ -42,6 +42,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
         }
     };
     let _ = ENTRIES.remove(&id);
+    let pid = (id >> 32) as u32;
+    if over_rate(pid, end) {
+        rate_limited(pid);
+        return;
+    }
     let result = ctx.ret::<u64>() as i32;
     let tag = if entry.cookie & COOKIE_READ_NAME != 0 { EventTag::Lookup } else { EventTag::Call };
     let call = record(ctx, tag, &entry, id, end, result);

@@ -37,7 +37,7 @@ struct Daemon {
     gpus: Vec<GpuSample>,
     nvml_up: bool,
     probes: Vec<(&'static str, String, bool)>,
-    dropped: u64,
+    dropped: [u64; 2],
 }
 
 impl Consumer for Daemon {
@@ -124,7 +124,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         gpus: Vec::new(),
         nvml_up: sampler.up(),
         probes: session.probe_rows(),
-        dropped: 0,
+        dropped: [0; 2],
     };
     let (requests_tx, mut requests) = mpsc::channel(16);
     server::spawn(listener, requests_tx, web)?;
@@ -135,6 +135,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
     let pod_names = pods_api::start(&cfg.kubernetes);
+    session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached; metrics at {scheme}://{}/metrics", cfg.listen);
     let mut output_closed = false;

@@ -223,6 +223,11 @@ impl Session {
         })
     }
 
+    /// Sets the per-process record rate limit (0: none).
+    pub fn set_rate_limit(&mut self, per_second: u32) -> Result<()> {
+        self.probes.set_rate_limit(per_second)
+    }
+
     /// Switches recording on; returns how many probes are attached.
     pub fn start_recording(&mut self) -> Result<usize> {
         self.probes.set_enabled(true)?;
@@ -234,8 +239,8 @@ impl Session {
         self.probes.rows()
     }
 
-    /// Records dropped per process: (pid, count).
-    pub fn drops_by_process(&self) -> Vec<(u32, u64)> {
+    /// Records not written per process: (pid, reason index into `loader::DROP_REASONS`, count).
+    pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
         self.probes.drops_by_process()
     }
 
@@ -244,9 +249,9 @@ impl Session {
         self.probes.refused()
     }
 
-    /// Records the kernel could not write (ring buffer full).
-    pub fn dropped(&self) -> u64 {
-        self.probes.counters().map_or(0, |(dropped, _)| dropped)
+    /// Records the kernel did not write, by `loader::DROP_REASONS` (ring buffer full, rate limit).
+    pub fn dropped(&self) -> [u64; 2] {
+        self.probes.counters().map_or([0; 2], |(dropped, _)| dropped)
     }
 
     /// Waits for the next thing to do.
@@ -433,9 +438,11 @@ impl Session {
         }
         let c = self.counts;
         eprintln!(
-            "summary: events={} dropped={dropped} orphan_returns={orphans} undecodable={} probes={} \
+            "summary: events={} dropped={} rate_limited={} orphan_returns={orphans} undecodable={} probes={} \
              exits={} live_processes={} inflight_entries={inflight} tracked_processes={tracked}",
             c.events,
+            dropped[0],
+            dropped[1],
             c.decode_errors,
             self.probes.probe_count(),
             c.exits,

@@ -18,10 +18,11 @@ use aya::{
     },
 };
 use tracer_common::{
-    Api, CONFIG_ENABLED, CONFIG_WAKEUP_BYTES, Entry, Filter, Layout, STAT_DROPPED, STAT_ORPHAN_RETURNS,
+    Api, CONFIG_ENABLED, CONFIG_RATE_LIMIT, CONFIG_WAKEUP_BYTES, Entry, Filter, Layout, STAT_DROPPED, STAT_ORPHAN_RETURNS,
+    STAT_RATE_LIMITED,
     names::{
-        MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_EVENTS, MAP_FILTER, MAP_STATS, MAP_TRACKED, PROG_EXIT, PROG_LAUNCH,
-        PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN,
+        MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_EVENTS, MAP_FILTER, MAP_LIMITED, MAP_STATS, MAP_TRACKED, PROG_EXIT,
+        PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN,
     },
 };
 
@@ -64,7 +65,13 @@ pub struct Maps {
     tracked: BpfHashMap<MapData, u32, u8>,
     /// Records dropped per process, per CPU.
     drops: PerCpuHashMap<MapData, u32, u64>,
+    /// Records left out per process for the rate limit, per CPU.
+    limited: PerCpuHashMap<MapData, u32, u64>,
 }
+
+/// Why records were not written: the ring buffer was full, or the process was over the rate
+/// limit.
+pub const DROP_REASONS: [&str; 2] = ["ring_full", "rate_limit"];
 
 /// How probes are attached.
 enum Attach {
@@ -145,6 +152,7 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
         entries: take(&mut ebpf, MAP_ENTRIES)?,
         tracked: take(&mut ebpf, MAP_TRACKED)?,
         drops: take(&mut ebpf, MAP_DROPS)?,
+        limited: take(&mut ebpf, MAP_LIMITED)?,
     };
     let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
     let log = match log_level {
@@ -314,6 +322,11 @@ impl Probes {
         self.set_config(CONFIG_WAKEUP_BYTES, bytes)
     }
 
+    /// Sets the most records a process may write per second (0: no limit).
+    pub fn set_rate_limit(&mut self, per_second: u32) -> Result<()> {
+        self.set_config(CONFIG_RATE_LIMIT, per_second)
+    }
+
     fn set_config(&mut self, index: u32, value: u32) -> Result<()> {
         self.maps.config.set(index, value, 0)?;
         Ok(())
@@ -348,20 +361,20 @@ impl Probes {
         let _ = self.maps.tracked.remove(&pid);
     }
 
-    /// What the kernel side counted: records dropped (ring buffer full) and orphan returns.
-    pub fn counters(&self) -> Result<(u64, u64)> {
+    /// What the kernel side counted: records not written by [`DROP_REASONS`], and orphan
+    /// returns.
+    pub fn counters(&self) -> Result<([u64; 2], u64)> {
         let sum = |i: u32| -> Result<u64> { Ok(self.maps.stats.get(&i, 0)?.iter().sum()) };
-        Ok((sum(STAT_DROPPED)?, sum(STAT_ORPHAN_RETURNS)?))
+        Ok(([sum(STAT_DROPPED)?, sum(STAT_RATE_LIMITED)?], sum(STAT_ORPHAN_RETURNS)?))
     }
 
-    /// Records dropped per process (the ring buffer full), the CPUs added up; at most
-    /// `MAX_DROPPING` processes, the least recent forgotten first.
-    pub fn drops_by_process(&self) -> Vec<(u32, u64)> {
-        self.maps
-            .drops
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(pid, per_cpu)| (pid, per_cpu.iter().sum()))
+    /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs
+    /// added up; at most `MAX_DROPPING` processes per reason, the least recent forgotten first.
+    pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
+        [&self.maps.drops, &self.maps.limited]
+            .into_iter()
+            .enumerate()
+            .flat_map(|(reason, map)| map.iter().filter_map(Result::ok).map(move |(pid, per_cpu)| (pid, reason, per_cpu.iter().sum())))
             .collect()
     }
 

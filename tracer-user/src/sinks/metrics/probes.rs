@@ -21,7 +21,14 @@ impl Collector for ProbesCollector {
             "Processes whose series were dropped to stay within max_processes.",
             &[(vec![], snap.evicted as f64)],
         )?;
-        counter(&mut enc, "cudatrace_events_dropped", "Records lost because the ring buffer was full.", &[(vec![], snap.dropped as f64)])?;
+        let reasons = crate::probe::loader::DROP_REASONS;
+        let dropped: Vec<(Labels, f64)> = reasons.iter().zip(snap.dropped).map(|(r, n)| (vec![("reason", (*r).to_owned())], n as f64)).collect();
+        counter(
+            &mut enc,
+            "cudatrace_events_dropped",
+            "Records not written: reason ring_full (the ring buffer was full), rate_limit (the process was over record_rate_limit).",
+            &dropped,
+        )?;
         counter(
             &mut enc,
             "cudatrace_libraries_refused",
@@ -31,12 +38,12 @@ impl Collector for ProbesCollector {
         let by_process: Vec<(Labels, f64)> = snap
             .drops_by_process
             .iter()
-            .map(|(pid, comm, n)| (vec![("pid", pid.to_string()), ("comm", comm.clone())], *n as f64))
+            .map(|(pid, comm, reason, n)| (vec![("pid", pid.to_string()), ("comm", comm.clone()), ("reason", (*reason).to_owned())], *n as f64))
             .collect();
         counter(
             &mut enc,
             "cudatrace_events_dropped_by_process",
-            "Records lost because the ring buffer was full, by the process whose call they were: who filled it.",
+            "Records not written, by the process whose calls they were and the reason (ring_full: who filled the ring buffer).",
             &by_process,
         )?;
         let overflows: Vec<(Labels, f64)> =

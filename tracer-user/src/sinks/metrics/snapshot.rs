@@ -110,15 +110,15 @@ pub struct Snapshot {
     /// Ring-buffer records consumed.
     pub events: u64,
     /// Records lost to a full ring buffer.
-    pub dropped: u64,
+    pub dropped: [u64; 2],
     /// Processes dropped to stay within `max_processes`.
     pub evicted: u64,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
     /// Overflows of each bounded per-process table, by table name.
     pub table_overflows: Vec<(&'static str, u64)>,
-    /// Records dropped per process: pid, comm (empty when unknown), count.
-    pub drops_by_process: Vec<(u32, String, u64)>,
+    /// Records not written per process: pid, comm (empty when unknown), reason, count.
+    pub drops_by_process: Vec<(u32, String, &'static str, u64)>,
     /// (symbol, library, attached) of every entry point of every library.
     pub probes: Vec<(&'static str, String, bool)>,
     /// Pending and firing alerts.
@@ -142,11 +142,11 @@ pub struct Sources<'a> {
     /// Ring-buffer records consumed.
     pub events: u64,
     /// Records dropped.
-    pub dropped: u64,
+    pub dropped: [u64; 2],
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
-    /// Records dropped per process: (pid, count).
-    pub drops_by_process: &'a [(u32, u64)],
+    /// Records dropped per process: (pid, reason index, count).
+    pub drops_by_process: &'a [(u32, usize, u64)],
     /// Probe rows.
     pub probes: &'a [(&'static str, String, bool)],
     /// Whether NVML answers.
@@ -199,7 +199,10 @@ impl Snapshot {
             drops_by_process: s
                 .drops_by_process
                 .iter()
-                .map(|(pid, n)| (*pid, s.registry.get(*pid).map(|p| p.comm.to_string()).unwrap_or_default(), *n))
+                .map(|(pid, reason, n)| {
+                    let comm = s.registry.get(*pid).map(|p| p.comm.to_string()).unwrap_or_default();
+                    (*pid, comm, crate::probe::loader::DROP_REASONS[*reason], *n)
+                })
                 .collect(),
             probes: s.probes.to_vec(),
             alerts: s.detector.active(s.registry).cloned().collect(),
