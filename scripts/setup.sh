@@ -2,6 +2,7 @@
 # Installs what building and testing cudatrace needs. Idempotent, and quiet once everything is there.
 #   - nightly rust-src (for -Z build-std=core on bpfel-unknown-none)
 #   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
+#   - cargo-fuzz 0.13 (the fuzz targets, run briefly by the tests)
 #   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux, and podman,
 #     buildah and runc for the container image)
 #   - kubernetes-validate (PyPI), which checks the rendered Helm chart against the Kubernetes schemas
@@ -43,6 +44,11 @@ if ! have_linker; then
     LLVM_PREFIX="${PREFIX}" cargo +"${NIGHTLY}" install --quiet --locked --force "bpf-linker@${BPF_LINKER_VERSION}" \
         --no-default-features --features "llvm-${LLVM_MAJOR}"
     have_linker || { say "bpf-linker built but does not run"; exit 1; }
+fi
+
+if ! cargo fuzz --version 2>/dev/null | grep -q "^cargo-fuzz 0.13"; then
+    say "installing cargo-fuzz 0.13 (about a minute)"
+    cargo install --quiet --locked cargo-fuzz@0.13.2
 fi
 
 if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then

@@ -1,24 +1,9 @@
-//! cudatrace: per-process CUDA driver call tracing with eBPF uprobes on libcuda.
-//!
-//! The flow, one folder a stage: `probe` (discover, resolve, load, attach) -> `pipeline` (ring
-//! buffer, decode, enrich) -> `registry` (every per-process table) -> `aggregate` -> `detect` ->
-//! `alert` -> `sinks` (stdout, Alertmanager, webhook, metrics). `cmd` holds one file per command;
-//! this file only parses and dispatches.
-mod aggregate;
-mod alert;
-mod cli;
-mod cmd;
-mod config;
-mod detect;
-mod nvml;
-mod pipeline;
-mod probe;
-mod registry;
-mod sinks;
-
+//! The `cudatrace` binary: parses the command line and dispatches to the command's module
+//! (see the library's documentation for the flow).
 use std::process::ExitCode;
 
 use clap::Parser as _;
+use tracer_user::{cli, cmd};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask build | standin | demo | test | bench`.
 mod bench;
+mod fuzz;
 mod image;
 mod standin;
 
@@ -35,6 +36,12 @@ enum Task {
     Bench,
     /// Build the container image `localhost/cudatrace:latest` with buildah, from local files only.
     Image,
+    /// Run every fuzz target (cargo-fuzz, nightly) for SECONDS each (default 60).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
 }
 
 fn root() -> PathBuf {
@@ -148,6 +155,8 @@ fn test(filter: Option<String>) -> Result<()> {
     // The Helm chart's own checks (its rendered objects are validated against the Kubernetes
     // schemas by the chart tests in the integration-tests crate).
     run(Command::new("helm").current_dir(root()).args(["lint", "--strict", "deploy/helm/cudatrace"]))?;
+    // The parsers of what tenants control, fuzzed briefly (`cargo xtask fuzz` runs longer).
+    fuzz::run(&root(), &target_dir(), 10)?;
     let standin = build()?;
     // The container image, for the test that runs it under podman.
     image::build(&root(), &target_dir().join("release/cudatrace"), false)?;
@@ -172,6 +181,7 @@ fn main() -> Result<()> {
         Task::Demo => demo(),
         Task::Test { filter } => test(filter),
         Task::Image => image::build(&root(), &target_dir().join("release/cudatrace"), true).map(|_| ()),
+        Task::Fuzz { seconds } => fuzz::run(&root(), &target_dir(), seconds),
         Task::Bench => {
             let standin = build()?;
             bench::run(&root(), target_dir().join("release/cudatrace"), standin)

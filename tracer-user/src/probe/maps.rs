@@ -9,6 +9,8 @@ use super::discover::is_libcuda;
 pub const MAX_MAPS_BYTES: u64 = 8 << 20;
 /// Longest maps line looked at (a path is at most PATH_MAX, 4096 bytes, plus the fields).
 const MAX_LINE: usize = 4096 + 128;
+/// Distinct libcuda files kept of one process (a real one maps one).
+pub const MAX_FILES: usize = 64;
 
 /// One file mapping: where, which file (device and inode), and its path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,9 +60,10 @@ pub fn parse_line(line: &str) -> Option<Mapping> {
 }
 
 /// The libcuda mappings in a maps text read from `reader`, at most [`MAX_MAPS_BYTES`] of it;
-/// one per file (device and inode).
+/// one per file (device and inode), at most [`MAX_FILES`].
 pub fn libcuda_mappings(reader: impl std::io::Read) -> Vec<Mapping> {
     let mut found: Vec<Mapping> = Vec::new();
+    let mut files = std::collections::HashSet::new();
     let mut lines = BufReader::new(reader.take(MAX_MAPS_BYTES));
     let mut buf = Vec::new();
     loop {
@@ -80,8 +83,11 @@ pub fn libcuda_mappings(reader: impl std::io::Read) -> Vec<Mapping> {
         let line = String::from_utf8_lossy(&buf);
         let Some(m) = parse_line(line.trim_end_matches('\n')) else { continue };
         let name = m.path.rsplit('/').next().unwrap_or_default();
-        if is_libcuda(name) && !found.iter().any(|f| (f.dev, f.inode) == (m.dev, m.inode)) {
+        if is_libcuda(name) && files.insert((m.dev, m.inode)) {
             found.push(m);
+            if found.len() == MAX_FILES {
+                break;
+            }
         }
     }
     found
@@ -118,6 +124,9 @@ mod tests {
         // A line far longer than any path, then a real one: skipped, then read.
         let long = format!("1-2 r 0 08:01 3 /{}/libcuda.so.1\n5-6 r 0 08:01 4 /ok/libcuda.so.1\n", "x".repeat(100_000));
         assert_eq!(libcuda_mappings(long.as_bytes()).iter().map(|m| m.inode).collect::<Vec<_>>(), [4]);
+        // At most MAX_FILES distinct files of one process.
+        let many: String = (1..=100).map(|i| format!("1-2 r 0 08:01 {i} /f{i}/libcuda.so.1\n")).collect();
+        assert_eq!(libcuda_mappings(many.as_bytes()).len(), MAX_FILES);
         // Past the byte cap nothing more is read.
         let mut huge = "1-2 r 0 08:01 1 /pad\n".repeat((MAX_MAPS_BYTES / 20) as usize + 10);
         huge.push_str("7-8 r 0 08:01 5 /late/libcuda.so.1\n");

@@ -104,12 +104,17 @@ pub fn check(file: &File, path: &Path) -> Result<Metadata, SymbolError> {
 /// Resolves every [`Api`] exported by the open library `file` (`path` names it in errors).
 pub fn resolve(file: &File, path: &Path) -> Result<Resolution, SymbolError> {
     let mut data = Vec::new();
-    (&*file)
+    let reader = file;
+    reader
         .take(MAX_LIBRARY_BYTES)
         .read_to_end(&mut data)
         .map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
-    let file = object::File::parse(&*data)
-        .map_err(|source| SymbolError::Parse { path: path.display().to_string(), source })?;
+    resolve_bytes(&data, path)
+}
+
+/// Resolves every [`Api`] exported by the ELF image `data` (`path` names it in errors).
+pub fn resolve_bytes(data: &[u8], path: &Path) -> Result<Resolution, SymbolError> {
+    let file = object::File::parse(data).map_err(|source| SymbolError::Parse { path: path.display().to_string(), source })?;
     let wanted: HashMap<&str, Api> = Api::ALL.iter().map(|a| (a.symbol(), *a)).collect();
     let mut offsets: HashMap<Api, u64> = HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {

@@ -52,7 +52,7 @@ impl std::fmt::Write for Capped {
 pub fn demangle(mangled: &str) -> String {
     let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
     let Ok(symbol) = cpp_demangle::Symbol::new_with_options(mangled, &parse) else {
-        return mangled.chars().take(MAX_DEMANGLED).collect();
+        return cut(mangled);
     };
     let options = cpp_demangle::DemangleOptions::default().recursion_limit(RECURSION_LIMIT);
     let mut sink = Capped { out: String::new(), full: false };
@@ -64,8 +64,17 @@ pub fn demangle(mangled: &str) -> String {
             }
             sink.out + "..."
         }
-        Err(_) => mangled.chars().take(MAX_DEMANGLED).collect(),
+        Err(_) => cut(mangled),
     }
+}
+
+/// `s` cut to at most [`MAX_DEMANGLED`] bytes, at a character boundary.
+fn cut(s: &str) -> String {
+    let mut end = s.len().min(MAX_DEMANGLED);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
 }
 
 impl KernelName {
@@ -156,6 +165,9 @@ mod tests {
         assert_eq!(&*k.demangled, "hidden_gemm(float*, float*, int)");
         assert_eq!(k.mangled, "_Z11hidden_gemmPfS_i");
         assert_eq!(&*KernelName::new("plain_c_kernel").demangled, "plain_c_kernel");
+        // A long name of multi-byte characters is cut by bytes, at a character boundary.
+        let wide = "\u{00e9}".repeat(1000);
+        assert_eq!(demangle(&wide).len(), MAX_DEMANGLED);
     }
 
     #[test]

@@ -122,6 +122,11 @@ impl PodIndex {
         self.pods.len()
     }
 
+    /// Whether it holds no pod.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
     /// The names of the container `container_id` (when known) of the pod `uid`.
     pub fn names(&self, uid: &str, container_id: Option<&str>) -> Option<PodNames> {
         let pod = self.pods.get(uid)?;

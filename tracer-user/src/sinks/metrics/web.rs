@@ -2,7 +2,7 @@
 //! Prometheus exporter-toolkit (what node_exporter reads), so the same file and the same
 //! Prometheus `scrape_config` work for both:
 //!
-//! ```yaml
+//! ```text
 //! tls_server_config:
 //!   cert_file: server.crt   # relative paths: to the web config file's folder
 //!   key_file: server.key

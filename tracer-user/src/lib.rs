@@ -1,0 +1,18 @@
+//! cudatrace: per-process CUDA driver call tracing with eBPF uprobes on libcuda.
+//!
+//! The flow, one folder a stage: `probe` (discover, resolve, load, attach) -> `pipeline` (ring
+//! buffer, decode, enrich) -> `registry` (every per-process table) -> `aggregate` -> `detect` ->
+//! `alert` -> `sinks` (stdout, Alertmanager, webhook, metrics). `cmd` holds one file per command.
+//! The binary (`main.rs`) only parses and dispatches; the library is what the fuzz targets
+//! (`fuzz/`) reach the parsers through.
+pub mod aggregate;
+pub mod alert;
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod detect;
+pub mod nvml;
+pub mod pipeline;
+pub mod probe;
+pub mod registry;
+pub mod sinks;
