@@ -157,6 +157,14 @@ fn runs_without_nvml_and_reports_bad_input() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bad config") && err.contains("0 < warning < critical < page"), "{err}");
+    // A library over max_library_mib is refused unread, in one line.
+    let big = dir.join("libcuda.so.1");
+    std::fs::File::create(&big).unwrap().set_len(3 << 20).unwrap();
+    std::fs::write(&bad, "max_library_mib = 2\n").unwrap();
+    let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap(), "--lib", big.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+    assert!(err.contains("is 3145728 bytes, over the 2097152 byte limit"), "{err}");
     for (flag, url, want) in [
         ("--alertmanager", "ftp://am.example:9093", "not an http or https URL: give http[s]://HOST[:PORT][/PATH]"),
         ("--webhook", "hooks.example/x", "not a URL: give http[s]://HOST[:PORT][/PATH]"),

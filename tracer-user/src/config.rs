@@ -36,6 +36,8 @@ pub struct Config {
     /// Distinct library files attached at most (each costs descriptors and probes); more are
     /// refused and counted.
     pub max_libraries: usize,
+    /// Largest library file read, MiB (a tenant's huge or sparse file is refused unread).
+    pub max_library_mib: u64,
     /// Globs of the host's library files that may be attached (`--lib-allow` adds to them).
     pub lib_allow: Vec<String>,
     /// Contention detection: baselines, thresholds and debouncing.
@@ -209,6 +211,7 @@ impl Default for Config {
             retain_exited_s: 120,
             max_processes: 1024,
             max_libraries: 32,
+            max_library_mib: 2048,
             lib_allow: Vec::new(),
             detect: DetectConfig::default(),
             alerts: AlertConfig::default(),
@@ -230,6 +233,9 @@ impl Config {
         check_ringbuf_mib(c.ringbuf_mib).map_err(|e| anyhow::anyhow!("ringbuf_mib = {e}"))?;
         if c.max_libraries == 0 {
             bail!("max_libraries = 0: give at least 1");
+        }
+        if c.max_library_mib == 0 || c.max_library_mib > 64 * 1024 {
+            bail!("max_library_mib = {}: give 1 to 65536 (NVIDIA's libcuda is under 100)", c.max_library_mib);
         }
         if c.max_processes == 0 {
             bail!("max_processes = 0: give at least 1");

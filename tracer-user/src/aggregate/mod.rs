@@ -56,8 +56,9 @@ impl Series {
     fn add(&mut self, other: &Series) {
         self.calls += other.calls;
         self.errors += other.errors;
-        self.bytes += other.bytes;
-        self.sum_ns += other.sum_ns;
+        // Saturating: a tenant's calls can claim any duration or copy size.
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
             *a += b;
         }
@@ -187,7 +188,8 @@ impl Aggregator {
         for p in registry.iter() {
             let mut time_by_label: HashMap<&Arc<str>, u64> = HashMap::default();
             for (label, s) in p.series.series.values().filter(|(l, _)| !l.is_empty() && &**l != OTHER) {
-                *time_by_label.entry(label).or_default() += s.sum_ns;
+                let t = time_by_label.entry(label).or_default();
+                *t = t.saturating_add(s.sum_ns);
             }
             let mut by_time: Vec<(&Arc<str>, u64)> = time_by_label.into_iter().collect();
             by_time.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));

@@ -109,6 +109,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     };
     let scheme = if web.tls.is_some() { "https" } else { "http" };
     server::raise_fd_limit();
+    crate::probe::symbols::set_max_library_bytes(cfg.max_library_mib << 20);
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
     let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };

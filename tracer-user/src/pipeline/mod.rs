@@ -6,6 +6,8 @@
 pub mod decode;
 mod discovery;
 pub mod enrich;
+#[cfg(test)]
+mod property_tests;
 
 use std::{
     io,

@@ -17,6 +17,18 @@ use tracer_common::Api;
 /// like one is refused, not read.
 pub const MAX_LIBRARY_BYTES: u64 = 2 << 30;
 
+/// The size cap in force ([`MAX_LIBRARY_BYTES`] unless the config's `max_library_mib` says).
+static LIBRARY_CAP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(MAX_LIBRARY_BYTES);
+
+/// Sets the largest library file read (the config's `max_library_mib`), before anything is read.
+pub fn set_max_library_bytes(bytes: u64) {
+    LIBRARY_CAP.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn cap() -> u64 {
+    LIBRARY_CAP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Why a library's symbols could not be read.
 #[derive(Debug, Error)]
 pub enum SymbolError {
@@ -95,8 +107,8 @@ pub fn check(file: &File, path: &Path) -> Result<Metadata, SymbolError> {
     if !meta.is_file() {
         return Err(SymbolError::NotRegular { path: path.display().to_string() });
     }
-    if meta.len() > MAX_LIBRARY_BYTES {
-        return Err(SymbolError::TooLarge { path: path.display().to_string(), bytes: meta.len(), max: MAX_LIBRARY_BYTES });
+    if meta.len() > cap() {
+        return Err(SymbolError::TooLarge { path: path.display().to_string(), bytes: meta.len(), max: cap() });
     }
     Ok(meta)
 }
@@ -106,7 +118,7 @@ pub fn resolve(file: &File, path: &Path) -> Result<Resolution, SymbolError> {
     let mut data = Vec::new();
     let reader = file;
     reader
-        .take(MAX_LIBRARY_BYTES)
+        .take(cap())
         .read_to_end(&mut data)
         .map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
     resolve_bytes(&data, path)
