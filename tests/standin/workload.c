@@ -10,6 +10,7 @@
  *     wait-for-lib N            once stdin closes: dlopen, then call cuLaunchKernel N times
  *     die-in-call               exit while a thread is blocked inside cuStreamSynchronize
  *     calls N [SECONDS]         N timed cuLaunchKernel calls per thread (benchmarks)
+ *     copy-calls N [SECONDS]    N timed 64-byte cuMemcpyHtoD_v2 calls per thread (benchmarks)
  *     kernels K                 K distinct kernel names looked up and launched once each
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
@@ -362,15 +363,17 @@ static void run_copies(double seconds, size_t bytes, long gap_us) {
 
 /* ---- calls (benchmark) ------------------------------------------------------------------------ */
 
-struct calls_args { long n; double seconds; long done; uint64_t ns; };
+struct calls_args { long n; double seconds; long done; uint64_t ns; int copies; };
 
 static void *calls_thread(void *p) {
     struct calls_args *a = p;
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
     uint64_t start = now_ns(), end = a->seconds > 0 ? start + (uint64_t)(a->seconds * 1e9) : UINT64_MAX;
     long i = 0;
     for (; i < a->n; i++) {
-        CHECK(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+        if (a->copies) CHECK(htod(dev_a, host_buf, 64));
+        else CHECK(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
         if ((i & 1023) == 1023 && now_ns() >= end) { i++; break; }
     }
     a->done = i;
@@ -378,13 +381,14 @@ static void *calls_thread(void *p) {
     return NULL;
 }
 
-/* N launches per thread (or fewer when SECONDS pass), timed: the cost of one traced call. */
-static void run_calls(int threads, long n, double seconds) {
+/* N launches (or, with COPIES, 64-byte host-to-device copies) per thread, or fewer when SECONDS
+ * pass, timed: the cost of one traced call. */
+static void run_calls(int threads, long n, double seconds, int copies) {
     setup(4096);
     pthread_t th[MAX_THREADS];
     struct calls_args args[MAX_THREADS];
     for (int t = 0; t < threads; t++) {
-        args[t] = (struct calls_args){n, seconds, 0, 0};
+        args[t] = (struct calls_args){n, seconds, 0, 0, copies};
         pthread_create(&th[t], NULL, calls_thread, &args[t]);
     }
     long total = 0;
@@ -500,7 +504,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | headless SECONDS\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | headless SECONDS\n");
     exit(64);
 }
 
@@ -546,7 +550,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "wait-for-lib") && i + 1 == argc) run_basic(1, atol(argv[i]), 0);
     else if (!strcmp(scenario, "die-in-call") && i == argc) run_die_in_call();
     else if (!strcmp(scenario, "calls") && (i + 1 == argc || i + 2 == argc))
-        run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0);
+        run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0, 0);
+    else if (!strcmp(scenario, "copy-calls") && (i + 1 == argc || i + 2 == argc))
+        run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0, 1);
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));

@@ -27,7 +27,8 @@ use integration_tests::{exposition, free_port, http, wait_for_background_detach}
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 7;
-const CALLS: u64 = 300_000;
+
+mod overhead;
 
 struct Paths {
     cudatrace: PathBuf,
@@ -74,16 +75,16 @@ fn wait_line(child: &mut Child, from_stdout: bool, needle: &str) -> Result<()> {
     rx.recv_timeout(Duration::from_secs(120)).context("tracer did not become ready")
 }
 
-fn bpftrace(lib: &Path, histogram: bool) -> Result<Running> {
+fn bpftrace(lib: &Path, symbol: &str, histogram: bool) -> Result<Running> {
     let l = lib.display();
     let script = if histogram {
         format!(
-            "uprobe:{l}:cuLaunchKernel {{ @s[tid] = nsecs; }} \
-             uretprobe:{l}:cuLaunchKernel /@s[tid]/ {{ @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }} \
+            "uprobe:{l}:{symbol} {{ @s[tid] = nsecs; }} \
+             uretprobe:{l}:{symbol} /@s[tid]/ {{ @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }} \
              BEGIN {{ printf(\"ready\\n\"); }}"
         )
     } else {
-        format!("uprobe:{l}:cuLaunchKernel {{ }} uretprobe:{l}:cuLaunchKernel {{ }} BEGIN {{ printf(\"ready\\n\"); }}")
+        format!("uprobe:{l}:{symbol} {{ }} uretprobe:{l}:{symbol} {{ }} BEGIN {{ printf(\"ready\\n\"); }}")
     };
     let mut child = Command::new("bpftrace")
         .args(["-e", &script])
@@ -93,10 +94,6 @@ fn bpftrace(lib: &Path, histogram: bool) -> Result<Running> {
         .context("bpftrace (Debian package) is needed: scripts/setup.sh installs it")?;
     wait_line(&mut child, true, "ready")?;
     Ok(Running { child, stopped: false })
-}
-
-fn start_cudatrace(p: &Paths, port: u16) -> Result<Running> {
-    start_binary(&p.cudatrace, p, port)
 }
 
 fn start_binary(bin: &Path, p: &Paths, port: u16) -> Result<Running> {
@@ -186,9 +183,9 @@ struct Throughput {
     scrape_ms_max: f64,
 }
 
-/// One workload thread at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a client
-/// scrapes `/metrics` that often meanwhile.
-fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>) -> Result<Throughput> {
+/// `threads` workload threads at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a
+/// client scrapes `/metrics` that often meanwhile.
+fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>, threads: u32) -> Result<Throughput> {
     let port = free_port();
     let t = start_binary(bin, p, port)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -211,7 +208,7 @@ fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>) -> Result<Throughpu
         })
     });
     let cpu0 = cpu_seconds(t.pid())?;
-    let r = workload(p, &["calls", "1000000000", "30"])?;
+    let r = workload(p, &["--threads", &threads.to_string(), "calls", "1000000000", "30"])?;
     stop.store(true, Ordering::Relaxed);
     if let Some(s) = scraper {
         let _ = s.join();
@@ -251,155 +248,132 @@ fn machine() -> String {
 pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     let before = std::env::var_os("CUDATRACE_BENCH_BEFORE").map(PathBuf::from);
     let p = Paths { cudatrace, before, workload: standin.join("cuda-workload"), lib: standin.join("libcuda.so.1") };
-    let calls = CALLS.to_string();
-    let mut names = vec!["untraced", "floor", "bpftrace", "cudatrace"];
-    if p.before.is_some() {
-        names.push("cudatrace_before");
-    }
-    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
-    eprintln!("bench: {ROUNDS} rounds of {}, {CALLS} cuLaunchKernel calls each", if p.before.is_some() { "A B C D E" } else { "A B C D" });
-    for round in 0..ROUNDS {
-        for (i, name) in names.iter().enumerate() {
-            let tracer = match i {
-                0 => None,
-                1 => Some(bpftrace(&p.lib, false)?),
-                2 => Some(bpftrace(&p.lib, true)?),
-                3 => Some(start_cudatrace(&p, free_port())?),
-                _ => Some(start_binary(p.before.as_deref().expect("E only with a before binary"), &p, free_port())?),
-            };
-            let r = workload(&p, &["calls", &calls])?;
-            if let Some(t) = tracer {
-                t.stop()?;
-            }
-            let v = r["ns_per_call"].as_f64().context("ns_per_call")?;
-            eprintln!("bench: round {} {name}: {v:.1} ns/call", round + 1);
-            ns[i].push(v);
-        }
+    let setups = if p.before.is_some() { 6 } else { 5 };
+    let mut overheads = Vec::new();
+    for sym in &overhead::SYMBOLS {
+        eprintln!("bench: {ROUNDS} interleaved rounds of {} {} calls, setups A to {}", sym.calls, sym.name, if setups == 6 { "F" } else { "E" });
+        overheads.push(overhead::measure(&p, sym, ROUNDS)?);
     }
     // Added cost per call, paired with the same round's untraced run.
-    let added = |i: usize| -> Vec<f64> { ns[i].iter().zip(&ns[0]).map(|(t, a)| t - a).collect() };
-    let mut summary = serde_json::Map::new();
-    for (i, name) in names.iter().enumerate() {
-        let mut a = if i == 0 { ns[0].clone() } else { added(i) };
-        let med = median(&mut a);
-        summary.insert(
-            (*name).into(),
-            json!({"ns_per_call": ns[i], "added_ns_median": if i == 0 { 0.0 } else { med },
-                   "added_ns_min": a.first(), "added_ns_max": a.last()}),
-        );
-    }
-    let med = |i: usize| median(&mut added(i));
-    let (floor, bpf, ours) = (med(1), med(2), med(3));
-    let before = (names.len() > 4).then(|| med(4));
+    let added = |o: &overhead::Overhead, i: usize| -> Vec<f64> { o.ns[i].iter().zip(&o.ns[0]).map(|(t, a)| t - a).collect() };
+    let med = |o: &overhead::Overhead, i: usize| median(&mut added(o, i));
 
-    // Throughput: one workload thread at full speed for 30 s, then the same with 20 scrapes a
+    // Throughput at full speed, one and two workload threads, then one thread scraped 20 times a
     // second.
-    eprintln!("bench: throughput, 30 s at full speed under cudatrace run");
-    let quiet = throughput(&p, &p.cudatrace, None)?;
+    eprintln!("bench: throughput, 30 s at full speed under cudatrace run, 1 and 2 threads");
+    let quiet = throughput(&p, &p.cudatrace, None, 1)?;
+    let two = throughput(&p, &p.cudatrace, None, 2)?;
     eprintln!("bench: throughput, 30 s at full speed under cudatrace run, scraped 20 times a second");
-    let scraped = throughput(&p, &p.cudatrace, Some(20))?;
+    let scraped = throughput(&p, &p.cudatrace, Some(20), 1)?;
     let quiet_before = match &p.before {
         Some(bin) => {
             eprintln!("bench: throughput, 30 s at full speed under the before binary's run");
-            Some(throughput(&p, bin, None)?)
+            Some(throughput(&p, bin, None, 1)?)
         }
         None => None,
     };
-    let (rate, events, dropped, cpu_ms_per_million) = (quiet.calls_per_second, quiet.events, quiet.dropped, quiet.cpu_ms_per_million);
     let scrape_cpu_ratio = scraped.cpu_ms_per_million / quiet.cpu_ms_per_million;
+    let rss = memory(&p)?;
 
-    // Memory at scale.
+    let tp = |t: &Throughput| {
+        json!({"calls_per_second": t.calls_per_second, "seconds": t.seconds, "events": t.events, "dropped": t.dropped,
+               "tracer_cpu_ms_per_million_events": t.cpu_ms_per_million, "scrapes": t.scrapes, "slowest_scrape_ms": t.scrape_ms_max})
+    };
+    let mut per_symbol = serde_json::Map::new();
+    for (sym, o) in overhead::SYMBOLS.iter().zip(&overheads) {
+        let setups_json: serde_json::Map<String, Value> = (0..setups)
+            .map(|i| (overhead::SETUPS[i].to_owned(), json!({"ns_per_call": o.ns[i], "added_ns_median": if i == 0 { 0.0 } else { med(o, i) }})))
+            .collect();
+        per_symbol.insert(
+            sym.name.into(),
+            json!({"first_instruction": overhead::first_instruction(&p.lib, sym.name), "calls_per_round": sym.calls,
+                   "setups": setups_json, "ratio_run_to_floor": med(o, 3) / med(o, 1), "ratio_run_to_bpftrace": med(o, 3) / med(o, 2),
+                   "attach_ms": o.attach_ms, "stop_ms": o.stop_ms}),
+        );
+    }
+    let result = json!({
+        "machine": machine(),
+        "rounds": ROUNDS,
+        "overhead": per_symbol,
+        "throughput": tp(&quiet),
+        "throughput_two_threads": tp(&two),
+        "throughput_scraped_20hz": tp(&scraped),
+        "scraped_cpu_ratio_to_unscraped": scrape_cpu_ratio,
+        "throughput_before": quiet_before.as_ref().map(tp),
+        "rss_bytes": rss,
+    });
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(&result)? + "\n")?;
+
+    let mut md = format!("# cudatrace benchmark\n\nMachine: {}\n", machine());
+    for (sym, o) in overhead::SYMBOLS.iter().zip(&overheads) {
+        md += &format!(
+            "\n## {} (first instruction in the stand-in: `{}`)\n\n{ROUNDS} interleaved rounds of {} calls.\n\n\
+             | setup | ns per call, median | added ns per call, median (min to max) |\n|---|---|---|\n",
+            sym.name,
+            overhead::first_instruction(&p.lib, sym.name),
+            sym.calls
+        );
+        for i in 0..setups {
+            let mut a = added(o, i);
+            a.sort_by(|x, y| x.total_cmp(y));
+            let spread = if i == 0 { "0".to_owned() } else { format!("{:.0} ({:.0} to {:.0})", median(&mut a.clone()), a[0], a[a.len() - 1]) };
+            md += &format!("| {} | {:.0} | {spread} |\n", overhead::SETUPS[i], median(&mut o.ns[i].clone()));
+        }
+        md += &format!(
+            "\nD/B = {:.2}, D/C = {:.2}, E/B = {:.2}{}; D attach (start to ready) median {:.0} ms, stop (SIGINT to exit) median {:.0} ms.\n",
+            med(o, 3) / med(o, 1),
+            med(o, 3) / med(o, 2),
+            med(o, 4) / med(o, 1),
+            if setups == 6 { format!(", D/F = {:.2}", med(o, 3) / med(o, 5)) } else { String::new() },
+            median(&mut o.attach_ms.clone()),
+            median(&mut o.stop_ms.clone())
+        );
+    }
+    for (label, t) in [("one workload thread", &quiet), ("two workload threads", &two)] {
+        md += &format!(
+            "\nThroughput, {label}, 30 s under `cudatrace run`: {:.0} calls/s, {:.0} events, {:.0} dropped, {:.0} ms of tracer CPU per million events.\n",
+            t.calls_per_second, t.events, t.dropped, t.cpu_ms_per_million
+        );
+    }
+    md += &format!(
+        "\nScraped 20 times a second meanwhile ({} scrapes, slowest {:.1} ms): {:.0} calls/s, {:.0} events, {:.0} dropped, \
+         {:.0} ms of tracer CPU per million events ({scrape_cpu_ratio:.2}x unscraped).\n",
+        scraped.scrapes, scraped.scrape_ms_max, scraped.calls_per_second, scraped.events, scraped.dropped, scraped.cpu_ms_per_million
+    );
+    if let Some(t) = &quiet_before {
+        md += &format!("\nThe before binary's throughput run: {:.0} calls/s, {:.0} events, {:.0} dropped, {:.0} ms of tracer CPU per million events.\n", t.calls_per_second, t.events, t.dropped, t.cpu_ms_per_million);
+    }
+    md += "\nResident memory of `cudatrace run`:";
+    for (k, v) in &rss {
+        md += &format!(" {k} {:.1} MiB;", v.as_f64().unwrap_or(0.0) / 1048576.0);
+    }
+    md += "\n";
+    std::fs::write(dir.join("latest.md"), &md)?;
+    println!("{md}");
+    Ok(())
+}
+
+/// Resident memory of `cudatrace run` idle, then with 1, 100 and 1,000 processes of 10 kernels,
+/// and one of 10,000 kernels.
+fn memory(p: &Paths) -> Result<serde_json::Map<String, Value>> {
     eprintln!("bench: resident memory with 1, 100, 1000 processes and 10, 10000 kernels");
-    let t = start_cudatrace(&p, free_port())?;
-    let base_rss = rss_bytes(t.pid())?;
+    let t = start_binary(&p.cudatrace, p, free_port())?;
     let mut rss = serde_json::Map::new();
+    rss.insert("idle".into(), json!(rss_bytes(t.pid())?));
     let mut done = 0;
     for target in [1, 100, 1000] {
         while done < target {
-            workload(&p, &["kernels", "10"])?;
+            workload(p, &["kernels", "10"])?;
             done += 1;
         }
         std::thread::sleep(Duration::from_millis(500));
         rss.insert(format!("processes_{target}_kernels_10"), json!(rss_bytes(t.pid())?));
     }
-    workload(&p, &["kernels", "10000"])?;
+    workload(p, &["kernels", "10000"])?;
     std::thread::sleep(Duration::from_millis(500));
     rss.insert("process_1_kernels_10000".into(), json!(rss_bytes(t.pid())?));
     t.stop()?;
-
-    let result = json!({
-        "machine": machine(),
-        "rounds": ROUNDS,
-        "calls_per_round": CALLS,
-        "overhead": summary,
-        "added_ns": {"floor": floor, "bpftrace": bpf, "cudatrace": ours},
-        "ratio_cudatrace_to_floor": ours / floor,
-        "ratio_cudatrace_to_bpftrace": ours / bpf,
-        "ratio_cudatrace_to_before": before.map(|b| ours / b),
-        "throughput_before": quiet_before.as_ref().map(|t| json!({"calls_per_second": t.calls_per_second, "events": t.events,
-                       "dropped": t.dropped, "tracer_cpu_ms_per_million_events": t.cpu_ms_per_million})),
-        "throughput": {"calls_per_second": rate, "seconds": quiet.seconds, "events": events, "dropped": dropped,
-                       "tracer_cpu_ms_per_million_events": cpu_ms_per_million},
-        "throughput_scraped_20hz": {"calls_per_second": scraped.calls_per_second, "seconds": scraped.seconds,
-                       "events": scraped.events, "dropped": scraped.dropped, "scrapes": scraped.scrapes,
-                       "slowest_scrape_ms": scraped.scrape_ms_max,
-                       "tracer_cpu_ms_per_million_events": scraped.cpu_ms_per_million,
-                       "cpu_ratio_to_unscraped": scrape_cpu_ratio},
-        "rss_bytes": {"idle": base_rss, "after": rss},
-    });
-    let dir = root.join("bench/results");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(&result)? + "\n")?;
-    let spread = |i: usize| {
-        let mut a = added(i);
-        a.sort_by(|x, y| x.total_cmp(y));
-        format!("{:.0} ({:.0} to {:.0})", median(&mut a.clone()), a[0], a[a.len() - 1])
-    };
-    let mut md = format!(
-        "# cudatrace benchmark\n\nMachine: {}\n\n{ROUNDS} interleaved rounds of {CALLS} `cuLaunchKernel` calls against the stand-in libcuda.\n\n\
-         | setup | ns per call, median | added ns per call, median (min to max) |\n|---|---|---|\n",
-        machine()
-    );
-    let labels = ["A untraced", "B floor: empty uprobe+uretprobe", "C bpftrace latency histogram", "D cudatrace run", "E cudatrace run, before"];
-    for (i, name) in labels.iter().take(names.len()).enumerate() {
-        let added = if i == 0 { "0".to_owned() } else { spread(i) };
-        md += &format!("| {name} | {:.0} | {added} |\n", median(&mut ns[i].clone()));
-    }
-    if let (Some(b), Some(t)) = (before, &quiet_before) {
-        md += &format!(
-            "\nD/E = {:.2} (this build against `CUDATRACE_BENCH_BEFORE`); the before binary's throughput run: {:.0} calls/s, \
-             {:.0} events, {:.0} dropped, {:.0} ms of tracer CPU per million events\n",
-            ours / b,
-            t.calls_per_second,
-            t.events,
-            t.dropped,
-            t.cpu_ms_per_million
-        );
-    }
-    md += &format!(
-        "\nD/B = {:.2}, D/C = {:.2}\n\nThroughput: {:.0} calls/s from one workload thread for {} s under `cudatrace run`: \
-         {events:.0} events, {dropped:.0} dropped, {cpu_ms_per_million:.0} ms of tracer CPU per million events.\n\n\
-         Scraped 20 times a second meanwhile ({} scrapes, slowest {:.1} ms): {:.0} calls/s, {:.0} events, {:.0} dropped, \
-         {:.0} ms of tracer CPU per million events ({:.2}x unscraped).\n\n\
-         Resident memory of `cudatrace run`: idle {:.1} MiB",
-        ours / floor,
-        ours / bpf,
-        rate,
-        quiet.seconds,
-        scraped.scrapes,
-        scraped.scrape_ms_max,
-        scraped.calls_per_second,
-        scraped.events,
-        scraped.dropped,
-        scraped.cpu_ms_per_million,
-        scrape_cpu_ratio,
-        base_rss as f64 / 1048576.0
-    );
-    for (k, v) in &rss {
-        md += &format!(", {k} {:.1} MiB", v.as_f64().unwrap_or(0.0) / 1048576.0);
-    }
-    md += ".\n";
-    std::fs::write(dir.join("latest.md"), &md)?;
-    println!("{md}");
-    Ok(())
+    Ok(rss)
 }
