@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The check to run on a machine with an NVIDIA GPU and driver: cudatrace against the real
-# libcuda. N real launches (and copies) in, N events out, and the added cost per call.
+# libcuda. N real launches (and copies) in, N events out, the added cost per call, and the first
+# instruction of each probed symbol (the kernel emulates push/jmp/call/nop at a uprobe; anything
+# else is single-stepped out of line, several times dearer: the bench measures both cases).
 #   scripts/device-check.sh [LIBCUDA]      (default: the loader's libcuda.so.1)
 # Needs root, a built tree (`cargo xtask build`), and nothing else. Writes results to $OUT when
 # set (the device tool's output folder), else to target/device-check/.
@@ -39,10 +41,23 @@ d=$(ns)
 kill -INT $daemon; wait $daemon || true
 detached
 a2=$(ns)
+# The first instruction of each of the 43 probed symbols (objdump falls back to the dynamic
+# symbols of a stripped library).
+syms=$(grep -o '"cu[A-Za-z0-9_]*"' tracer-common/src/api.rs | tr -d '"' | sort -u | tr '\n' ' ')
+if command -v objdump > /dev/null; then
+  objdump -d --no-show-raw-insn "$lib" | awk -v list="$syms" '
+    BEGIN { n = split(list, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 }
+    /^[0-9a-f]+ <[^>]+>:$/ { name = $2; gsub(/[<>:]/, "", name); sub(/@.*/, "", name); grab = (name in want); next }
+    grab && NF > 1 { sub(/^[ \t]*[0-9a-f]+:[ \t]*/, ""); print name ": " $0; grab = 0 }' | sort -u > "$out/first-instructions.txt"
+else
+  echo "objdump not found: install binutils to see each symbol's first instruction" > "$out/first-instructions.txt"
+fi
 {
   echo "libcuda: $lib"
   echo "launches in=$launches out=$got_l; copies in=$copies out=$got_c"
   echo "$summary"
   echo "ns per cuLaunchKernel: untraced $a1 / $a2, under cudatrace run $d"
+  echo "first instructions ($(wc -l < "$out/first-instructions.txt") symbols):"
+  sed 's/^/  /' "$out/first-instructions.txt"
 } | tee "$out/result.txt"
 [ "$got_l" = "$launches" ] && [ "$got_c" = "$copies" ]

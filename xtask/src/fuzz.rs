@@ -12,7 +12,9 @@ pub const TARGETS: [&str; 7] = ["decode", "proc_maps", "proc_status", "config", 
 /// Builds the targets and runs each for `seconds`; the builds go under `target_dir`/fuzz.
 pub fn run(root: &Path, target_dir: &Path, seconds: u64) -> Result<()> {
     let fuzz_dir = target_dir.join("fuzz");
-    let cargo_fuzz = |args: &[&str]| {
+    // `cargo fuzz SUBCOMMAND -O [TARGET] --target-dir DIR [-- LIBFUZZER ARGS]`: the target dir
+    // must come before `--`, or libFuzzer gets it and cargo builds in fuzz/target.
+    let cargo_fuzz = |args: &[&str], libfuzzer: &[&str]| {
         let mut cmd = Command::new("cargo");
         cmd.current_dir(root.join("fuzz"))
             .args(["+nightly", "fuzz"])
@@ -21,15 +23,18 @@ pub fn run(root: &Path, target_dir: &Path, seconds: u64) -> Result<()> {
             .arg(&fuzz_dir)
             .env("CUDATRACE_SKIP_EBPF", "1")
             .env_remove("CARGO_TARGET_DIR");
+        if !libfuzzer.is_empty() {
+            cmd.arg("--").args(libfuzzer);
+        }
         cmd
     };
-    let status = cargo_fuzz(&["build", "-O"]).status().context("cannot run cargo fuzz: `cargo install cargo-fuzz` (scripts/setup.sh does)")?;
+    let status = cargo_fuzz(&["build", "-O"], &[]).status().context("cannot run cargo fuzz: `cargo install cargo-fuzz` (scripts/setup.sh does)")?;
     if !status.success() {
         bail!("building the fuzz targets failed: {status}");
     }
     for target in TARGETS {
         let started = Instant::now();
-        let out = cargo_fuzz(&["run", "-O", target, "--", &format!("-max_total_time={seconds}"), "-rss_limit_mb=2048"])
+        let out = cargo_fuzz(&["run", "-O", target], &[&format!("-max_total_time={seconds}"), "-rss_limit_mb=2048"])
             .output()
             .with_context(|| format!("cannot run fuzz target {target}"))?;
         let log = String::from_utf8_lossy(&out.stderr);
