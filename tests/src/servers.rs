@@ -1,7 +1,6 @@
 //! Real servers on loopback the tests talk to: Prometheus, Alertmanager (Debian's packages), and
 //! a webhook receiver.
 use std::{
-    io::BufRead as _,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex},
@@ -207,35 +206,12 @@ impl Webhook {
 
 /// HTTP/1.1 requests on one connection (keep-alive), each body parsed as JSON.
 fn serve_http(stream: std::net::TcpStream, bodies: &Mutex<Vec<Value>>) {
-    use std::io::{BufReader, Read as _, Write as _};
+    use std::io::{BufReader, Write as _};
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut length = 0usize;
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = header.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let value = serde_json::from_slice(&body).unwrap_or_else(|e| panic!("webhook body is not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+    while let Some(request) = crate::tls::read_request(&mut reader) {
+        let body = &request.body;
+        let value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("webhook body is not JSON ({e}): {}", String::from_utf8_lossy(body)));
         bodies.lock().unwrap().push(value);
         if writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
             return;

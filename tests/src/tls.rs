@@ -117,7 +117,9 @@ impl TlsServer {
     }
 }
 
-fn read_request(r: &mut impl std::io::BufRead) -> Option<Request> {
+/// One HTTP/1.1 request (head, then a body of its content-length, at most 1 MiB); `None` at the
+/// end of the stream or on a malformed request.
+pub(crate) fn read_request(r: &mut impl std::io::BufRead) -> Option<Request> {
     let mut line = String::new();
     r.read_line(&mut line).ok()?;
     let target = line.split_whitespace().nth(1)?.to_owned();

@@ -113,6 +113,8 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
     let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
+    // The sinks' CA file is checked before anything is loaded, as the port and the web config are.
+    let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
     let mut session = Session::open(args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone()))?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
     if let Sampler::Off(why) = &sampler {
@@ -134,7 +136,6 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let window = Duration::from_secs(cfg.detect.window_s);
     let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
     detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
     let pod_names = pods_api::start(&cfg.kubernetes);
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
