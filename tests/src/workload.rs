@@ -38,9 +38,14 @@ pub enum Scenario {
     HugeCopies(u64),
     /// `cuLaunchKernel` calls back to back, timed (benchmarks).
     Calls(u64),
+    /// N timed 64-byte `cuMemcpyHtoD_v2` calls (one record each, also when launches are counted
+    /// in the kernel).
+    CopyCalls(u64),
     /// `Loop { seconds, grid: 1, sync_every: 1 }` in a second thread, after `main` calls
     /// `pthread_exit`.
     Headless(f64),
+    /// N launches, a rename of the process to NAME (`prctl(PR_SET_NAME)`), N more launches.
+    Rename(String, u64),
     /// A kernel looked up by this name (any bytes a tenant chooses), launched once.
     Lookup(String),
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
@@ -66,8 +71,10 @@ impl Scenario {
             Scenario::UnpagedConfig(n) => vec!["unpaged-config".into(), n.to_string()],
             Scenario::HugeCopies(n) => vec!["huge-copies".into(), n.to_string()],
             Scenario::Calls(n) => vec!["calls".into(), n.to_string()],
+            Scenario::CopyCalls(n) => vec!["copy-calls".into(), n.to_string()],
             Scenario::Headless(seconds) => vec!["headless".into(), seconds.to_string()],
             Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
+            Scenario::Rename(name, n) => vec!["rename".into(), name.clone(), n.to_string()],
             Scenario::Copies { seconds, bytes, gap_us } => {
                 vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]
             }

@@ -17,6 +17,7 @@
  *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
  *     headless SECONDS          loop SECONDS 1 1 in a second thread, after main calls pthread_exit
  *     lookup NAME               cuModuleGetFunction of NAME (any bytes, from a tenant), one launch
+ *     rename NAME N             N launches, then prctl(PR_SET_NAME, NAME), then N launches
  *     unpaged-config N          N cuLaunchKernelEx calls whose CUlaunchConfig sits in a file
  *                               mapping not yet paged in (grid N+1 x 2 x 3): a probe cannot read
  *                               it without faulting, the driver's own read faults it in
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -479,6 +481,16 @@ static void run_lookup(const char *name) {
     printf("{\"pid\":%d,\"function\":%lu}\n", getpid(), (unsigned long)(uintptr_t)f);
 }
 
+static void run_rename(const char *name, long n) {
+    setup(4096);
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    for (long i = 0; i < 2 * n; i++) {
+        if (i == n && prctl(PR_SET_NAME, name, 0, 0, 0) != 0) { perror("prctl"); exit(2); }
+        CHECK(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+    }
+    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), 2 * n);
+}
+
 static void run_unpaged_config(long n) {
     setup(4096);
     PFN_cuLaunchKernelEx launch_ex = (PFN_cuLaunchKernelEx)sym("cuLaunchKernelEx", 1);
@@ -504,7 +516,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | headless SECONDS\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | rename NAME N | headless SECONDS\n");
     exit(64);
 }
 
@@ -558,6 +570,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
     else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));
     else if (!strcmp(scenario, "lookup") && i + 1 == argc) run_lookup(argv[i]);
+    else if (!strcmp(scenario, "rename") && i + 2 == argc) run_rename(argv[i], atol(argv[i + 1]));
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else usage();
     return 0;

@@ -287,8 +287,8 @@ fn lib_allow_attaches_only_the_hosts_files() {
 }
 
 /// The process that filled the ring buffer is named: with the daemon stopped, a process makes
-/// 50,000 calls into a 1 MiB ring buffer; once resumed, every record lost is counted against
-/// that process.
+/// 50,000 copies (one record each; launches would be counted in the kernel) into a 1 MiB ring
+/// buffer; once resumed, every record lost is counted against that process.
 #[test]
 fn the_process_that_filled_the_ring_buffer_is_named() {
     let Some(env) = env() else { return };
@@ -298,7 +298,7 @@ fn the_process_that_filled_the_ring_buffer_is_named() {
     let dev = device_file("ring");
     // SAFETY: plain kill(2) on the daemon's pid.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGSTOP) };
-    let job = Workload::new(&env, Scenario::Calls(50_000)).device(&dev).run();
+    let job = Workload::new(&env, Scenario::CopyCalls(50_000)).device(&dev).run();
     // SAFETY: as above.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGCONT) };
     let pid = job["pid"].as_u64().unwrap().to_string();
@@ -306,12 +306,12 @@ fn the_process_that_filled_the_ring_buffer_is_named() {
         let samples = exposition::parse(&http::scrape(&listen));
         let total: f64 = exposition::sum(&samples, "cudatrace_events_dropped_total", &[]);
         let mine: f64 = exposition::sum(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &pid)]);
-        let counted: f64 = exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]);
+        let counted: f64 = exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuMemcpyHtoD_v2")]);
         (total > 0.0 && mine == total).then_some((total, counted))
     });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    eprintln!("e2e the_process_that_filled_the_ring_buffer_is_named: launches in=50000 (dropped, counted) {figures:?}");
+    eprintln!("e2e the_process_that_filled_the_ring_buffer_is_named: copies in=50000 (dropped, counted) {figures:?}");
     let (dropped, counted) = figures.unwrap_or_else(|| panic!("drops not attributed: {:?}", traced.stderr));
     assert!(dropped > 30_000.0 && counted > 0.0 && counted + dropped <= 50_004.0, "{dropped} {counted}");
 }
@@ -392,14 +392,15 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
     assert_eq!((launches(pids[0]), launches(pids[1])), (300, 0));
 }
 
-/// With `record_rate_limit = 1000`, a process making 5,000 launches in well under a second gets
-/// exactly 1,000 records through, and every other record is counted as rate-limited, for it; a
-/// quieter process beside it loses nothing.
+/// With `record_rate_limit = 1000` and every launch written as a record (`[launches] aggregate
+/// = false`), a process making 5,000 launches in well under a second gets exactly 1,000 records
+/// through, and every other record is counted as rate-limited, for it; a quieter process beside
+/// it loses nothing. (Counted in the kernel, launches are not records: `launches.rs`.)
 #[test]
 fn a_record_rate_limit_caps_one_process_and_counts_the_rest() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("rate-limit");
-    let config = dir.write("cudatrace.toml", "record_rate_limit = 1000\n");
+    let config = dir.write("cudatrace.toml", "record_rate_limit = 1000\n[launches]\naggregate = false\n");
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
     let dev = device_file("rate");
     // Short simulated kernels: the final wait returns within the same one-second window.

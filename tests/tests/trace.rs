@@ -184,3 +184,28 @@ fn ebpf_log_reports_rare_conditions() {
     assert!(line.is_some(), "no {exited:?}: {:?}", traced.stderr);
     let _ = std::fs::remove_file(&dev);
 }
+
+/// Records carry no name: the kernel reads a thread's name at its first call, and the main
+/// thread's rename (`prctl(PR_SET_NAME)`) reaches user space before the calls after it.
+#[test]
+fn the_process_name_is_read_once_and_follows_a_rename() {
+    let Some(env) = env() else { return };
+    let lib = env.libcuda();
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let dev = device_file("rename");
+    let report = Workload::new(&env, Scenario::Rename("renamed-job".into(), 500)).device(&dev).run();
+    let traced = tracer.stop();
+    let _ = std::fs::remove_file(&dev);
+    let pid = report["pid"].as_u64().unwrap();
+    let names: Vec<&str> = traced
+        .of_pid(pid)
+        .into_iter()
+        .filter(|e| e["api"] == "cuLaunchKernel")
+        .map(|e| e["comm"].as_str().unwrap())
+        .collect();
+    let before = names.iter().take_while(|n| **n == "cuda-workload").count();
+    eprintln!("e2e the_process_name_is_read_once_and_follows_a_rename: {} launches, {before} named cuda-workload, then {:?}", names.len(), names.last());
+    assert_eq!(names.len(), 1000);
+    assert_eq!(before, 500);
+    assert!(names[500..].iter().all(|n| *n == "renamed-job"), "{:?}", &names[500..510]);
+}

@@ -111,6 +111,16 @@ impl Direction {
 pub const COOKIE_READ_OUT: u64 = 1 << 16;
 /// Cookie flag: at return, read the NUL-terminated name the third argument points to.
 pub const COOKIE_READ_NAME: u64 = 1 << 17;
+/// Cookie flag: a kernel launch, counted in-kernel when aggregating.
+pub const COOKIE_LAUNCH: u64 = 1 << 18;
+/// Cookie flag: stream 0 is this thread's default stream (`_ptsz`/`_ptds`).
+pub const COOKIE_PER_THREAD: u64 = 1 << 19;
+/// Cookie flag: a successful return closes the batch of the stream in the first argument.
+pub const COOKIE_CLOSES_ARG_STREAM: u64 = 1 << 20;
+/// Cookie flag: a successful return closes the batch of the default stream (synchronous copies).
+pub const COOKIE_CLOSES_DEFAULT_STREAM: u64 = 1 << 21;
+/// Cookie flag: a successful return closes the batches of every stream of the process.
+pub const COOKIE_CLOSES_ALL: u64 = 1 << 22;
 /// Mask of the api id inside a cookie.
 pub const COOKIE_API_MASK: u64 = 0xffff;
 
@@ -237,13 +247,26 @@ impl Api {
         Api::ALL.get(id as usize).copied()
     }
 
-    /// The attach cookie for this api: its id plus what the return probe must read.
+    /// The attach cookie for this api: its id plus what the return probe must read and do
+    /// (the batches a wait closes follow the GPU-time estimate's model).
     pub const fn cookie(self) -> u64 {
-        let flags = match self.info().shape {
+        let info = self.info();
+        let mut flags = match info.shape {
             Shape::Alloc | Shape::KernelGetFunction => COOKIE_READ_OUT,
             Shape::ModuleGetFunction | Shape::LibraryGetKernel => COOKIE_READ_OUT | COOKIE_READ_NAME,
+            Shape::StreamSync => COOKIE_CLOSES_ARG_STREAM,
+            Shape::CtxSync => COOKIE_CLOSES_ALL,
             _ => 0,
         };
+        if matches!(info.kind, Kind::Launch) {
+            flags |= COOKIE_LAUNCH;
+        }
+        if matches!(info.kind, Kind::Memcpy) && !info.has_stream {
+            flags |= COOKIE_CLOSES_DEFAULT_STREAM;
+        }
+        if info.per_thread {
+            flags |= COOKIE_PER_THREAD;
+        }
         self as u64 | flags
     }
 
@@ -281,6 +304,12 @@ mod tests {
         assert_ne!(Api::ModuleGetFunction.cookie() & COOKIE_READ_NAME, 0);
         assert_eq!(Api::MemAlloc.cookie() & COOKIE_READ_NAME, 0);
         assert_ne!(Api::MemAlloc.cookie() & COOKIE_READ_OUT, 0);
-        assert_eq!(Api::LaunchKernel.cookie(), 0);
+        assert_eq!(Api::LaunchKernel.cookie(), COOKIE_LAUNCH);
+        assert_eq!(Api::LaunchKernelExPtsz.cookie() & !COOKIE_API_MASK, COOKIE_LAUNCH | COOKIE_PER_THREAD);
+        assert_eq!(Api::GraphLaunch.cookie() & COOKIE_LAUNCH, 0, "graph launches keep one record each");
+        assert_eq!(Api::StreamSynchronize.cookie() & !COOKIE_API_MASK, COOKIE_CLOSES_ARG_STREAM);
+        assert_eq!(Api::CtxSynchronize.cookie() & !COOKIE_API_MASK, COOKIE_CLOSES_ALL);
+        assert_eq!(Api::MemcpyDtoHPtds.cookie() & !COOKIE_API_MASK, COOKIE_CLOSES_DEFAULT_STREAM | COOKIE_PER_THREAD);
+        assert_eq!(Api::MemcpyDtoHAsync.cookie() & !COOKIE_API_MASK, 0);
     }
 }

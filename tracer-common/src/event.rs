@@ -14,6 +14,26 @@ pub enum EventTag {
     Lookup = 2,
     /// An [`ExitEvent`].
     Exit = 3,
+    /// A [`NameEvent`].
+    Name = 4,
+}
+
+/// A thread's name: written at a thread's first traced call (before that call's record), and
+/// when a tracked process's leader is renamed (`prctl(PR_SET_NAME)`, a write to its comm,
+/// exec). Call records carry no name; user space keeps each process's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NameEvent {
+    /// Always [`EventTag::Name`] as `u32`.
+    pub tag: u32,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// 1 for a rename, 0 for a thread's first call.
+    pub renamed: u32,
+    /// The name, NUL-padded.
+    pub comm: [u8; 16],
 }
 
 /// A traced process has exited (its last thread, or its leader): user space drops its state.
@@ -26,7 +46,8 @@ pub struct ExitEvent {
     pub pid: u32,
 }
 
-/// One completed driver call, written at the uretprobe.
+/// One completed driver call, written at the uretprobe. It carries no thread name: user space
+/// reads its process's once and hears of a change from a [`NameEvent`].
 ///
 /// `args` holds the call's arguments as the entry probe saw them; their meaning depends on the
 /// [`crate::Layout`] of `api`:
@@ -53,14 +74,12 @@ pub struct CallEvent {
     pub duration_ns: u64,
     /// The `CUresult` returned (0 is success).
     pub result: i32,
-    /// Padding; always 0.
-    pub _pad: u32,
+    /// `FLAG_*` of [`crate::launches`]: whether the call is counted in-kernel already.
+    pub flags: u32,
     /// Arguments, see the type's documentation.
     pub args: [u64; 6],
     /// Out-parameter value after return, or 0.
     pub out: u64,
-    /// The calling thread's `comm`.
-    pub comm: [u8; 16],
 }
 
 /// A kernel-name lookup (`cuModuleGetFunction`, `cuLibraryGetKernel`) with the name read at return.
@@ -99,12 +118,12 @@ const fn hi(v: u64) -> u32 {
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<ExitEvent>() == 8 && offset_of!(ExitEvent, pid) == 4);
-    assert!(size_of::<CallEvent>() == 112);
+    assert!(size_of::<CallEvent>() == 96 && size_of::<NameEvent>() == 32);
     assert!(offset_of!(CallEvent, api) == 4 && offset_of!(CallEvent, pid) == 8 && offset_of!(CallEvent, tid) == 12);
     assert!(offset_of!(CallEvent, start_ns) == 16 && offset_of!(CallEvent, duration_ns) == 24);
     assert!(offset_of!(CallEvent, result) == 32 && offset_of!(CallEvent, args) == 40);
-    assert!(offset_of!(CallEvent, out) == 88 && offset_of!(CallEvent, comm) == 96);
-    assert!(size_of::<LookupEvent>() == 112 + NAME_MAX && offset_of!(LookupEvent, name) == 112);
+    assert!(offset_of!(CallEvent, flags) == 36 && offset_of!(CallEvent, out) == 88);
+    assert!(size_of::<LookupEvent>() == 96 + NAME_MAX && offset_of!(LookupEvent, name) == 96);
 };
 
 #[cfg(feature = "user")]
@@ -113,4 +132,5 @@ mod pod {
     unsafe impl aya::Pod for super::CallEvent {}
     unsafe impl aya::Pod for super::LookupEvent {}
     unsafe impl aya::Pod for super::ExitEvent {}
+    unsafe impl aya::Pod for super::NameEvent {}
 }

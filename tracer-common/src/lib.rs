@@ -6,11 +6,12 @@ pub mod api;
 pub mod caps;
 pub mod entry;
 pub mod event;
+pub mod launches;
 pub mod names;
 
 pub use api::{Api, Kind, Layout};
 pub use entry::Entry;
-pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NAME_MAX};
+pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NAME_MAX, NameEvent};
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.
 pub const STAT_DROPPED: u32 = 0;
@@ -30,8 +31,18 @@ pub const CONFIG_WAKEUP_BYTES: u32 = 1;
 /// Index of the per-process record rate limit in the `CONFIG` array: at most this many records
 /// per process per second (a window that starts at its first record); 0: no limit.
 pub const CONFIG_RATE_LIMIT: u32 = 2;
+/// Index of the launch-aggregation switch in the `CONFIG` array: 1 counts launches in
+/// `LAUNCHES` and writes only sampled ones to the ring buffer; 0 writes every launch.
+pub const CONFIG_AGGREGATE: u32 = 3;
+/// Index of how many launches of each process each second are all written, when aggregating.
+pub const CONFIG_SAMPLE_FIRST: u32 = 4;
+/// Index of the sampling period past those: one launch in this many is written (0: none).
+pub const CONFIG_SAMPLE_EVERY: u32 = 5;
+/// Index of the slow-launch threshold in microseconds: slower launches are always written
+/// (0: none is slow).
+pub const CONFIG_SLOW_US: u32 = 6;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_COUNT: u32 = 3;
+pub const CONFIG_COUNT: u32 = 7;
 
 /// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
 pub const FILTER_COMM: u32 = 1;

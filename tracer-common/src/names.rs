@@ -5,7 +5,7 @@
 /// Ring buffer of records (`EVENTS`): [`crate::CallEvent`], [`crate::LookupEvent`],
 /// [`crate::ExitEvent`].
 pub const MAP_EVENTS: &str = "EVENTS";
-/// Per-thread entry state (LRU hash, pid_tgid to [`crate::Entry`]).
+/// Per-thread entry state (LRU hash, pid_tgid to [`crate::Entry`]; `start_ns` 0 when idle).
 pub const MAP_ENTRIES: &str = "ENTRIES";
 /// Per-CPU counters, indexed by `STAT_*` (u64 each).
 pub const MAP_STATS: &str = "STATS";
@@ -21,6 +21,13 @@ pub const MAP_DROPS: &str = "DROPS";
 pub const MAP_LIMITED: &str = "LIMITED";
 /// Per-process rate windows (LRU hash, pid to [`crate::RateWindow`]).
 pub const MAP_RATES: &str = "RATES";
+/// Launches counted in-kernel (hash, [`crate::launches::LaunchKey`] to
+/// [`crate::launches::LaunchCell`]).
+pub const MAP_LAUNCHES: &str = "LAUNCHES";
+/// Open stream batches (LRU hash, [`crate::launches::StreamKey`] to the epoch they opened in).
+pub const MAP_STREAMS: &str = "STREAMS";
+/// Per-process sampling windows (LRU hash, pid to [`crate::launches::ProcWindow`]).
+pub const MAP_PROCS: &str = "PROCS";
 
 /// Entry program for `cuLaunchKernel`-shaped calls.
 pub const PROG_LAUNCH: &str = "cuda_launch";
@@ -32,9 +39,13 @@ pub const PROG_REGS: &str = "cuda_regs";
 pub const PROG_RETURN: &str = "cuda_ret";
 /// The `sched_process_exit` raw tracepoint program.
 pub const PROG_EXIT: &str = "cuda_exit";
+/// The `task_rename` raw tracepoint program.
+pub const PROG_RENAME: &str = "cuda_rename";
 
 /// Every map name.
-pub const MAPS: [&str; 9] =
-    [MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS, MAP_LIMITED, MAP_RATES];
+pub const MAPS: [&str; 12] = [
+    MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS, MAP_LIMITED, MAP_RATES,
+    MAP_LAUNCHES, MAP_STREAMS, MAP_PROCS,
+];
 /// Every program name.
-pub const PROGRAMS: [&str; 5] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT];
+pub const PROGRAMS: [&str; 6] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT, PROG_RENAME];

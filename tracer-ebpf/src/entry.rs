@@ -11,7 +11,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
 
-use crate::maps::{ENTRIES, FILTER, enabled};
+use crate::maps::{ENTRIES, FILTER, emit_name, enabled};
 
 /// Register argument `n` as a raw 64-bit value (0 when out of range).
 #[inline(always)]
@@ -36,8 +36,9 @@ fn wanted() -> bool {
     true
 }
 
-/// Saves the entry state of the calling thread; the timestamp is taken last so that the work of
-/// the probe itself is not counted in the call's duration.
+/// Saves the entry state of the calling thread in its slot, made on its first call and reused
+/// after (an in-place write: no map insert or delete per call); the timestamp is taken last so
+/// that the work of the probe itself is not counted in the call's duration.
 #[inline(always)]
 pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
     if !enabled() || !wanted() {
@@ -45,16 +46,28 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
     }
     // SAFETY: the context pointer is the program's own, as bpf_get_attach_cookie requires.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    let mut entry = Entry { start_ns: 0, cookie, args };
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    entry.start_ns = unsafe { bpf_ktime_get_ns() };
     let id = bpf_get_current_pid_tgid();
-    // BPF_NOEXIST costs nothing more than a plain insert, and tells when this thread still had
-    // an entry: a call whose return was never seen (a longjmp out of the driver, a nested probed
-    // call). Rare; said once each through aya-log, and the newer call wins.
-    const BPF_NOEXIST: u64 = 1;
-    if ENTRIES.insert(&id, &entry, BPF_NOEXIST).is_err() {
-        warn!(ctx, "entry state of tid {} replaced: its previous driver call never returned", id as u32);
-        let _ = ENTRIES.insert(&id, &entry, 0);
+    match ENTRIES.get_ptr_mut(&id) {
+        // SAFETY: this thread's own slot: only its own calls (on whichever CPU) write it, one at
+        // a time, and the pointer is not kept past this program.
+        Some(slot) => unsafe {
+            // A slot still busy: a call whose return was never seen (a longjmp out of the
+            // driver, a nested probed call). Rare; said once each through aya-log, and the
+            // newer call wins.
+            if (*slot).start_ns != 0 {
+                warn!(ctx, "entry state of tid {} replaced: its previous driver call never returned", id as u32);
+            }
+            (*slot).cookie = cookie;
+            (*slot).args = args;
+            (*slot).start_ns = bpf_ktime_get_ns();
+        },
+        None => {
+            // The thread's first traced call: its name, once (records carry none).
+            emit_name((id >> 32) as u32, id as u32, false, bpf_get_current_comm().unwrap_or([0; 16]));
+            let mut entry = Entry { start_ns: 0, cookie, args };
+            // SAFETY: bpf_ktime_get_ns has no preconditions.
+            entry.start_ns = unsafe { bpf_ktime_get_ns() };
+            let _ = ENTRIES.insert(&id, &entry, 0);
+        }
     }
 }

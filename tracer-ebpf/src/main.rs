@@ -1,9 +1,14 @@
 //! eBPF programs of cudatrace: one entry program per argument layout (the api id arrives in the
-//! attach cookie), one return program that turns the saved entry into a ring-buffer record, and
-//! the exit hook. Map and program names are tracer-common's (`names`).
+//! attach cookie), one return program that turns the saved entry into a ring-buffer record (or an
+//! in-kernel count), the exit hook and the rename hook. Map and program names are tracer-common's (`names`).
 #![no_std]
 #![no_main]
+// atomic_xadd: the BPF target has atomic adds but no compare-and-swap, so core::sync::atomic
+// offers no fetch_add there.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
+mod aggregate;
 mod entry;
 mod maps;
 mod probes;

@@ -6,16 +6,18 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    CONFIG_COUNT, CONFIG_RATE_LIMIT, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
+    CONFIG_COUNT, CONFIG_RATE_LIMIT, EventTag, NameEvent, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
     RateWindow, STAT_COUNT, STAT_DROPPED, STAT_RATE_LIMITED,
+    launches::{LaunchCell, LaunchKey, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS, MAX_STREAM_BATCHES, ProcWindow, StreamKey},
 };
 
 /// Completed calls, consumed by the cudatrace binary.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 
-/// Per-thread state of the call in progress, keyed by pid_tgid. LRU so that threads that die
-/// inside a call cannot fill it.
+/// Per-thread state of the call in progress, keyed by pid_tgid: a slot per thread, made on its
+/// first call, reused by the next ones (`start_ns` 0 while idle), removed when the thread exits.
+/// LRU so that a flood of threads cannot fill it.
 #[map]
 // BPF_F_NO_COMMON_LRU: per-CPU LRU lists, so that threads on different CPUs do not contend on
 // one list lock on every call.
@@ -50,6 +52,41 @@ pub static LIMITED: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entr
 /// count lost to a race lets a record more through, never fewer.
 #[map]
 pub static RATES: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(MAX_RATED, 0);
+
+/// Launches counted in-kernel while aggregating, added to atomically from every CPU. Allocated
+/// as used; user space deletes the cells of exited processes.
+#[map]
+pub static LAUNCHES: HashMap<LaunchKey, LaunchCell> = HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
+
+/// Open stream batches while aggregating: the epoch of the process they opened in. LRU: an
+/// evicted batch costs one more record, never a wrong count.
+#[map]
+pub static STREAMS: LruHashMap<StreamKey, u64> = LruHashMap::with_max_entries(MAX_STREAM_BATCHES, 0);
+
+/// Each process's launch-sampling window and context-wait epoch, while aggregating.
+#[map]
+pub static PROCS: LruHashMap<u32, ProcWindow> = LruHashMap::with_max_entries(MAX_SAMPLED_PROCS, 0);
+
+/// `BPF_F_NO_PREALLOC`: hash entries allocated on insert.
+const BPF_F_NO_PREALLOC: u32 = 1;
+
+/// A `CONFIG` slot (0 when unset).
+#[inline(always)]
+pub fn config(index: u32) -> u32 {
+    CONFIG.get(index).copied().unwrap_or(0)
+}
+
+/// Writes a thread's name (its first call, or a rename); a full ring buffer counts it dropped.
+#[inline(always)]
+pub fn emit_name(pid: u32, tid: u32, renamed: bool, comm: [u8; 16]) {
+    match EVENTS.reserve::<NameEvent>(0) {
+        Some(mut slot) => {
+            slot.write(NameEvent { tag: EventTag::Name as u32, pid, tid, renamed: u32::from(renamed), comm });
+            slot.submit(0);
+        }
+        None => dropped(pid),
+    }
+}
 
 /// Counts a record of process `pid` the ring buffer had no room for.
 #[inline(always)]

@@ -132,6 +132,7 @@ impl Selection {
             cmdline,
             max_libraries,
             lib_allow: allow,
+            sampling: None,
         }
     }
 }

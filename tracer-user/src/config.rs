@@ -46,6 +46,40 @@ pub struct Config {
     pub alerts: AlertConfig,
     /// Pod names from the Kubernetes API.
     pub kubernetes: KubernetesConfig,
+    /// Launches counted in the kernel, and which of them are written as records.
+    pub launches: LaunchesConfig,
+}
+
+/// The `[launches]` table: launches are counted in the kernel (counts, errors, latency buckets
+/// per process and kernel, exact), and only some are written to the ring buffer.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LaunchesConfig {
+    /// Count launches in the kernel (false: one record per launch, as `trace` does).
+    pub aggregate: bool,
+    /// Launches of each process each second that are all written.
+    pub sample_first_per_second: u32,
+    /// Past those, one launch in this many is written (0: none).
+    pub sample_one_in: u32,
+    /// Launches at least this slow are always written, microseconds (0: none).
+    pub slow_us: u32,
+}
+
+impl Default for LaunchesConfig {
+    fn default() -> Self {
+        LaunchesConfig { aggregate: true, sample_first_per_second: 10, sample_one_in: 100, slow_us: 1000 }
+    }
+}
+
+impl LaunchesConfig {
+    /// What the kernel is told (`None`: every launch written).
+    pub fn sampling(&self) -> Option<crate::probe::kernel_maps::Sampling> {
+        self.aggregate.then_some(crate::probe::kernel_maps::Sampling {
+            first_per_second: self.sample_first_per_second,
+            one_in: self.sample_one_in,
+            slow_us: self.slow_us,
+        })
+    }
 }
 
 /// The `[detect]` table: how baselines are learned and when a window breaches.
@@ -216,6 +250,7 @@ impl Default for Config {
             detect: DetectConfig::default(),
             alerts: AlertConfig::default(),
             kubernetes: KubernetesConfig::default(),
+            launches: LaunchesConfig::default(),
         }
     }
 }
@@ -241,6 +276,12 @@ impl Config {
             bail!("max_processes = 0: give at least 1");
         }
         check_rescan_ms(c.rescan_ms).map_err(|e| anyhow::anyhow!("rescan_ms = {e}"))?;
+        if c.launches.sample_one_in > 1_000_000 {
+            bail!("launches.sample_one_in = {}: give 0 (none) to 1000000", c.launches.sample_one_in);
+        }
+        if c.launches.slow_us > 60_000_000 {
+            bail!("launches.slow_us = {}: give 0 (none) to 60000000 (a minute)", c.launches.slow_us);
+        }
         c.detect.validate()?;
         for (key, url) in [("alertmanager_url", &c.alerts.alertmanager_url), ("webhook_url", &c.alerts.webhook_url)] {
             if let Some(url) = url {

@@ -1,13 +1,14 @@
 //! The one return program, attached to every probed symbol: pairs the return with the thread's
-//! saved entry and writes a record to the ring buffer, counting it as dropped when the buffer is
-//! full. Records are built whole before they reach the ring buffer, never field by field through
-//! a reference into its uninitialised memory.
+//! saved entry, counts a launch in-kernel when aggregating (`crate::aggregate`), and writes a
+//! record to the ring buffer unless the launch was counted and not sampled, counting it as
+//! dropped when the buffer is full. Records are built whole before they reach the ring buffer,
+//! never field by field through a reference into its uninitialised memory.
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
     EbpfContext,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_probe_read_user,
         generated::{bpf_ktime_get_ns, bpf_probe_read_user_str},
     },
     macros::uretprobe,
@@ -15,11 +16,18 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::{debug, warn};
 use tracer_common::{
-    CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_ORPHAN_RETURNS,
-    api::{COOKIE_API_MASK, COOKIE_READ_NAME, COOKIE_READ_OUT},
+    CONFIG_AGGREGATE, CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_ORPHAN_RETURNS,
+    api::{COOKIE_API_MASK, COOKIE_CLOSES_ALL, COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM, COOKIE_LAUNCH, COOKIE_READ_NAME, COOKIE_READ_OUT},
+    launches::FLAG_COUNTED,
 };
 
-use crate::maps::{ENTRIES, EVENTS, bump, dropped, over_rate, rate_limited, submit_flags};
+use crate::{
+    aggregate,
+    maps::{ENTRIES, EVENTS, bump, config, dropped, over_rate, rate_limited, submit_flags},
+};
+
+/// Cookie flags of the calls that close stream batches.
+const CLOSES: u64 = COOKIE_CLOSES_ALL | COOKIE_CLOSES_ARG_STREAM | COOKIE_CLOSES_DEFAULT_STREAM;
 
 #[uretprobe]
 pub fn cuda_ret(ctx: RetProbeContext) -> u32 {
@@ -32,24 +40,41 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let end = unsafe { bpf_ktime_get_ns() };
     let id = bpf_get_current_pid_tgid();
-    // SAFETY: the value is copied out before the entry is removed, so no reference outlives it.
-    let entry = match unsafe { ENTRIES.get(&id) } {
-        Some(e) => *e,
-        None => {
+    // SAFETY: this thread's own slot (see `entry::save`): copied out, then marked idle.
+    let entry = match ENTRIES.get_ptr_mut(&id) {
+        Some(slot) if unsafe { (*slot).start_ns } != 0 => unsafe {
+            let e = *slot;
+            (*slot).start_ns = 0;
+            e
+        },
+        _ => {
             bump(STAT_ORPHAN_RETURNS);
             warn!(ctx, "orphan return in tid {}: no entry state (attached mid-call, or evicted)", id as u32);
             return;
         }
     };
-    let _ = ENTRIES.remove(&id);
-    let pid = (id >> 32) as u32;
+    let (pid, tid) = ((id >> 32) as u32, id as u32);
+    let result = ctx.ret::<u64>() as i32;
+    let duration = end.wrapping_sub(entry.start_ns);
+    let mut flags = 0;
+    if entry.cookie & (COOKIE_LAUNCH | CLOSES) != 0 && config(CONFIG_AGGREGATE) == 1 {
+        if entry.cookie & COOKIE_LAUNCH != 0 {
+            if aggregate::count(pid, &entry, duration, result) {
+                if !aggregate::wanted(pid, tid, &entry, end, duration, result) {
+                    return;
+                }
+                flags = FLAG_COUNTED;
+            }
+        } else if result == 0 {
+            aggregate::close(pid, tid, &entry);
+        }
+    }
     if over_rate(pid, end) {
         rate_limited(pid);
         return;
     }
-    let result = ctx.ret::<u64>() as i32;
     let tag = if entry.cookie & COOKIE_READ_NAME != 0 { EventTag::Lookup } else { EventTag::Call };
-    let call = record(ctx, tag, &entry, id, end, result);
+    let call = record(ctx, tag, &entry, id, duration, result, flags);
     match tag {
         EventTag::Lookup => emit_lookup(ctx, call, entry.args[2]),
         _ => emit_call(call),
@@ -58,7 +83,7 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
 
 /// The call's record, built on the stack.
 #[inline(always)]
-fn record<C: EbpfContext>(ctx: &C, tag: EventTag, entry: &Entry, id: u64, end: u64, result: i32) -> CallEvent {
+fn record<C: EbpfContext>(ctx: &C, tag: EventTag, entry: &Entry, id: u64, duration_ns: u64, result: i32, flags: u32) -> CallEvent {
     // Out-parameters hold their value only after a successful return.
     let out = if entry.cookie & COOKIE_READ_OUT != 0 && result == 0 && entry.args[0] != 0 {
         // SAFETY: a faulting user read is an error, not a fault; the value is then 0.
@@ -78,12 +103,11 @@ fn record<C: EbpfContext>(ctx: &C, tag: EventTag, entry: &Entry, id: u64, end: u
         pid: (id >> 32) as u32,
         tid: id as u32,
         start_ns: entry.start_ns,
-        duration_ns: end.wrapping_sub(entry.start_ns),
+        duration_ns,
         result,
-        _pad: 0,
+        flags,
         args: entry.args,
         out,
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
     }
 }
 

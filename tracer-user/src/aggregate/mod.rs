@@ -13,12 +13,13 @@ pub mod windows;
 use foldhash::HashMap;
 use std::{sync::Arc, time::Instant};
 
-use tracer_common::{Api, Kind};
+use tracer_common::{Api, Kind, launches::bucket_bounds};
 
 use crate::{
     pipeline::{
         decode::{Detail, Event, monotonic_ns},
         enrich::{identity::ProcessRef, kernels::KernelName},
+        launches::LaunchDelta,
     },
     registry::Registry,
 };
@@ -30,6 +31,12 @@ pub const BUCKETS: [f64; 22] = [
     1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
     0.5, 1.0, 2.5, 5.0, 10.0,
 ];
+/// Index into [`BUCKETS`] (or +Inf, last) of a duration.
+fn bucket_index(ns: u64) -> usize {
+    let secs = ns as f64 / 1e9;
+    BUCKETS.iter().position(|le| secs <= *le).unwrap_or(BUCKETS.len())
+}
+
 /// The label under which kernels past the limits are counted.
 pub const OTHER: &str = "other";
 /// Series key of the launches past `max_kernels`.
@@ -132,18 +139,59 @@ impl Aggregator {
         self.started.elapsed().as_secs()
     }
 
-    /// Counts one call into its process's series.
-    pub fn observe(&mut self, p: &mut ProcessSeries, ev: &Event, kernel: Option<&KernelName>) {
-        // Calls reach the ring buffer about in the order they end, not exactly: keep the clock
-        // non-decreasing so that slices are only ever appended.
-        let end = ev.start_ns.saturating_add(ev.duration_ns);
-        let secs = (end.saturating_sub(self.started_ns) / 1_000_000_000).max(self.latest_secs);
+    /// Seconds since start of a call that ended at `end_ns`. Calls reach the ring buffer about
+    /// in the order they end, not exactly: the clock is kept non-decreasing so that slices are
+    /// only ever appended.
+    fn secs(&mut self, end_ns: u64) -> u64 {
+        let secs = (end_ns.saturating_sub(self.started_ns) / 1_000_000_000).max(self.latest_secs);
         self.latest_secs = secs;
+        secs
+    }
+
+    /// Counts one call into its process's series (a launch the kernel counted already only
+    /// through [`Aggregator::observe_launches`]).
+    pub fn observe(&mut self, p: &mut ProcessSeries, ev: &Event, kernel: Option<&KernelName>) {
+        if ev.counted {
+            return;
+        }
+        let secs = self.secs(ev.start_ns.saturating_add(ev.duration_ns));
         let handle = match ev.detail {
             Detail::Launch { function, .. } => function,
             _ => NO_KERNEL,
         };
-        let mut key = (ev.api, handle);
+        let s = self.series_of(p, ev.api, handle, kernel);
+        s.calls += 1;
+        s.errors += u64::from(ev.result != 0);
+        s.sum_ns = s.sum_ns.saturating_add(ev.duration_ns);
+        // A failed copy moved nothing, whatever size it asked for (a tenant's 2^63 included).
+        if let (0, Detail::Copy { bytes, .. }) = (ev.result, &ev.detail) {
+            s.bytes = s.bytes.saturating_add(*bytes);
+        }
+        s.buckets[bucket_index(ev.duration_ns)] += 1;
+        // Quantile sketches for the calls that carry latency (launches, copies, waits); the rare
+        // lookups and allocations have their buckets only, which keeps memory per process small.
+        if matches!(ev.api.info().kind, Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync) {
+            p.windows.entry(ev.api).or_default().record(secs, ev.duration_ns);
+        }
+    }
+
+    /// Counts launches the kernel counted (one cell's gain since the last read), read now.
+    pub fn observe_launches(&mut self, p: &mut ProcessSeries, d: &LaunchDelta, kernel: Option<&KernelName>) {
+        let secs = self.secs(monotonic_ns());
+        let (low, high) = bucket_bounds(d.bucket);
+        let s = self.series_of(p, d.api, d.function, kernel);
+        s.calls += d.count;
+        s.errors += d.errors;
+        s.sum_ns = s.sum_ns.saturating_add(d.sum_ns);
+        // Every Prometheus bound is a bucket's upper bound: the bucket's calls all fall under
+        // the bound of its upper end.
+        s.buckets[bucket_index(high)] += d.count;
+        p.windows.entry(d.api).or_default().record_n(secs, low + (high - low).div_ceil(2), d.count);
+    }
+
+    /// The series of (api, kernel handle) of a process, made on first use.
+    fn series_of<'p>(&self, p: &'p mut ProcessSeries, api: Api, handle: u64, kernel: Option<&KernelName>) -> &'p mut Series {
+        let mut key = (api, handle);
         if handle != NO_KERNEL && !p.series.contains_key(&key) {
             if p.kernels >= self.limits.max_kernels {
                 key.1 = OVERFLOW;
@@ -164,21 +212,7 @@ impl Aggregator {
         if let Some(k) = kernel.filter(|_| key.1 != OVERFLOW && label.starts_with("0x")) {
             *label = k.demangled.clone();
         }
-        s.calls += 1;
-        s.errors += u64::from(ev.result != 0);
-        s.sum_ns = s.sum_ns.saturating_add(ev.duration_ns);
-        // A failed copy moved nothing, whatever size it asked for (a tenant's 2^63 included).
-        if let (0, Detail::Copy { bytes, .. }) = (ev.result, &ev.detail) {
-            s.bytes = s.bytes.saturating_add(*bytes);
-        }
-        let secs_f = ev.duration_ns as f64 / 1e9;
-        let b = BUCKETS.iter().position(|le| secs_f <= *le).unwrap_or(BUCKETS.len());
-        s.buckets[b] += 1;
-        // Quantile sketches for the calls that carry latency (launches, copies, waits); the rare
-        // lookups and allocations have their buckets only, which keeps memory per process small.
-        if matches!(ev.api.info().kind, Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync) {
-            p.windows.entry(ev.api).or_default().record(secs, ev.duration_ns);
-        }
+        s
     }
 
     /// Every series, with kernels past the top `top_kernels` of their process (by total time)

@@ -35,6 +35,11 @@ impl Windows {
 
     /// Records a call that ended `secs` after start (non-decreasing from call to call).
     pub fn record(&mut self, secs: u64, ns: u64) {
+        self.record_n(secs, ns, 1);
+    }
+
+    /// Records `n` calls of `ns` each that ended `secs` after start.
+    pub fn record_n(&mut self, secs: u64, ns: u64, n: u64) {
         let units = AGGREGATE.units(ns);
         let index = secs / 10;
         if self.short.back().is_some_and(|(i, _)| *i != index) {
@@ -43,7 +48,7 @@ impl Windows {
             let _ = self.all.add(done);
             let _ = slice_for(&mut self.long, i / 6, 5).add(done);
         }
-        let _ = slice_for(&mut self.short, index, 6).record(units);
+        let _ = slice_for(&mut self.short, index, 6).record_n(units, u32::try_from(n).unwrap_or(u32::MAX));
     }
 
     /// The sketch over the last `window` seconds (60 or 300), or since start.

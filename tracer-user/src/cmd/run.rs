@@ -21,6 +21,7 @@ use crate::{
         Consumer, Session, Wake,
         decode::Event,
         enrich::{Enrichment, pods, pods_api::{self, PodNamesSource}},
+        launches::LaunchDelta,
     },
     registry::{Process, Registry, RegistryLimits},
     sinks::{
@@ -45,6 +46,12 @@ impl Consumer for Daemon {
         self.aggregator.observe(&mut process.series, ev, e.kernel.as_deref());
         self.detector.observe(process, ev, e.batch.as_ref());
         Ok(())
+    }
+
+    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
+        let kernel = process.kernels.name(d.function);
+        self.aggregator.observe_launches(&mut process.series, d, kernel.as_deref());
+        self.detector.observe_launches(process, d);
     }
 
     fn exited(&mut self, process: &mut Process) {
@@ -115,7 +122,9 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
     // The sinks' CA file is checked before anything is loaded, as the port and the web config are.
     let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
-    let mut session = Session::open(args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone()))?;
+    let mut opts = args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone());
+    opts.sampling = cfg.launches.sampling();
+    let mut session = Session::open(opts)?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
     if let Sampler::Off(why) = &sampler {
         eprintln!("cudatrace: {why}");
@@ -171,11 +180,13 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 name_pods(pod_names.as_ref(), &mut session.registry);
             }
             _ = detect_tick.tick() => {
+                session.harvest(&mut daemon);
                 let now = started.elapsed().as_secs_f64();
                 daemon.detector.evaluate(&mut session.registry, now, SystemTime::now(), &daemon.gpus);
                 publish(&daemon.detector.take_changes(), sinks.as_ref());
             }
             Some(reply) = requests.recv() => {
+                session.harvest(&mut daemon);
                 daemon.dropped = session.dropped();
                 name_pods(pod_names.as_ref(), &mut session.registry);
                 let snapshot = Snapshot::build(&Sources {

@@ -32,6 +32,7 @@ use crate::{
             gputime::BatchEstimate,
             identity::{Identity, ProcessRef},
         },
+        launches::LaunchDelta,
     },
     registry::{Process, Registry},
 };
@@ -117,6 +118,13 @@ impl Detector {
         let params = self.params;
         let s = process.signals.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
         s.window.observe(ev, closed);
+    }
+
+    /// Counts launches the kernel counted into their process's window.
+    pub fn observe_launches(&self, process: &mut Process, d: &LaunchDelta) {
+        let params = self.params;
+        let s = process.signals.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        s.window.add_launches(d);
     }
 
     /// A process exited: its pending or firing alerts resolve.

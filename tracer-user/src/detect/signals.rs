@@ -1,13 +1,14 @@
 //! The signals the detector watches, and one process's calls in the current window from which
 //! each signal gets its value.
 use hdrhistogram::Histogram;
-use tracer_common::Kind;
+use tracer_common::{Kind, launches::bucket_bounds};
 
 use crate::{
     aggregate::sketch::LAUNCH,
     pipeline::{
         decode::{Detail, Event},
         enrich::gputime::BatchEstimate,
+        launches::LaunchDelta,
     },
 };
 
@@ -107,13 +108,27 @@ impl Window {
 }
 
 impl Window {
+    /// Counts launches the kernel counted (one cell's gain): the successful ones, at their
+    /// bucket's midpoint.
+    pub fn add_launches(&mut self, d: &LaunchDelta) {
+        let ok = d.count.saturating_sub(d.errors);
+        if ok == 0 {
+            return;
+        }
+        self.launches += ok;
+        let (low, high) = bucket_bounds(d.bucket);
+        let h = self.launch_ns.get_or_insert_with(|| LAUNCH.sketch());
+        let _ = h.record_n(LAUNCH.units(low + (high - low).div_ceil(2)), u32::try_from(ok).unwrap_or(u32::MAX));
+    }
+
     /// Counts one call; `closed` is what a wait closed (GPU time). Failed calls count only
     /// their closed batches.
     pub fn observe(&mut self, ev: &Event, closed: Option<&BatchEstimate>) {
         if let Some(c) = closed {
             self.gpu_ns = self.gpu_ns.saturating_add(c.gpu_ns_estimate);
         }
-        if ev.result != 0 {
+        // A launch the kernel counted arrives through `add_launches`.
+        if ev.result != 0 || ev.counted {
             return;
         }
         match ev.api.info().kind {

@@ -2,8 +2,9 @@
 use serde::Serialize;
 use thiserror::Error;
 use tracer_common::{
-    Api, CallEvent, EventTag, ExitEvent, LookupEvent,
+    Api, CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent,
     api::{Direction, Shape},
+    launches::FLAG_COUNTED,
 };
 
 /// A record that could not be decoded (an ABI mismatch between the two sides).
@@ -29,7 +30,7 @@ pub struct Event {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// Thread name at the time of the call.
+    /// Its process's name (records carry none; the session fills it in).
     pub comm: Comm,
     /// CLOCK_MONOTONIC nanoseconds at entry.
     pub start_ns: u64,
@@ -39,6 +40,9 @@ pub struct Event {
     pub result: i32,
     /// The call's arguments.
     pub detail: Detail,
+    /// A launch the kernel counted already (`LAUNCHES`): this record is a sample of it, for
+    /// its arguments and stream batch, and is not counted again.
+    pub counted: bool,
 }
 
 #[cfg(test)]
@@ -46,7 +50,7 @@ impl Event {
     /// A successful call of `api` by process `pid` (its main thread, comm `job<pid>`), at 0,
     /// lasting 1 ns: the one event builder of the unit tests.
     pub fn of(api: Api, pid: u32, detail: Detail) -> Event {
-        Event { api, pid, tid: pid, comm: Comm::from(format!("job{pid}")), start_ns: 0, duration_ns: 1, result: 0, detail }
+        Event { api, pid, tid: pid, comm: Comm::from(format!("job{pid}")), start_ns: 0, duration_ns: 1, result: 0, detail, counted: false }
     }
 
     /// A launch of `function` on `stream` (a 1x1x1 grid of 1x1x1 blocks).
@@ -233,6 +237,9 @@ pub enum RingRecord {
     Call(Event),
     /// A tracked process exited.
     Exit(u32),
+    /// A thread's name: (pid, tid, renamed, name), at its first call or when a tracked
+    /// process's leader is renamed.
+    Name(u32, u32, bool, Comm),
 }
 
 /// Decodes one ring-buffer record.
@@ -240,6 +247,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     let tag: u32 = read(bytes)?;
     if tag == EventTag::Exit as u32 {
         return Ok(RingRecord::Exit(read::<ExitEvent>(bytes)?.pid));
+    }
+    if tag == EventTag::Name as u32 {
+        let n = read::<NameEvent>(bytes)?;
+        return Ok(RingRecord::Name(n.pid, n.tid, n.renamed != 0, Comm::from_raw(&n.comm)));
     }
     decode(bytes).map(RingRecord::Call)
 }
@@ -268,11 +279,12 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         api,
         pid: call.pid,
         tid: call.tid,
-        comm: Comm::from_raw(&call.comm),
+        comm: Comm::default(),
         start_ns: call.start_ns,
         duration_ns: call.duration_ns,
         result: call.result,
         detail: detail(api, &call, name),
+        counted: call.flags & FLAG_COUNTED != 0,
     })
 }
 
@@ -310,8 +322,6 @@ mod tests {
     use super::*;
 
     fn raw(api: Api, args: [u64; 6], out: u64) -> CallEvent {
-        let mut comm = [0u8; 16];
-        comm[..4].copy_from_slice(b"work");
         CallEvent {
             tag: EventTag::Call as u32,
             api: api as u32,
@@ -320,10 +330,9 @@ mod tests {
             start_ns: 100,
             duration_ns: 50,
             result: 0,
-            _pad: 0,
+            flags: 0,
             args,
             out,
-            comm,
         }
     }
 
@@ -336,8 +345,7 @@ mod tests {
     fn launch_unpacks_dimensions() {
         let ev = raw(Api::LaunchKernelPtsz, [0xf00, pack(1, 2), pack(3, 4), pack(5, 6), 48, 0x5a], 0);
         let e = decode(bytes(&ev)).unwrap();
-        assert_eq!(e.api, Api::LaunchKernelPtsz);
-        assert_eq!(e.comm, "work");
+        assert_eq!((e.api, e.counted), (Api::LaunchKernelPtsz, false));
         assert_eq!(
             e.detail,
             Detail::Launch { function: 0xf00, grid: [1, 2, 3], block: [4, 5, 6], shared_mem_bytes: 48, stream: 0x5a }
@@ -390,5 +398,13 @@ mod tests {
         assert_eq!(decode(bytes(&ev)), Err(DecodeError::Api(999)));
         let exit = ExitEvent { tag: EventTag::Exit as u32, pid: 42 };
         assert_eq!(decode_record(bytes(&exit)), Ok(RingRecord::Exit(42)));
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"worker");
+        let name = NameEvent { tag: EventTag::Name as u32, pid: 42, tid: 43, renamed: 1, comm };
+        assert_eq!(decode_record(bytes(&name)), Ok(RingRecord::Name(42, 43, true, Comm::from("worker"))));
+        assert_eq!(decode_record(&bytes(&name)[..20]), Err(DecodeError::Short(20)));
+        let mut sample = raw(Api::LaunchKernel, [0; 6], 0);
+        sample.flags = FLAG_COUNTED;
+        assert!(decode(bytes(&sample)).unwrap().counted);
     }
 }

@@ -6,6 +6,8 @@
 pub mod decode;
 mod discovery;
 pub mod enrich;
+pub mod launches;
+mod open;
 #[cfg(test)]
 mod property_tests;
 
@@ -13,30 +15,31 @@ use std::{
     io,
     path::PathBuf,
     pin::Pin,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
 use tokio::{
-    io::{Interest, unix::AsyncFd},
-    signal::unix::{Signal, SignalKind, signal},
-    time::{Interval, MissedTickBehavior, Sleep},
+    io::unix::AsyncFd,
+    signal::unix::Signal,
+    time::{Interval, Sleep},
 };
 
 use crate::{
     probe::{
-        allow::AllowList,
-        caps, discover,
+        discover,
         ebpf_log::LogLevel,
-        filter::{self, FilterOptions},
-        loader::{self, Probes},
+        filter::FilterOptions,
+        kernel_maps::Sampling,
+        loader::Probes,
     },
     registry::{Process, Registry, RegistryLimits},
 };
 use discovery::Discovery;
-use decode::{DecodeError, Event, RingRecord};
+use decode::{Comm, DecodeError, Event, RingRecord};
 use enrich::{Enrichment, identity};
+use launches::{Harvest, LaunchDelta};
 
 /// How often the ring buffer is drained when the kernel has not woken the reader: the most an
 /// event waits before it is printed or counted.
@@ -44,6 +47,9 @@ const POLL_PERIOD: Duration = Duration::from_millis(20);
 /// How often running processes are looked at in /proc (a leader that exited, a start time
 /// that changed): by the clock, since drains come faster under load.
 const PROCESS_CHECK_PERIOD: Duration = Duration::from_secs(1);
+/// How often the launches counted in-kernel are read, besides before a scrape, a detection
+/// window, a process's release and the end.
+const HARVEST_PERIOD: Duration = Duration::from_millis(500);
 
 /// What to trace and how, for every command.
 pub struct SessionOptions {
@@ -67,12 +73,17 @@ pub struct SessionOptions {
     pub max_libraries: usize,
     /// `--lib-allow` globs: only the host's files they name are attached (none: any).
     pub lib_allow: Vec<String>,
+    /// Launches counted in-kernel, and which are written (`run`); `None`: every launch is
+    /// written (`trace`).
+    pub sampling: Option<Sampling>,
 }
 
 /// Where a session's calls go; each command implements it.
 pub trait Consumer {
     /// One decoded call, with what enrichment learned and its process's entry.
     fn call(&mut self, ev: &Event, enrichment: &Enrichment, process: &mut Process) -> io::Result<()>;
+    /// Launches the kernel counted since the last read (only when aggregating).
+    fn launches(&mut self, _delta: &LaunchDelta, _process: &mut Process) {}
     /// A process exited; its per-call tables are released after this.
     fn exited(&mut self, _process: &mut Process) {}
     /// After each drained batch.
@@ -102,6 +113,10 @@ pub struct Counts {
     pub exits: u64,
     /// Processes found gone (or their pid reused) without an exit record.
     pub stale: u64,
+    /// Launches counted in-kernel.
+    pub launches_counted: u64,
+    /// Records of those (samples, batch openers, slow or failed ones).
+    pub launch_samples: u64,
 }
 
 /// A tracing session: probes, ring buffer, registry, timers.
@@ -115,6 +130,12 @@ pub struct Session {
     /// Processes found already gone when first seen: released once the ring buffer is drained,
     /// since all their records are in it by then.
     gone: Vec<u32>,
+    /// Processes that exited during this drain: released at its end, after a last read of
+    /// their launches.
+    leaving: Vec<u32>,
+    /// What was read of the launches counted in-kernel.
+    harvest: Harvest,
+    harvested_at: Instant,
     /// Processes whose leader exited while other threads run on (`pthread_exit` in `main`):
     /// the kernel reports no later exit, so they are looked at about once a second.
     headless: Vec<u32>,
@@ -132,107 +153,15 @@ pub struct Session {
     sigterm: Signal,
 }
 
-/// Attaches each library not attached yet; returns the failures.
-fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<anyhow::Error> {
-    let mut failures = Vec::new();
-    for lib in libs {
-        match probes.attach_library(lib) {
-            Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
-            Ok(None) => {}
-            Err(e) => {
-                if !quiet_errors {
-                    eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}")));
-                }
-                failures.push(e);
-            }
-        }
-    }
-    failures
-}
-
-/// Attaches one library discovery prepared; says what was attached, or why not.
-fn attach_one(probes: &mut Probes, p: discover::Prepared) {
-    match probes.attach_prepared(p) {
-        Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
-        Ok(None) => {}
-        Err(e) => eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}"))),
-    }
-}
-
 impl Session {
-    /// Checks privileges, attaches (or starts watching for) the libraries and arms the timers.
-    /// Recording starts with [`Session::start_recording`].
-    pub fn open(opts: SessionOptions) -> Result<Session> {
-        let watch = opts.libs.is_empty();
-        if let Some(why) = caps::missing_privilege(watch) {
-            bail!(why);
-        }
-        let filter = filter::build(&opts.filter)?;
-        let allow = AllowList::new(opts.lib_allow.clone())?;
-        let libs = if watch { discover::loader_libraries() } else { opts.libs.clone() };
-        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level, opts.max_libraries)?;
-        probes.set_filter(filter)?;
-        probes.set_allow(allow);
-        let mut discovery = if watch { Some(Discovery::start().context("cannot start the discovery thread")?) } else { None };
-        if let Some(d) = discovery.as_mut() {
-            for p in d.first_pass(probes.settled()) {
-                attach_one(&mut probes, p);
-            }
-        }
-        // With one library its error is the run's error, printed once below.
-        let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
-        if watch && probes.probe_count() == 0 {
-            eprintln!("no libcuda in use or installed yet; watching for processes that map one");
-        }
-        if probes.probe_count() == 0 && !watch {
-            match failures.into_iter().next() {
-                Some(e) if libs.len() == 1 => return Err(e),
-                _ => bail!("no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib", libs.len()),
-            }
-        }
-        let ring = probes.take_ring().context("the ring buffer was taken already")?;
-        // SAFETY: the ring buffer owns its fd, and AsyncFd owns the ring buffer until into_inner.
-        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-            .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
-        let mut poll = tokio::time::interval(POLL_PERIOD);
-        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut rescan = tokio::time::interval(opts.rescan);
-        rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let forever = Duration::from_secs(u64::MAX / 4);
-        // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
-        probes.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
-        // Loaded and attached: from here on only discovery and identity need privileges (and
-        // attaching, while watching). Threads started later inherit the reduced set.
-        if let Err(e) = caps::reduce(watch, !probes.multi()) {
-            eprintln!("cudatrace: cannot drop the capabilities it no longer needs ({e}); tracing goes on");
-        }
-        Ok(Session {
-            probes,
-            ring,
-            registry: Registry::new(opts.limits),
-            counts: Counts::default(),
-            gone: Vec::new(),
-            headless: Vec::new(),
-            checked_at: std::time::Instant::now(),
-            cmdline: opts.cmdline,
-            discovery,
-            found: Vec::new(),
-            poll,
-            rescan,
-            deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
-            sigint: signal(SignalKind::interrupt())?,
-            sigterm: signal(SignalKind::terminate())?,
-        })
-    }
-
     /// Sets the per-process record rate limit (0: none).
     pub fn set_rate_limit(&mut self, per_second: u32) -> Result<()> {
-        self.probes.set_rate_limit(per_second)
+        self.probes.maps.set_rate_limit(per_second)
     }
 
     /// Switches recording on; returns how many probes are attached.
     pub fn start_recording(&mut self) -> Result<usize> {
-        self.probes.set_enabled(true)?;
+        self.probes.maps.set_enabled(true)?;
         Ok(self.probes.probe_count())
     }
 
@@ -243,7 +172,7 @@ impl Session {
 
     /// Records not written per process: (pid, reason index into `loader::DROP_REASONS`, count).
     pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
-        self.probes.drops_by_process()
+        self.probes.maps.drops_by_process()
     }
 
     /// Libraries refused because `max_libraries` were attached.
@@ -253,7 +182,7 @@ impl Session {
 
     /// Records the kernel did not write, by `loader::DROP_REASONS` (ring buffer full, rate limit).
     pub fn dropped(&self) -> [u64; 2] {
-        self.probes.counters().map_or([0; 2], |(dropped, _)| dropped)
+        self.probes.maps.counters().map_or([0; 2], |(dropped, _)| dropped)
     }
 
     /// Waits for the next thing to do.
@@ -314,7 +243,7 @@ impl Session {
             self.probes.refresh_allow();
         }
         for p in found {
-            attach_one(&mut self.probes, p);
+            open::attach_one(&mut self.probes, p);
         }
         for lib in &self.probes.libraries[before..] {
             let path = lib.path.display().to_string();
@@ -323,8 +252,9 @@ impl Session {
         self.probes.libraries.len() > before
     }
 
-    /// Reads every record now in the ring buffer into `consumer`. An error is the consumer's
-    /// output closing.
+    /// Reads every record now in the ring buffer into `consumer`, then (every
+    /// `HARVEST_PERIOD`, or when a process leaves) the launches counted in-kernel, then
+    /// releases the processes that left. An error is the consumer's output closing.
     pub fn drain(&mut self, consumer: &mut impl Consumer) -> io::Result<()> {
         loop {
             let record = match self.ring.get_mut().next() {
@@ -334,27 +264,65 @@ impl Session {
             self.handle(record, consumer)?;
         }
         for pid in std::mem::take(&mut self.gone) {
-            self.probes.untrack(pid);
-            self.exit(pid, consumer);
+            self.probes.maps.untrack(pid);
+            self.leaving.push(pid);
         }
         if self.checked_at.elapsed() >= PROCESS_CHECK_PERIOD {
-            self.checked_at = std::time::Instant::now();
-            self.settle_headless(consumer);
+            self.checked_at = Instant::now();
+            self.settle_headless();
             // A process whose exit record was lost (or whose pid was reused meanwhile) goes
             // now: its pid shows another start time, or none.
             for pid in self.registry.stale(identity::start_time) {
-                if !self.headless.contains(&pid) && self.exit(pid, consumer) {
-                    self.probes.untrack(pid);
+                if !self.headless.contains(&pid) && !self.leaving.contains(&pid) {
+                    self.probes.maps.untrack(pid);
                     self.counts.stale += 1;
+                    self.leaving.push(pid);
                 }
             }
         }
+        if !self.leaving.is_empty() || self.harvested_at.elapsed() >= HARVEST_PERIOD {
+            self.harvest(consumer);
+        }
+        self.release_leaving(consumer);
         self.probes.flush_log();
         consumer.flush()
     }
 
+    /// Hands the launches counted in-kernel since the last read to `consumer`.
+    pub fn harvest(&mut self, consumer: &mut impl Consumer) {
+        self.harvested_at = Instant::now();
+        let cells = self.probes.maps.launch_cells();
+        if cells.is_empty() {
+            return;
+        }
+        for (pid, delta) in self.harvest.gains(cells) {
+            self.counts.launches_counted += delta.count;
+            let cmdline = self.cmdline;
+            let process = match self.registry.live_mut(pid) {
+                Some(p) => p,
+                // Every launch the kernel counted: a process whose records were all lost (the
+                // ring buffer full) is still a process.
+                None => Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, pid, None, cmdline),
+            };
+            consumer.launches(&delta, process);
+        }
+    }
+
+    /// Releases the processes that left during this drain, and their launch cells.
+    fn release_leaving(&mut self, consumer: &mut impl Consumer) {
+        if self.leaving.is_empty() {
+            return;
+        }
+        let leaving = std::mem::take(&mut self.leaving);
+        for &pid in &leaving {
+            self.exit(pid, consumer);
+        }
+        let keys = self.harvest.release(&leaving);
+        self.probes.maps.delete_launch_cells(&keys);
+    }
+
     fn handle(&mut self, record: Result<RingRecord, DecodeError>, consumer: &mut impl Consumer) -> io::Result<()> {
-        let ev = match record {
+        let mut ev = match record {
             Ok(RingRecord::Call(ev)) => ev,
             Ok(RingRecord::Exit(pid)) => {
                 // The leader's exit, reported by the kernel; the process lives on while another
@@ -366,7 +334,20 @@ impl Session {
                     return Ok(());
                 }
                 self.counts.exits += 1;
-                self.exit(pid, consumer);
+                if !self.leaving.contains(&pid) {
+                    self.leaving.push(pid);
+                }
+                return Ok(());
+            }
+            Ok(RingRecord::Name(pid, _tid, renamed, comm)) => {
+                let cmdline = self.cmdline;
+                match self.registry.live_mut(pid) {
+                    Some(p) if renamed => p.comm = comm,
+                    Some(_) => {}
+                    None => {
+                        let _ = Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, pid, Some(comm), cmdline);
+                    }
+                }
                 return Ok(());
             }
             Err(e) => {
@@ -378,24 +359,42 @@ impl Session {
             }
         };
         self.counts.events += 1;
-        // A process seen before: one lookup.
-        if let Some(process) = self.registry.live_mut(ev.pid) {
-            return consume(process, &ev, consumer);
-        }
-        // From now on the kernel reports this process's exit. Tracked before /proc is read: a
-        // process that had begun exiting by then is read as gone and released after this drain
-        // instead (all its records are in the ring buffer by then).
-        self.probes.track(ev.pid);
-        let identity = identity::read(ev.pid, self.cmdline);
-        if !identity.alive {
-            self.gone.push(ev.pid);
-        }
-        let process = self.registry.insert(ev.pid, ev.comm, identity);
+        self.counts.launch_samples += u64::from(ev.counted);
+        let cmdline = self.cmdline;
+        let process = match self.registry.live_mut(ev.pid) {
+            // A process seen before: one lookup.
+            Some(p) => p,
+            None => Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, ev.pid, None, cmdline),
+        };
+        ev.comm = process.comm;
         consume(process, &ev, consumer)
     }
 
-    /// Releases the processes whose leader exited and whose last thread has now gone too.
-    fn settle_headless(&mut self, consumer: &mut impl Consumer) {
+    /// Makes the registry entry of a process seen for the first time, named `comm` (its first
+    /// thread's name) or its name in /proc.
+    fn admit<'r>(
+        probes: &mut Probes,
+        registry: &'r mut Registry,
+        gone: &mut Vec<u32>,
+        pid: u32,
+        comm: Option<Comm>,
+        cmdline: bool,
+    ) -> &'r mut Process {
+        // From now on the kernel reports this process's exit. Tracked before /proc is read: a
+        // process that had begun exiting by then is read as gone and released after this drain
+        // instead (all its records are in the ring buffer by then).
+        probes.maps.track(pid);
+        let identity = identity::read(pid, cmdline);
+        if !identity.alive {
+            gone.push(pid);
+        }
+        let comm = comm.unwrap_or_else(|| identity::comm(pid));
+        registry.insert(pid, comm, identity)
+    }
+
+    /// Moves the processes whose leader exited and whose last thread has now gone too to the
+    /// ones leaving.
+    fn settle_headless(&mut self) {
         if self.headless.is_empty() {
             return;
         }
@@ -403,7 +402,7 @@ impl Session {
         self.headless = running;
         for pid in gone {
             self.counts.exits += 1;
-            self.exit(pid, consumer);
+            self.leaving.push(pid);
         }
     }
 
@@ -420,13 +419,15 @@ impl Session {
     /// closed) and prints the summary. Then [`Session::detach`].
     pub fn finish(&mut self, consumer: &mut impl Consumer, output_closed: bool) -> Result<()> {
         // Stop recording first so that nothing new arrives, then read what was written.
-        self.probes.set_enabled(false)?;
+        self.probes.maps.set_enabled(false)?;
         if !output_closed {
             let _ = self.drain(consumer);
         }
-        self.settle_headless(consumer);
-        let (dropped, orphans) = self.probes.counters()?;
-        let (inflight, tracked) = self.probes.inflight_and_tracked();
+        self.harvest(consumer);
+        self.settle_headless();
+        self.release_leaving(consumer);
+        let (dropped, orphans) = self.probes.maps.counters()?;
+        let (inflight, tracked) = self.probes.maps.inflight_and_tracked();
         let live = self.registry.live_sorted();
         for p in &live {
             if p.memory.touched() {
@@ -440,9 +441,11 @@ impl Session {
         }
         let c = self.counts;
         eprintln!(
-            "summary: events={} dropped={} rate_limited={} orphan_returns={orphans} undecodable={} probes={} \
-             exits={} live_processes={} inflight_entries={inflight} tracked_processes={tracked}",
+            "summary: events={} launches_counted={} launch_samples={} dropped={} rate_limited={} orphan_returns={orphans} undecodable={} \
+             probes={} exits={} live_processes={} inflight_entries={inflight} tracked_processes={tracked}",
             c.events,
+            c.launches_counted,
+            c.launch_samples,
             dropped[0],
             dropped[1],
             c.decode_errors,

@@ -11,21 +11,18 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{MapData, RingBuf},
     programs::{
         RawTracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     },
 };
 use tracer_common::{
-    Api, CONFIG_ENABLED, CONFIG_RATE_LIMIT, CONFIG_WAKEUP_BYTES, Entry, Filter, Layout, STAT_DROPPED, STAT_ORPHAN_RETURNS,
-    STAT_RATE_LIMITED,
-    names::{
-        MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_EVENTS, MAP_FILTER, MAP_LIMITED, MAP_STATS, MAP_TRACKED, PROG_EXIT,
-        PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN,
-    },
+    Api, Layout,
+    names::{MAP_EVENTS, PROG_EXIT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RENAME, PROG_RETURN},
 };
 
+pub use super::kernel_maps::{DROP_REASONS, Maps};
 use super::{
     allow::AllowList,
     discover::{FileKey, Prepared},
@@ -51,28 +48,6 @@ pub struct LibraryProbes {
     pub file: FileKey,
 }
 
-/// Typed handles to the maps user space reads and writes.
-pub struct Maps {
-    /// Settings, by `CONFIG_*`.
-    config: Array<MapData, u32>,
-    /// The in-kernel filter.
-    filter: Array<MapData, Filter>,
-    /// Per-CPU counters, by `STAT_*`.
-    stats: PerCpuArray<MapData, u64>,
-    /// Per-thread entry state.
-    entries: BpfHashMap<MapData, u64, Entry>,
-    /// Processes whose exit the kernel reports.
-    tracked: BpfHashMap<MapData, u32, u8>,
-    /// Records dropped per process, per CPU.
-    drops: PerCpuHashMap<MapData, u32, u64>,
-    /// Records left out per process for the rate limit, per CPU.
-    limited: PerCpuHashMap<MapData, u32, u64>,
-}
-
-/// Why records were not written: the ring buffer was full, or the process was over the rate
-/// limit.
-pub const DROP_REASONS: [&str; 2] = ["ring_full", "rate_limit"];
-
 /// How probes are attached.
 enum Attach {
     /// uprobe_multi links, per library: needs CAP_BPF and CAP_PERFMON only, and closing them
@@ -92,7 +67,8 @@ pub struct Probes {
     /// The loaded object; its programs hold the classic links and the exit tracepoint.
     ebpf: Ebpf,
     attach: Attach,
-    maps: Maps,
+    /// The maps user space reads and writes.
+    pub maps: Maps,
     /// The ring buffer, until the reader takes it.
     ring: Option<RingBuf<MapData>>,
     /// Libraries attached so far, in order.
@@ -111,7 +87,7 @@ pub struct Probes {
     log: Option<aya_log::EbpfLogger<StderrLog>>,
 }
 
-fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T> {
+pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T> {
     let map = ebpf.take_map(name).with_context(|| format!("eBPF object lacks map {name}"))?;
     T::try_from(map).with_context(|| format!("map {name} is not of the expected type"))
 }
@@ -130,6 +106,10 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
     exit.load().context("the kernel refused eBPF program cuda_exit")?;
     // A raw tracepoint needs no tracefs; it is attached by name.
     exit.attach("sched_process_exit").context("cannot attach to sched_process_exit")?;
+    let rename: &mut RawTracePoint =
+        ebpf.program_mut(PROG_RENAME).context("eBPF object lacks program cuda_rename")?.try_into()?;
+    rename.load().context("the kernel refused eBPF program cuda_rename")?;
+    rename.attach("task_rename").context("cannot attach to task_rename")?;
     // uprobe_multi unless asked for classic uprobes (CUDATRACE_ATTACH=classic, which the tests
     // use to keep the fallback exercised); the programs are loaded while every map is in `ebpf`.
     let attach = if std::env::var("CUDATRACE_ATTACH").is_ok_and(|v| v == "classic") {
@@ -145,15 +125,7 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
         Some(pid) => UProbeScope::OneProcess(pid),
         None => UProbeScope::AllProcesses,
     };
-    let maps = Maps {
-        config: take(&mut ebpf, MAP_CONFIG)?,
-        filter: take(&mut ebpf, MAP_FILTER)?,
-        stats: take(&mut ebpf, MAP_STATS)?,
-        entries: take(&mut ebpf, MAP_ENTRIES)?,
-        tracked: take(&mut ebpf, MAP_TRACKED)?,
-        drops: take(&mut ebpf, MAP_DROPS)?,
-        limited: take(&mut ebpf, MAP_LIMITED)?,
-    };
+    let maps = Maps::take(&mut ebpf)?;
     let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
     let log = match log_level {
         LogLevel::Off => None,
@@ -312,32 +284,6 @@ impl Probes {
         Ok(self.libraries.last())
     }
 
-    /// Starts or stops recording: the entry programs save nothing while disabled.
-    pub fn set_enabled(&mut self, on: bool) -> Result<()> {
-        self.set_config(CONFIG_ENABLED, u32::from(on))
-    }
-
-    /// Sets how many bytes wait in the ring buffer before the reader is woken (0: every record).
-    pub fn set_wakeup_bytes(&mut self, bytes: u32) -> Result<()> {
-        self.set_config(CONFIG_WAKEUP_BYTES, bytes)
-    }
-
-    /// Sets the most records a process may write per second (0: no limit).
-    pub fn set_rate_limit(&mut self, per_second: u32) -> Result<()> {
-        self.set_config(CONFIG_RATE_LIMIT, per_second)
-    }
-
-    fn set_config(&mut self, index: u32, value: u32) -> Result<()> {
-        self.maps.config.set(index, value, 0)?;
-        Ok(())
-    }
-
-    /// Sets the in-kernel filter (before recording starts).
-    pub fn set_filter(&mut self, filter: Filter) -> Result<()> {
-        self.maps.filter.set(0, filter, 0)?;
-        Ok(())
-    }
-
     /// Prints what the programs logged since the last call.
     pub fn flush_log(&mut self) {
         if let Some(log) = self.log.as_mut() {
@@ -348,39 +294,6 @@ impl Probes {
     /// The ring buffer, handed to its reader once.
     pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
         self.ring.take()
-    }
-
-    /// Asks the kernel to report this process's exit (a tracked process).
-    pub fn track(&mut self, pid: u32) {
-        // A full map only costs the exit record; the process is then released by eviction.
-        let _ = self.maps.tracked.insert(pid, 1, 0);
-    }
-
-    /// Stops tracking a process (it was found gone).
-    pub fn untrack(&mut self, pid: u32) {
-        let _ = self.maps.tracked.remove(&pid);
-    }
-
-    /// What the kernel side counted: records not written by [`DROP_REASONS`], and orphan
-    /// returns.
-    pub fn counters(&self) -> Result<([u64; 2], u64)> {
-        let sum = |i: u32| -> Result<u64> { Ok(self.maps.stats.get(&i, 0)?.iter().sum()) };
-        Ok(([sum(STAT_DROPPED)?, sum(STAT_RATE_LIMITED)?], sum(STAT_ORPHAN_RETURNS)?))
-    }
-
-    /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs
-    /// added up; at most `MAX_DROPPING` processes per reason, the least recent forgotten first.
-    pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
-        [&self.maps.drops, &self.maps.limited]
-            .into_iter()
-            .enumerate()
-            .flat_map(|(reason, map)| map.iter().filter_map(Result::ok).map(move |(pid, per_cpu)| (pid, reason, per_cpu.iter().sum())))
-            .collect()
-    }
-
-    /// Threads inside a driver call now, and processes tracked for their exit.
-    pub fn inflight_and_tracked(&self) -> (usize, usize) {
-        (self.maps.entries.keys().count(), self.maps.tracked.keys().count())
     }
 
     /// Restricts attaching to the files `allow` names.

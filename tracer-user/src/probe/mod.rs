@@ -7,6 +7,7 @@ pub mod caps;
 pub mod discover;
 pub mod ebpf_log;
 pub mod filter;
+pub mod kernel_maps;
 pub mod loader;
 pub mod maps;
 pub mod multi;

@@ -172,15 +172,30 @@ fn scrape(port: u16, metric: &str) -> Result<f64> {
     Ok(found.iter().map(|s| s.value).sum())
 }
 
+/// `cudatrace_calls_total` of cuLaunchKernel, every process.
+fn launches_of(port: u16) -> Result<f64> {
+    let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None).map_err(anyhow::Error::msg)?;
+    let samples = exposition::parse(&text);
+    Ok(exposition::sum(&samples, "cudatrace_calls_total", &[("api", "cuLaunchKernel")]))
+}
+
 /// What one throughput run measured.
 struct Throughput {
     calls_per_second: f64,
     seconds: Value,
+    /// Launches the workload made.
+    calls: f64,
+    /// Launches `cudatrace_calls_total` counted.
+    launches: f64,
+    /// Records read from the ring buffer.
     events: f64,
     dropped: f64,
+    /// Tracer CPU per million launches.
     cpu_ms_per_million: f64,
     scrapes: u64,
     scrape_ms_max: f64,
+    /// Tracer RSS when the workload started and when it ended, bytes.
+    rss: (u64, u64),
 }
 
 /// `threads` workload threads at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a
@@ -208,6 +223,7 @@ fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>, threads: u32) -> Re
         })
     });
     let cpu0 = cpu_seconds(t.pid())?;
+    let rss0 = rss_bytes(t.pid())?;
     let r = workload(p, &["--threads", &threads.to_string(), "calls", "1000000000", "30"])?;
     stop.store(true, Ordering::Relaxed);
     if let Some(s) = scraper {
@@ -217,15 +233,20 @@ fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>, threads: u32) -> Re
     let cpu1 = cpu_seconds(t.pid())?;
     let events = scrape(port, "cudatrace_events_total")?;
     let dropped = scrape(port, "cudatrace_events_dropped_total")?;
+    let launches = launches_of(port)?;
+    let rss1 = rss_bytes(t.pid())?;
     t.stop()?;
     Ok(Throughput {
         calls_per_second: r["calls_per_second"].as_f64().unwrap_or(0.0),
         seconds: r["seconds"].clone(),
+        calls: r["calls"].as_f64().unwrap_or(0.0),
+        launches,
         events,
         dropped,
-        cpu_ms_per_million: (cpu1 - cpu0) * 1e3 / (events / 1e6),
+        cpu_ms_per_million: (cpu1 - cpu0) * 1e3 / (launches / 1e6),
         scrapes: scrapes.load(Ordering::Relaxed),
         scrape_ms_max: slowest_us.load(Ordering::Relaxed) as f64 / 1e3,
+        rss: (rss0, rss1),
     })
 }
 
@@ -276,8 +297,9 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     let rss = memory(&p)?;
 
     let tp = |t: &Throughput| {
-        json!({"calls_per_second": t.calls_per_second, "seconds": t.seconds, "events": t.events, "dropped": t.dropped,
-               "tracer_cpu_ms_per_million_events": t.cpu_ms_per_million, "scrapes": t.scrapes, "slowest_scrape_ms": t.scrape_ms_max})
+        json!({"calls_per_second": t.calls_per_second, "seconds": t.seconds, "calls": t.calls, "launches_counted": t.launches,
+               "records": t.events, "dropped": t.dropped, "tracer_cpu_ms_per_million_launches": t.cpu_ms_per_million,
+               "scrapes": t.scrapes, "slowest_scrape_ms": t.scrape_ms_max, "rss_bytes_start_end": [t.rss.0, t.rss.1]})
     };
     let mut per_symbol = serde_json::Map::new();
     for (sym, o) in overhead::SYMBOLS.iter().zip(&overheads) {
@@ -333,18 +355,20 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     }
     for (label, t) in [("one workload thread", &quiet), ("two workload threads", &two)] {
         md += &format!(
-            "\nThroughput, {label}, 30 s under `cudatrace run`: {:.0} calls/s, {:.0} events, {:.0} dropped, {:.0} ms of tracer CPU per million events.\n",
-            t.calls_per_second, t.events, t.dropped, t.cpu_ms_per_million
+            "\nThroughput, {label}, 30 s under `cudatrace run`: {:.0} launches/s, {:.0} made, {:.0} counted, {:.0} records, \
+             {:.0} dropped, {:.1} ms of tracer CPU per million launches.\n",
+            t.calls_per_second, t.calls, t.launches, t.events, t.dropped, t.cpu_ms_per_million
         );
     }
     md += &format!(
-        "\nScraped 20 times a second meanwhile ({} scrapes, slowest {:.1} ms): {:.0} calls/s, {:.0} events, {:.0} dropped, \
-         {:.0} ms of tracer CPU per million events ({scrape_cpu_ratio:.2}x unscraped).\n",
-        scraped.scrapes, scraped.scrape_ms_max, scraped.calls_per_second, scraped.events, scraped.dropped, scraped.cpu_ms_per_million
+        "\nScraped 20 times a second meanwhile ({} scrapes, slowest {:.1} ms): {:.0} launches/s, {:.0} made, {:.0} counted, \
+         {:.0} dropped, {:.1} ms of tracer CPU per million launches ({scrape_cpu_ratio:.2}x unscraped).\n",
+        scraped.scrapes, scraped.scrape_ms_max, scraped.calls_per_second, scraped.calls, scraped.launches, scraped.dropped, scraped.cpu_ms_per_million
     );
     if let Some(t) = &quiet_before {
-        md += &format!("\nThe before binary's throughput run: {:.0} calls/s, {:.0} events, {:.0} dropped, {:.0} ms of tracer CPU per million events.\n", t.calls_per_second, t.events, t.dropped, t.cpu_ms_per_million);
+        md += &format!("\nThe before binary's throughput run: {:.0} launches/s, {:.0} counted, {:.0} dropped, {:.1} ms of tracer CPU per million launches.\n", t.calls_per_second, t.launches, t.dropped, t.cpu_ms_per_million);
     }
+    md += &targets(&overheads[0], &quiet, &two);
     md += "\nResident memory of `cudatrace run`:";
     for (k, v) in &rss {
         md += &format!(" {k} {:.1} MiB;", v.as_f64().unwrap_or(0.0) / 1048576.0);
@@ -353,6 +377,29 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     std::fs::write(dir.join("latest.md"), &md)?;
     println!("{md}");
     Ok(())
+}
+
+/// The targets of the performance issue, each said reached or not with its figure.
+fn targets(launch: &overhead::Overhead, one: &Throughput, two: &Throughput) -> String {
+    let added = |i: usize| -> f64 { median(&mut launch.ns[i].iter().zip(&launch.ns[0]).map(|(t, a)| t - a).collect::<Vec<_>>()) };
+    let (b, c, d) = (added(1), added(2), added(3));
+    let stop = median(&mut launch.stop_ms.clone());
+    let mib = |v: u64| v as f64 / 1048576.0;
+    let yes = |ok: bool| if ok { "reached" } else { "not reached" };
+    let rows = [
+        (format!("D within 1.15x of B on cuLaunchKernel: D/B = {:.2}", d / b), d <= 1.15 * b),
+        (format!("D below C on cuLaunchKernel: D {d:.0} ns, C {c:.0} ns added"), d < c),
+        (format!("under 20 ms of tracer CPU per million launches: {:.1} (one thread), {:.1} (two)", one.cpu_ms_per_million, two.cpu_ms_per_million), one.cpu_ms_per_million < 20.0 && two.cpu_ms_per_million < 20.0),
+        (format!("0 drops at the top rate of two workload threads: {:.0} dropped of {:.0} launches", two.dropped, two.calls), two.dropped == 0.0),
+        (format!("every launch counted: {:.0} of {:.0} (one thread), {:.0} of {:.0} (two)", one.launches, one.calls, two.launches, two.calls), one.launches == one.calls && two.launches == two.calls),
+        (format!("detach under 1 s: stop median {stop:.0} ms"), stop < 1000.0),
+        (format!("memory flat in events: {:.1} to {:.1} MiB over the two-thread run", mib(two.rss.0), mib(two.rss.1)), two.rss.1 <= two.rss.0 + (4 << 20)),
+    ];
+    let mut md = "\n## Targets\n\n".to_owned();
+    for (what, ok) in rows {
+        md += &format!("- {what}: {}\n", yes(ok));
+    }
+    md
 }
 
 /// Resident memory of `cudatrace run` idle, then with 1, 100 and 1,000 processes of 10 kernels,

@@ -32,6 +32,8 @@ pub struct StreamTime {
     pub gpu_ns_estimate: u64,
     /// Time the host was blocked waiting for this stream (measured).
     pub wait_ns: u64,
+    /// Batches a wait closed.
+    pub batches: u64,
     #[serde(skip)]
     pending: u64,
     #[serde(skip)]
@@ -84,8 +86,12 @@ impl Streams {
             Detail::Launch { stream, .. } | Detail::Graph { stream, .. } => {
                 let k = self.bounded(key(ev, stream));
                 let s = self.streams.entry(k).or_default();
-                s.launches += 1;
-                s.pending += 1;
+                // A launch the kernel counted is written when it opens a batch (or as a sample):
+                // it marks the batch's start; the launches are counted in-kernel.
+                if !ev.counted {
+                    s.launches += 1;
+                    s.pending += 1;
+                }
                 s.batch_start.get_or_insert(ev.start_ns);
                 None
             }
@@ -106,9 +112,11 @@ impl Streams {
         let mut closed = BatchEstimate { launches: 0, gpu_ns_estimate: 0 };
         let mut account = |s: &mut StreamTime| {
             if let Some(start) = s.batch_start.take() {
+                // Saturating: a tenant's calls can claim any start and duration.
                 let est = end.saturating_sub(start);
-                s.gpu_ns_estimate += est;
-                closed.gpu_ns_estimate += est;
+                s.gpu_ns_estimate = s.gpu_ns_estimate.saturating_add(est);
+                s.batches += 1;
+                closed.gpu_ns_estimate = closed.gpu_ns_estimate.saturating_add(est);
             }
             closed.launches += s.pending;
             s.launches_completed += s.pending;
@@ -123,7 +131,7 @@ impl Streams {
             }
             None => self.streams.values_mut().for_each(&mut account),
         }
-        self.gpu_ns_estimate += closed.gpu_ns_estimate;
+        self.gpu_ns_estimate = self.gpu_ns_estimate.saturating_add(closed.gpu_ns_estimate);
         closed
     }
 
@@ -153,16 +161,19 @@ impl Streams {
         self.gpu_ns_estimate
     }
 
-    /// The `gpu-time estimate:` lines printed when the process exits or tracing stops.
+    /// The `gpu-time estimate:` lines printed when the process exits or tracing stops. Launch
+    /// counts are those written one record each (all of them in `trace`; `run` counts launches
+    /// in-kernel, per kernel, not per stream).
     pub fn lines(&self, pid: u32) -> Vec<String> {
         self.sorted()
             .into_iter()
             .map(|((stream, tid), s)| {
                 format!(
-                    "gpu-time estimate: pid={pid} stream={stream:#x}{} launches={} completed={} gpu_ns_estimate={} wait_ns={}",
+                    "gpu-time estimate: pid={pid} stream={stream:#x}{} launches={} completed={} batches={} gpu_ns_estimate={} wait_ns={}",
                     if tid != 0 { format!(" tid={tid}") } else { String::new() },
                     s.launches,
                     s.launches_completed,
+                    s.batches,
                     s.gpu_ns_estimate,
                     s.wait_ns
                 )
@@ -196,7 +207,7 @@ mod tests {
         assert_eq!(g.observe(&ctx), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 7_500 }));
         assert_eq!(g.estimate_ns(), 14_500);
         assert_eq!(g.sorted().len(), 2);
-        assert_eq!(g.lines(1)[0], "gpu-time estimate: pid=1 stream=0x7 launches=2 completed=2 gpu_ns_estimate=7000 wait_ns=5000");
+        assert_eq!(g.lines(1)[0], "gpu-time estimate: pid=1 stream=0x7 launches=2 completed=2 batches=1 gpu_ns_estimate=7000 wait_ns=5000");
     }
 
     #[test]

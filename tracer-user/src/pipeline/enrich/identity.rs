@@ -6,6 +6,7 @@ use std::fs;
 use serde::Serialize;
 
 use super::pods::PodNames;
+use crate::pipeline::decode::Comm;
 
 /// Identity of one process, as read from /proc when its first event arrived.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -180,6 +181,14 @@ fn read_bounded(path: &str) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     fs::File::open(path).ok()?.take(MAX_PROC_READ).read_to_end(&mut out).ok()?;
     Some(out)
+}
+
+/// The process's name from /proc (the leader's), or `pid<N>` when it is gone already.
+pub fn comm(pid: u32) -> Comm {
+    match read_bounded(&format!("/proc/{pid}/comm")) {
+        Some(b) if !b.is_empty() => Comm::from(String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).as_ref()),
+        _ => Comm::from(format!("pid{pid}")),
+    }
 }
 
 /// Reads a process's identity from /proc; fields that cannot be read are left out. The command

@@ -98,6 +98,11 @@ pub struct KernelNames {
 
 impl KernelNames {
     /// Learns from lookups; returns the kernel a launch runs, when its handle is known.
+    /// The name of a kernel handle, when its lookup was seen.
+    pub fn name(&self, handle: u64) -> Option<Arc<KernelName>> {
+        self.by_handle.get(&handle).cloned()
+    }
+
     pub fn observe(&mut self, ev: &Event) -> Option<Arc<KernelName>> {
         match &ev.detail {
             Detail::Launch { function, .. } => self.by_handle.get(function).cloned(),

@@ -1,0 +1,175 @@
+//! In-kernel aggregation of kernel launches: the keys and cells of the `LAUNCHES` map, the
+//! per-stream batch state of `STREAMS`, the per-process sampling window of `PROCS`, and the
+//! latency buckets both sides share.
+//!
+//! Buckets hold two significant decimal digits of a duration in nanoseconds: (10, 11], (11, 12],
+//! ..., (99, 100], (100, 110], ... up to 100 s. Every upper bound of the Prometheus latency
+//! buckets (1, 2.5 and 5 times a power of ten) is the upper bound of one of them, so a bucket's
+//! Prometheus bucket is exact; a quantile read from them is within 10% (5% from the midpoint).
+
+/// Number of latency buckets; durations past 100 s count in the last.
+pub const LATENCY_BUCKETS: u32 = 910;
+
+/// The latency bucket of a duration of `ns` nanoseconds (upper bound inclusive). Written as
+/// straight-line compares so that the eBPF verifier sees no loop.
+#[inline(always)]
+pub fn latency_bucket(ns: u64) -> u32 {
+    let u = ns.saturating_sub(1);
+    if u < 10 {
+        return u as u32;
+    }
+    // 10^k <= u < 10^(k+1); the two leading digits are u / 10^(k-1).
+    let (k, scale): (u32, u64) = if u < 100 {
+        (1, 1)
+    } else if u < 1_000 {
+        (2, 10)
+    } else if u < 10_000 {
+        (3, 100)
+    } else if u < 100_000 {
+        (4, 1_000)
+    } else if u < 1_000_000 {
+        (5, 10_000)
+    } else if u < 10_000_000 {
+        (6, 100_000)
+    } else if u < 100_000_000 {
+        (7, 1_000_000)
+    } else if u < 1_000_000_000 {
+        (8, 10_000_000)
+    } else if u < 10_000_000_000 {
+        (9, 100_000_000)
+    } else if u < 100_000_000_000 {
+        (10, 1_000_000_000)
+    } else {
+        return LATENCY_BUCKETS - 1;
+    };
+    let m = (u / scale) as u32;
+    10 + (k - 1) * 90 + (m - 10)
+}
+
+/// (exclusive lower, inclusive upper) bounds of a latency bucket, ns.
+pub fn bucket_bounds(index: u32) -> (u64, u64) {
+    let index = if index >= LATENCY_BUCKETS { LATENCY_BUCKETS - 1 } else { index };
+    if index < 10 {
+        return (u64::from(index), u64::from(index) + 1);
+    }
+    let i = index - 10;
+    let scale = 10u64.pow(i / 90);
+    let m = u64::from(i % 90 + 10);
+    (m * scale, (m + 1) * scale)
+}
+
+/// Key of a `LAUNCHES` cell: one (process, api, kernel handle, latency bucket).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaunchKey {
+    /// Process id.
+    pub pid: u32,
+    /// The [`crate::Api`] id.
+    pub api: u16,
+    /// [`latency_bucket`] of the launches counted.
+    pub bucket: u16,
+    /// `CUfunction` handle (or `CUkernel`) launched.
+    pub function: u64,
+}
+
+/// Cumulative counts of one `LAUNCHES` key, added to atomically by every CPU; user space reads
+/// the difference since its last read and deletes the cells of exited processes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchCell {
+    /// Launches.
+    pub count: u64,
+    /// Of which returned an error.
+    pub errors: u64,
+    /// Sum of their durations, ns.
+    pub sum_ns: u64,
+}
+
+/// Key of a `STREAMS` entry: a stream of a process as the GPU-time estimate tells them apart
+/// (`CU_STREAM_PER_THREAD` with its thread, every other handle with tid 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamKey {
+    /// Process id.
+    pub pid: u32,
+    /// Thread, for the per-thread default stream; else 0.
+    pub tid: u32,
+    /// Stream handle (0 is mapped to `CU_STREAM_LEGACY` or `CU_STREAM_PER_THREAD`).
+    pub stream: u64,
+}
+
+/// One process's launch-sampling window and context-wait epoch (`PROCS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcWindow {
+    /// When the current one-second window began (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// Launches in it.
+    pub count: u64,
+    /// Successful `cuCtxSynchronize` calls so far: a stream batch opened under an older epoch
+    /// is closed.
+    pub epoch: u64,
+}
+
+/// Flag of [`crate::CallEvent::flags`]: the call is already counted in `LAUNCHES`; the record
+/// is a sample (or opens a stream batch) and must not be counted again.
+pub const FLAG_COUNTED: u32 = 1;
+
+/// Capacity of `LAUNCHES` (allocated as used). A launch finding it full is written to the ring
+/// buffer as a full record instead, so it is still counted once.
+pub const MAX_LAUNCH_CELLS: u32 = 131_072;
+/// Capacity of the LRU map of open stream batches (an evicted one costs one more record).
+pub const MAX_STREAM_BATCHES: u32 = 16_384;
+/// Capacity of the LRU map of per-process sampling windows.
+pub const MAX_SAMPLED_PROCS: u32 = 16_384;
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<LaunchKey>() == 16 && offset_of!(LaunchKey, function) == 8);
+    assert!(size_of::<LaunchCell>() == 24 && size_of::<StreamKey>() == 16 && size_of::<ProcWindow>() == 24);
+};
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain `#[repr(C)]` integers without padding; any bit pattern is valid.
+    unsafe impl aya::Pod for super::LaunchKey {}
+    unsafe impl aya::Pod for super::LaunchCell {}
+    unsafe impl aya::Pod for super::StreamKey {}
+    unsafe impl aya::Pod for super::ProcWindow {}
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+
+    #[test]
+    fn buckets_hold_two_digits_and_round_trip() {
+        assert_eq!((latency_bucket(0), latency_bucket(1), latency_bucket(10)), (0, 0, 9));
+        assert_eq!(bucket_bounds(latency_bucket(11)), (10, 11));
+        assert_eq!(bucket_bounds(latency_bucket(1_556)), (1_500, 1_600));
+        assert_eq!(bucket_bounds(latency_bucket(1_600)), (1_500, 1_600));
+        assert_eq!(bucket_bounds(latency_bucket(1_601)), (1_600, 1_700));
+        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
+        assert_eq!(bucket_bounds(LATENCY_BUCKETS - 1).1, 100_000_000_000);
+        // Every value falls inside its bucket, and buckets are ordered and contiguous.
+        let mut v = 1u64;
+        while v < 200_000_000_000 {
+            let (lo, hi) = bucket_bounds(latency_bucket(v));
+            assert!(v > lo && (v <= hi || v > 100_000_000_000), "{v} in ({lo}, {hi}]");
+            v = v * 13 / 10 + 1;
+        }
+        for i in 1..LATENCY_BUCKETS {
+            assert_eq!(bucket_bounds(i - 1).1, bucket_bounds(i).0, "bucket {i}");
+        }
+    }
+
+    #[test]
+    fn prometheus_bounds_are_bucket_bounds() {
+        // 1 µs to 10 s at 1, 2.5 and 5 per decade.
+        for ns in [1_000u64, 2_500, 5_000, 10_000, 25_000, 50_000, 250_000_000, 5_000_000_000, 10_000_000_000] {
+            assert_eq!(bucket_bounds(latency_bucket(ns)).1, ns);
+            assert_eq!(bucket_bounds(latency_bucket(ns + 1)).0, ns);
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Reads the launches the kernel counted (`LAUNCHES`): each read yields what every cell gained
+//! since the last one, so that a launch is counted once however often the map is read; the
+//! cells of exited processes are deleted after their last read.
+use foldhash::{HashMap, HashMapExt};
+use tracer_common::{
+    Api,
+    launches::{LaunchCell, LaunchKey},
+};
+
+/// What one cell gained since the last read: launches of one (api, kernel) in one latency bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDelta {
+    /// The launch entry point.
+    pub api: Api,
+    /// `CUfunction` handle launched.
+    pub function: u64,
+    /// Latency bucket (`tracer_common::launches::latency_bucket`).
+    pub bucket: u32,
+    /// Launches.
+    pub count: u64,
+    /// Of which failed.
+    pub errors: u64,
+    /// Sum of their durations, ns.
+    pub sum_ns: u64,
+}
+
+/// The last counts read per cell.
+#[derive(Default)]
+pub struct Harvest {
+    last: HashMap<LaunchKey, LaunchCell>,
+}
+
+impl Harvest {
+    /// An empty harvest.
+    pub fn new() -> Harvest {
+        Harvest { last: HashMap::new() }
+    }
+
+    /// What `cells` (every cell now) gained since the last read, with its pid. A cell read
+    /// twice in one pass (the kernel's iteration restarts when a key goes) gains nothing the
+    /// second time.
+    pub fn gains(&mut self, cells: Vec<(LaunchKey, LaunchCell)>) -> Vec<(u32, LaunchDelta)> {
+        let mut out = Vec::new();
+        for (key, cell) in cells {
+            let Some(api) = Api::from_id(u32::from(key.api)) else { continue };
+            let last = self.last.entry(key).or_default();
+            let count = cell.count.saturating_sub(last.count);
+            if count == 0 {
+                continue;
+            }
+            out.push((
+                key.pid,
+                LaunchDelta {
+                    api,
+                    function: key.function,
+                    bucket: u32::from(key.bucket),
+                    count,
+                    errors: cell.errors.saturating_sub(last.errors),
+                    sum_ns: cell.sum_ns.saturating_sub(last.sum_ns),
+                },
+            ));
+            *last = cell;
+        }
+        out
+    }
+
+    /// Forgets the cells of `pids` (exited, read for the last time); returns their keys, for
+    /// the caller to delete from the map.
+    pub fn release(&mut self, pids: &[u32]) -> Vec<LaunchKey> {
+        if pids.is_empty() {
+            return Vec::new();
+        }
+        let gone: Vec<LaunchKey> = self.last.keys().filter(|k| pids.contains(&k.pid)).copied().collect();
+        for k in &gone {
+            self.last.remove(k);
+        }
+        gone
+    }
+
+    /// Cells remembered.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(count: u64, errors: u64, sum_ns: u64) -> LaunchCell {
+        LaunchCell { count, errors, sum_ns }
+    }
+
+    #[test]
+    fn each_launch_is_counted_once() {
+        let k = LaunchKey { pid: 7, api: Api::LaunchKernel as u16, bucket: 105, function: 0xf };
+        let mut h = Harvest::new();
+        let first = h.gains(vec![(k, cell(10, 1, 15_000))]);
+        assert_eq!(first, vec![(7, LaunchDelta { api: Api::LaunchKernel, function: 0xf, bucket: 105, count: 10, errors: 1, sum_ns: 15_000 })]);
+        // The same cell again in one pass, then grown: only the growth counts.
+        let second = h.gains(vec![(k, cell(10, 1, 15_000)), (k, cell(25, 1, 37_000))]);
+        assert_eq!(second.iter().map(|(_, d)| (d.count, d.errors, d.sum_ns)).collect::<Vec<_>>(), vec![(15, 0, 22_000)]);
+        // A bad api id from the map is skipped, not a panic.
+        assert!(h.gains(vec![(LaunchKey { api: 999, ..k }, cell(1, 0, 1))]).is_empty());
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.release(&[8]).len(), 0);
+        assert_eq!(h.release(&[7]), vec![k]);
+        assert_eq!(h.len(), 0);
+    }
+}

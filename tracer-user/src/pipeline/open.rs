@@ -1,0 +1,120 @@
+//! Opening a [`Session`]: privileges checked, the programs loaded, the libraries attached (or
+//! discovery started), the ring buffer and timers set up.
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context as _, Result, bail};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+    time::MissedTickBehavior,
+};
+
+use super::{Counts, POLL_PERIOD, Session, SessionOptions, discovery::Discovery, launches::Harvest};
+use crate::{
+    probe::{
+        allow::AllowList,
+        caps, discover,
+        filter,
+        loader::{self, Probes},
+    },
+    registry::Registry,
+};
+
+/// Attaches each library not attached yet; returns the failures.
+fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<anyhow::Error> {
+    let mut failures = Vec::new();
+    for lib in libs {
+        match probes.attach_library(lib) {
+            Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
+            Ok(None) => {}
+            Err(e) => {
+                if !quiet_errors {
+                    eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}")));
+                }
+                failures.push(e);
+            }
+        }
+    }
+    failures
+}
+
+/// Attaches one library discovery prepared; says what was attached, or why not.
+pub(super) fn attach_one(probes: &mut Probes, p: discover::Prepared) {
+    match probes.attach_prepared(p) {
+        Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
+        Ok(None) => {}
+        Err(e) => eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}"))),
+    }
+}
+
+impl Session {
+    /// Checks privileges, attaches (or starts watching for) the libraries and arms the timers.
+    /// Recording starts with [`Session::start_recording`].
+    pub fn open(opts: SessionOptions) -> Result<Session> {
+        let watch = opts.libs.is_empty();
+        if let Some(why) = caps::missing_privilege(watch) {
+            bail!(why);
+        }
+        let filter = filter::build(&opts.filter)?;
+        let allow = AllowList::new(opts.lib_allow.clone())?;
+        let libs = if watch { discover::loader_libraries() } else { opts.libs.clone() };
+        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level, opts.max_libraries)?;
+        probes.maps.set_filter(filter)?;
+        probes.set_allow(allow);
+        let mut discovery = if watch { Some(Discovery::start().context("cannot start the discovery thread")?) } else { None };
+        if let Some(d) = discovery.as_mut() {
+            for p in d.first_pass(probes.settled()) {
+                attach_one(&mut probes, p);
+            }
+        }
+        // With one library its error is the run's error, printed once below.
+        let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
+        if watch && probes.probe_count() == 0 {
+            eprintln!("no libcuda in use or installed yet; watching for processes that map one");
+        }
+        if probes.probe_count() == 0 && !watch {
+            match failures.into_iter().next() {
+                Some(e) if libs.len() == 1 => return Err(e),
+                _ => bail!("no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib", libs.len()),
+            }
+        }
+        let ring = probes.take_ring().context("the ring buffer was taken already")?;
+        // SAFETY: the ring buffer owns its fd, and AsyncFd owns the ring buffer until into_inner.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
+        let mut poll = tokio::time::interval(POLL_PERIOD);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut rescan = tokio::time::interval(opts.rescan);
+        rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let forever = Duration::from_secs(u64::MAX / 4);
+        // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
+        probes.maps.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
+        probes.maps.set_aggregation(opts.sampling)?;
+        // Loaded and attached: from here on only discovery and identity need privileges (and
+        // attaching, while watching). Threads started later inherit the reduced set.
+        if let Err(e) = caps::reduce(watch, !probes.multi()) {
+            eprintln!("cudatrace: cannot drop the capabilities it no longer needs ({e}); tracing goes on");
+        }
+        Ok(Session {
+            probes,
+            ring,
+            registry: Registry::new(opts.limits),
+            counts: Counts::default(),
+            gone: Vec::new(),
+            leaving: Vec::new(),
+            harvest: Harvest::new(),
+            harvested_at: std::time::Instant::now(),
+            headless: Vec::new(),
+            checked_at: std::time::Instant::now(),
+            cmdline: opts.cmdline,
+            discovery,
+            found: Vec::new(),
+            poll,
+            rescan,
+            deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
+            sigint: signal(SignalKind::interrupt())?,
+            sigterm: signal(SignalKind::terminate())?,
+        })
+    }
+
+}

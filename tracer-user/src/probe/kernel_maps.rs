@@ -1,0 +1,149 @@
+//! Typed handles to the maps user space reads and writes, and what it does with them: settings,
+//! the filter, tracked processes, counters, and the launches counted in-kernel.
+use anyhow::Result;
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+};
+use tracer_common::{
+    CONFIG_AGGREGATE, CONFIG_ENABLED, CONFIG_RATE_LIMIT, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
+    CONFIG_WAKEUP_BYTES, Entry, Filter, STAT_DROPPED, STAT_ORPHAN_RETURNS, STAT_RATE_LIMITED,
+    launches::{LaunchCell, LaunchKey},
+    names::{MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_FILTER, MAP_LAUNCHES, MAP_LIMITED, MAP_STATS, MAP_TRACKED},
+};
+
+use super::loader::take;
+
+/// Why records were not written: the ring buffer was full, or the process was over the rate
+/// limit.
+pub const DROP_REASONS: [&str; 2] = ["ring_full", "rate_limit"];
+
+/// Which launches reach the ring buffer when they are counted in-kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampling {
+    /// Launches of each process each second that are all written.
+    pub first_per_second: u32,
+    /// Past those, one launch in this many is written (0: none).
+    pub one_in: u32,
+    /// Launches at least this slow (µs) are always written (0: none).
+    pub slow_us: u32,
+}
+
+/// Typed handles to the maps user space reads and writes.
+pub struct Maps {
+    /// Settings, by `CONFIG_*`.
+    config: Array<MapData, u32>,
+    /// The in-kernel filter.
+    filter: Array<MapData, Filter>,
+    /// Per-CPU counters, by `STAT_*`.
+    stats: PerCpuArray<MapData, u64>,
+    /// Per-thread entry state.
+    entries: BpfHashMap<MapData, u64, Entry>,
+    /// Processes whose exit the kernel reports.
+    tracked: BpfHashMap<MapData, u32, u8>,
+    /// Records dropped per process, per CPU.
+    drops: PerCpuHashMap<MapData, u32, u64>,
+    /// Records left out per process for the rate limit, per CPU.
+    limited: PerCpuHashMap<MapData, u32, u64>,
+    /// Launches counted in-kernel.
+    launches: BpfHashMap<MapData, LaunchKey, LaunchCell>,
+}
+
+impl Maps {
+    /// Takes every map user space uses out of the loaded object.
+    pub fn take(ebpf: &mut Ebpf) -> Result<Maps> {
+        Ok(Maps {
+            config: take(ebpf, MAP_CONFIG)?,
+            filter: take(ebpf, MAP_FILTER)?,
+            stats: take(ebpf, MAP_STATS)?,
+            entries: take(ebpf, MAP_ENTRIES)?,
+            tracked: take(ebpf, MAP_TRACKED)?,
+            drops: take(ebpf, MAP_DROPS)?,
+            limited: take(ebpf, MAP_LIMITED)?,
+            launches: take(ebpf, MAP_LAUNCHES)?,
+        })
+    }
+
+    /// Starts or stops recording: the entry programs save nothing while disabled.
+    pub fn set_enabled(&mut self, on: bool) -> Result<()> {
+        self.set_config(CONFIG_ENABLED, u32::from(on))
+    }
+
+    /// Sets how many bytes wait in the ring buffer before the reader is woken (0: every record).
+    pub fn set_wakeup_bytes(&mut self, bytes: u32) -> Result<()> {
+        self.set_config(CONFIG_WAKEUP_BYTES, bytes)
+    }
+
+    /// Sets the most records a process may write per second (0: no limit).
+    pub fn set_rate_limit(&mut self, per_second: u32) -> Result<()> {
+        self.set_config(CONFIG_RATE_LIMIT, per_second)
+    }
+
+    /// Counts launches in-kernel and writes the ones `sampling` says (`None`: every launch is
+    /// written, as `trace` wants).
+    pub fn set_aggregation(&mut self, sampling: Option<Sampling>) -> Result<()> {
+        let s = sampling.unwrap_or(Sampling { first_per_second: 0, one_in: 0, slow_us: 0 });
+        self.set_config(CONFIG_SAMPLE_FIRST, s.first_per_second)?;
+        self.set_config(CONFIG_SAMPLE_EVERY, s.one_in)?;
+        self.set_config(CONFIG_SLOW_US, s.slow_us)?;
+        self.set_config(CONFIG_AGGREGATE, u32::from(sampling.is_some()))
+    }
+
+    fn set_config(&mut self, index: u32, value: u32) -> Result<()> {
+        self.config.set(index, value, 0)?;
+        Ok(())
+    }
+
+    /// Sets the in-kernel filter (before recording starts).
+    pub fn set_filter(&mut self, filter: Filter) -> Result<()> {
+        self.filter.set(0, filter, 0)?;
+        Ok(())
+    }
+
+    /// Asks the kernel to report this process's exit (a tracked process).
+    pub fn track(&mut self, pid: u32) {
+        // A full map only costs the exit record; the process is then released by eviction.
+        let _ = self.tracked.insert(pid, 1, 0);
+    }
+
+    /// Stops tracking a process (it was found gone).
+    pub fn untrack(&mut self, pid: u32) {
+        let _ = self.tracked.remove(&pid);
+    }
+
+    /// What the kernel side counted: records not written by [`DROP_REASONS`], and orphan
+    /// returns.
+    pub fn counters(&self) -> Result<([u64; 2], u64)> {
+        let sum = |i: u32| -> Result<u64> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
+        Ok(([sum(STAT_DROPPED)?, sum(STAT_RATE_LIMITED)?], sum(STAT_ORPHAN_RETURNS)?))
+    }
+
+    /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs
+    /// added up; at most `MAX_DROPPING` processes per reason, the least recent forgotten first.
+    pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
+        [&self.drops, &self.limited]
+            .into_iter()
+            .enumerate()
+            .flat_map(|(reason, map)| map.iter().filter_map(Result::ok).map(move |(pid, per_cpu)| (pid, reason, per_cpu.iter().sum())))
+            .collect()
+    }
+
+    /// Threads inside a driver call now (their slot is busy), and processes tracked for their
+    /// exit.
+    pub fn inflight_and_tracked(&self) -> (usize, usize) {
+        let busy = self.entries.iter().filter_map(Result::ok).filter(|(_, e)| e.start_ns != 0).count();
+        (busy, self.tracked.keys().count())
+    }
+
+    /// Every launch cell now (cumulative counts).
+    pub fn launch_cells(&self) -> Vec<(LaunchKey, LaunchCell)> {
+        self.launches.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Deletes launch cells (of exited processes).
+    pub fn delete_launch_cells(&mut self, keys: &[LaunchKey]) {
+        for k in keys {
+            let _ = self.launches.remove(k);
+        }
+    }
+}
