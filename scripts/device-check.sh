@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The check to run on a machine with an NVIDIA GPU and driver: cudatrace against the real
-# libcuda. N real launches (and copies) in, N events out, the added cost per call, and the first
+# libcuda. N real launches (and copies) in, N events out of `trace`, N launches counted in the
+# kernel by `run`, the added cost per call, and the first
 # instruction of each probed symbol (the kernel emulates push/jmp/call/nop at a uprobe; anything
 # else is single-stepped out of line, several times dearer: the bench measures both cases).
 #   scripts/device-check.sh [LIBCUDA]      (default: the loader's libcuda.so.1)
@@ -40,6 +41,7 @@ for _ in $(seq 600); do grep -q '^ready:' "$out/run.err" && break; sleep 0.1; do
 d=$(ns)
 kill -INT $daemon; wait $daemon || true
 detached
+run_counted=$(sed -n 's/^summary:.* launches_counted=\([0-9]*\).*/\1/p' "$out/run.err")
 a2=$(ns)
 # The first instruction of each of the 43 probed symbols (objdump falls back to the dynamic
 # symbols of a stripped library).
@@ -57,7 +59,8 @@ fi
   echo "launches in=$launches out=$got_l; copies in=$copies out=$got_c"
   echo "$summary"
   echo "ns per cuLaunchKernel: untraced $a1 / $a2, under cudatrace run $d"
+  echo "launches counted in the kernel by run: $run_counted of $calls"
   echo "first instructions ($(wc -l < "$out/first-instructions.txt") symbols):"
   sed 's/^/  /' "$out/first-instructions.txt"
 } | tee "$out/result.txt"
-[ "$got_l" = "$launches" ] && [ "$got_c" = "$copies" ]
+[ "$got_l" = "$launches" ] && [ "$got_c" = "$copies" ] && [ "$run_counted" = "$calls" ]

@@ -1,8 +1,9 @@
 //! The per-thread entry state: what the entry programs save and the return program consumes.
 //! User space reads the map at stop to count calls still in progress.
 
-/// One thread's call in progress: when it began, which api (the attach cookie), its arguments
-/// (in the layout [`crate::CallEvent::args`] documents).
+/// One thread's slot: its call in progress (when it began, 0 while idle; which api, the attach
+/// cookie; its arguments, in the layout [`crate::CallEvent::args`] documents), and what the
+/// thread's last counted launch saw, which spares a map lookup per launch.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Entry {
@@ -12,11 +13,16 @@ pub struct Entry {
     pub cookie: u64,
     /// The arguments as the entry program read them.
     pub args: [u64; 6],
+    /// The stream of the thread's last launch that was counted in-kernel (`u64::MAX`: none).
+    pub last_stream: u64,
+    /// Its process's wait epoch then: while it is unchanged, no wait has closed that stream's
+    /// batch, so the next launch on it does not open one.
+    pub last_epoch: u64,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<Entry>() == 64);
+    assert!(size_of::<Entry>() == 80 && offset_of!(Entry, last_stream) == 64);
     assert!(offset_of!(Entry, cookie) == 8 && offset_of!(Entry, args) == 16);
 };
 

@@ -1,6 +1,6 @@
 //! In-kernel aggregation of kernel launches: the keys and cells of the `LAUNCHES` map, the
-//! per-stream batch state of `STREAMS`, the per-process sampling window of `PROCS`, and the
-//! latency buckets both sides share.
+//! per-process sampling window and wait epoch of `PROCS`, and the latency buckets both sides
+//! share.
 //!
 //! Buckets hold two significant decimal digits of a duration in nanoseconds: (10, 11], (11, 12],
 //! ..., (99, 100], (100, 110], ... up to 100 s. Every upper bound of the Prometheus latency
@@ -85,19 +85,6 @@ pub struct LaunchCell {
     pub sum_ns: u64,
 }
 
-/// Key of a `STREAMS` entry: a stream of a process as the GPU-time estimate tells them apart
-/// (`CU_STREAM_PER_THREAD` with its thread, every other handle with tid 0).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StreamKey {
-    /// Process id.
-    pub pid: u32,
-    /// Thread, for the per-thread default stream; else 0.
-    pub tid: u32,
-    /// Stream handle (0 is mapped to `CU_STREAM_LEGACY` or `CU_STREAM_PER_THREAD`).
-    pub stream: u64,
-}
-
 /// One process's launch-sampling window and context-wait epoch (`PROCS`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -106,8 +93,10 @@ pub struct ProcWindow {
     pub start_ns: u64,
     /// Launches in it.
     pub count: u64,
-    /// Successful `cuCtxSynchronize` calls so far: a stream batch opened under an older epoch
-    /// is closed.
+    /// Changes with every successful wait that closes a stream batch (a stream or context
+    /// synchronize, a synchronous copy): a thread whose last launch saw another epoch may be
+    /// opening a batch, and its launch is written. (It starts at the window's first time, so a
+    /// remade entry never matches an old one.)
     pub epoch: u64,
 }
 
@@ -118,15 +107,13 @@ pub const FLAG_COUNTED: u32 = 1;
 /// Capacity of `LAUNCHES` (allocated as used). A launch finding it full is written to the ring
 /// buffer as a full record instead, so it is still counted once.
 pub const MAX_LAUNCH_CELLS: u32 = 131_072;
-/// Capacity of the LRU map of open stream batches (an evicted one costs one more record).
-pub const MAX_STREAM_BATCHES: u32 = 16_384;
 /// Capacity of the LRU map of per-process sampling windows.
 pub const MAX_SAMPLED_PROCS: u32 = 16_384;
 
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<LaunchKey>() == 16 && offset_of!(LaunchKey, function) == 8);
-    assert!(size_of::<LaunchCell>() == 24 && size_of::<StreamKey>() == 16 && size_of::<ProcWindow>() == 24);
+    assert!(size_of::<LaunchCell>() == 24 && size_of::<ProcWindow>() == 24);
 };
 
 #[cfg(feature = "user")]
@@ -134,7 +121,6 @@ mod pod {
     // SAFETY: plain `#[repr(C)]` integers without padding; any bit pattern is valid.
     unsafe impl aya::Pod for super::LaunchKey {}
     unsafe impl aya::Pod for super::LaunchCell {}
-    unsafe impl aya::Pod for super::StreamKey {}
     unsafe impl aya::Pod for super::ProcWindow {}
 }
 

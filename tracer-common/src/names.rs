@@ -24,8 +24,6 @@ pub const MAP_RATES: &str = "RATES";
 /// Launches counted in-kernel (hash, [`crate::launches::LaunchKey`] to
 /// [`crate::launches::LaunchCell`]).
 pub const MAP_LAUNCHES: &str = "LAUNCHES";
-/// Open stream batches (LRU hash, [`crate::launches::StreamKey`] to the epoch they opened in).
-pub const MAP_STREAMS: &str = "STREAMS";
 /// Per-process sampling windows (LRU hash, pid to [`crate::launches::ProcWindow`]).
 pub const MAP_PROCS: &str = "PROCS";
 
@@ -43,9 +41,9 @@ pub const PROG_EXIT: &str = "cuda_exit";
 pub const PROG_RENAME: &str = "cuda_rename";
 
 /// Every map name.
-pub const MAPS: [&str; 12] = [
+pub const MAPS: [&str; 11] = [
     MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS, MAP_LIMITED, MAP_RATES,
-    MAP_LAUNCHES, MAP_STREAMS, MAP_PROCS,
+    MAP_LAUNCHES, MAP_PROCS,
 ];
 /// Every program name.
 pub const PROGRAMS: [&str; 6] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT, PROG_RENAME];

@@ -1,16 +1,18 @@
 //! In-kernel aggregation of launches: each launch is added to its `LAUNCHES` cell, and reaches
-//! the ring buffer only when it is sampled, slow, failed, or opens a stream batch (which the
-//! GPU-time estimate needs). Waits close batches here too, so that the next launch on a stream
-//! is known to open one.
+//! the ring buffer only when it is sampled, slow, failed, or may open a stream batch (which the
+//! GPU-time estimate needs). Every wait that closes a batch changes its process's epoch; a
+//! launch on the stream of its thread's last launch, under the same epoch, cannot open one. So
+//! every launch that opens a batch is written (a few that do not may be too: user space keeps a
+//! batch's first start), at the cost of no map beyond the thread's own slot.
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use tracer_common::{
     CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, Entry,
-    api::{COOKIE_API_MASK, COOKIE_CLOSES_ALL, COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM, COOKIE_PER_THREAD},
-    launches::{LaunchCell, LaunchKey, ProcWindow, StreamKey, latency_bucket},
+    api::{COOKIE_API_MASK, COOKIE_PER_THREAD},
+    launches::{LaunchCell, LaunchKey, ProcWindow, latency_bucket},
 };
 
-use crate::maps::{LAUNCHES, PROCS, STREAMS, config};
+use crate::maps::{LAUNCHES, PROCS, config};
 
 /// `CU_STREAM_LEGACY`, what stream 0 means for the plain entry points.
 const STREAM_LEGACY: u64 = 1;
@@ -59,36 +61,34 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
     true
 }
 
-/// The stream key of `stream` for the calling thread, as the GPU-time estimate keys streams.
+/// The stream a launch goes to, as the GPU-time estimate tells them apart for one thread
+/// (stream 0 is `CU_STREAM_PER_THREAD` for the `_ptsz` entry points, else `CU_STREAM_LEGACY`).
 #[inline(always)]
-fn stream_key(pid: u32, tid: u32, cookie: u64, stream: u64) -> StreamKey {
-    let per_thread = cookie & COOKIE_PER_THREAD != 0;
-    let (stream, tid) = match stream {
-        0 if per_thread => (STREAM_PER_THREAD, tid),
-        0 => (STREAM_LEGACY, 0),
-        STREAM_PER_THREAD => (STREAM_PER_THREAD, tid),
-        s => (s, 0),
-    };
-    StreamKey { pid, tid, stream }
+fn stream_of(cookie: u64, stream: u64) -> u64 {
+    match stream {
+        0 if cookie & COOKIE_PER_THREAD != 0 => STREAM_PER_THREAD,
+        0 => STREAM_LEGACY,
+        s => s,
+    }
 }
 
-/// Whether a counted launch is written to the ring buffer: it opens its stream's batch, or is
-/// among the first `CONFIG_SAMPLE_FIRST` of its process this second, or one in
-/// `CONFIG_SAMPLE_EVERY` past those, or slower than `CONFIG_SLOW_US`, or failed.
+/// Whether a counted launch is written to the ring buffer: it may open its stream's batch, or
+/// is among the first `CONFIG_SAMPLE_FIRST` of its process this second, or one in
+/// `CONFIG_SAMPLE_EVERY` past those, or slower than `CONFIG_SLOW_US`, or failed. `slot` is the
+/// thread's entry slot, whose last-launch fields are brought up to date.
 #[inline(always)]
-pub fn wanted(pid: u32, tid: u32, entry: &Entry, end: u64, duration_ns: u64, result: i32) -> bool {
+pub fn wanted(pid: u32, slot: *mut Entry, entry: &Entry, end: u64, duration_ns: u64, result: i32) -> bool {
     let (sampled, epoch) = sample(pid, end);
     if result != 0 {
         return true;
     }
-    let key = stream_key(pid, tid, entry.cookie, entry.args[5]);
-    // SAFETY: the value is copied out at once.
-    let opens = match unsafe { STREAMS.get(&key) } {
-        Some(e) => *e != epoch,
-        None => true,
-    };
-    if opens {
-        let _ = STREAMS.insert(&key, &epoch, 0);
+    let stream = stream_of(entry.cookie, entry.args[5]);
+    if entry.last_stream != stream || entry.last_epoch != epoch {
+        // SAFETY: the thread's own slot (see `entry::save`), valid while this program runs.
+        unsafe {
+            (*slot).last_stream = stream;
+            (*slot).last_epoch = epoch;
+        }
         return true;
     }
     let slow_us = config(CONFIG_SLOW_US);
@@ -99,8 +99,8 @@ pub fn wanted(pid: u32, tid: u32, entry: &Entry, end: u64, duration_ns: u64, res
 #[inline(always)]
 fn sample(pid: u32, now: u64) -> (bool, u64) {
     let Some(w) = PROCS.get_ptr_mut(&pid) else {
-        let _ = PROCS.insert(&pid, &ProcWindow { start_ns: now, count: 1, epoch: 0 }, 0);
-        return (true, 0);
+        let _ = PROCS.insert(&pid, &ProcWindow { start_ns: now, count: 1, epoch: now }, 0);
+        return (true, now);
     };
     // SAFETY: the value stays valid while this program runs; a concurrent update from another
     // CPU can only be lost, which moves a sample, never a count.
@@ -117,18 +117,13 @@ fn sample(pid: u32, now: u64) -> (bool, u64) {
     (count <= first || (every != 0 && (count - first) % every == 0), epoch)
 }
 
-/// A successful wait returned: closes the batches it covers, so that the next launch on them
-/// opens a new one (and is written).
+/// A successful wait that closes stream batches returned: the process's epoch changes, so that
+/// each thread's next launch is written.
 #[inline(always)]
-pub fn close(pid: u32, tid: u32, entry: &Entry) {
-    if entry.cookie & COOKIE_CLOSES_ALL != 0 {
-        if let Some(w) = PROCS.get_ptr_mut(&pid) {
-            // SAFETY: as in `sample`.
-            unsafe { (*w).epoch += 1 };
-        }
-    } else if entry.cookie & COOKIE_CLOSES_ARG_STREAM != 0 {
-        let _ = STREAMS.remove(&stream_key(pid, tid, entry.cookie, entry.args[0]));
-    } else if entry.cookie & COOKIE_CLOSES_DEFAULT_STREAM != 0 {
-        let _ = STREAMS.remove(&stream_key(pid, tid, entry.cookie, 0));
+pub fn close(pid: u32) {
+    if let Some(w) = PROCS.get_ptr_mut(&pid) {
+        // SAFETY: as in `sample`. A change lost to a race with another CPU's wait is made by
+        // that wait.
+        unsafe { (*w).epoch = (*w).epoch.wrapping_add(1) };
     }
 }

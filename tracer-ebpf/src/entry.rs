@@ -64,7 +64,7 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
         None => {
             // The thread's first traced call: its name, once (records carry none).
             emit_name((id >> 32) as u32, id as u32, false, bpf_get_current_comm().unwrap_or([0; 16]));
-            let mut entry = Entry { start_ns: 0, cookie, args };
+            let mut entry = Entry { start_ns: 0, cookie, args, last_stream: u64::MAX, last_epoch: 0 };
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };
             let _ = ENTRIES.insert(&id, &entry, 0);

@@ -8,7 +8,7 @@ use aya_ebpf::{
 use tracer_common::{
     CONFIG_COUNT, CONFIG_RATE_LIMIT, EventTag, NameEvent, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
     RateWindow, STAT_COUNT, STAT_DROPPED, STAT_RATE_LIMITED,
-    launches::{LaunchCell, LaunchKey, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS, MAX_STREAM_BATCHES, ProcWindow, StreamKey},
+    launches::{LaunchCell, LaunchKey, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS, ProcWindow},
 };
 
 /// Completed calls, consumed by the cudatrace binary.
@@ -58,12 +58,7 @@ pub static RATES: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(MAX
 #[map]
 pub static LAUNCHES: HashMap<LaunchKey, LaunchCell> = HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
 
-/// Open stream batches while aggregating: the epoch of the process they opened in. LRU: an
-/// evicted batch costs one more record, never a wrong count.
-#[map]
-pub static STREAMS: LruHashMap<StreamKey, u64> = LruHashMap::with_max_entries(MAX_STREAM_BATCHES, 0);
-
-/// Each process's launch-sampling window and context-wait epoch, while aggregating.
+/// Each process's launch-sampling window and wait epoch, while aggregating.
 #[map]
 pub static PROCS: LruHashMap<u32, ProcWindow> = LruHashMap::with_max_entries(MAX_SAMPLED_PROCS, 0);
 

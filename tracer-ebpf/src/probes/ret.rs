@@ -41,11 +41,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
     let end = unsafe { bpf_ktime_get_ns() };
     let id = bpf_get_current_pid_tgid();
     // SAFETY: this thread's own slot (see `entry::save`): copied out, then marked idle.
-    let entry = match ENTRIES.get_ptr_mut(&id) {
+    let (slot, entry) = match ENTRIES.get_ptr_mut(&id) {
         Some(slot) if unsafe { (*slot).start_ns } != 0 => unsafe {
             let e = *slot;
             (*slot).start_ns = 0;
-            e
+            (slot, e)
         },
         _ => {
             bump(STAT_ORPHAN_RETURNS);
@@ -53,20 +53,20 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
             return;
         }
     };
-    let (pid, tid) = ((id >> 32) as u32, id as u32);
+    let pid = (id >> 32) as u32;
     let result = ctx.ret::<u64>() as i32;
     let duration = end.wrapping_sub(entry.start_ns);
     let mut flags = 0;
     if entry.cookie & (COOKIE_LAUNCH | CLOSES) != 0 && config(CONFIG_AGGREGATE) == 1 {
         if entry.cookie & COOKIE_LAUNCH != 0 {
             if aggregate::count(pid, &entry, duration, result) {
-                if !aggregate::wanted(pid, tid, &entry, end, duration, result) {
+                if !aggregate::wanted(pid, slot, &entry, end, duration, result) {
                     return;
                 }
                 flags = FLAG_COUNTED;
             }
         } else if result == 0 {
-            aggregate::close(pid, tid, &entry);
+            aggregate::close(pid);
         }
     }
     if over_rate(pid, end) {
