@@ -26,6 +26,34 @@ pub enum Command {
     Trace(TraceArgs),
     /// The daemon: aggregate every call, sample NVML, and serve Prometheus metrics.
     Run(RunArgs),
+    /// Write a timeline of every call (Trace Event JSON, for ui.perfetto.dev or chrome://tracing).
+    Record(RecordArgs),
+}
+
+/// Options of `cudatrace record`.
+#[derive(clap::Args)]
+pub struct RecordArgs {
+    /// What to attach and which processes to keep.
+    #[command(flatten)]
+    pub sel: Selection,
+    /// The timeline file (gzip when it ends in .gz).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Write at most this many events; the rest are counted, and the file says so.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_events: Option<u64>,
+    /// NVML library to load instead of the loader's libnvidia-ml.so.1 (GPU counters).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Without --lib: how often to look for libcuda files that processes map later.
+    #[arg(long, default_value_t = 250, value_name = "MS", value_parser = parse_rescan)]
+    pub rescan_ms: u64,
+    /// Ring-buffer size in MiB (a power of two).
+    #[arg(long, default_value_t = 8, value_name = "MIB", value_parser = parse_ringbuf)]
+    pub ringbuf_mib: u32,
 }
 
 /// Options of `cudatrace trace`.

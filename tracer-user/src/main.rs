@@ -18,6 +18,7 @@ fn main() -> ExitCode {
         match cli.command {
             cli::Command::Trace(args) => cmd::trace::run(args).await,
             cli::Command::Run(args) => cmd::run::run(args).await,
+            cli::Command::Record(args) => cmd::record::run(args).await,
         }
     });
     match result {

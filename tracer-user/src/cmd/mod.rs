@@ -1,3 +1,4 @@
 //! One file per command.
+pub mod record;
 pub mod run;
 pub mod trace;

@@ -1,6 +1,7 @@
 //! Where results go: stdout (events for `trace`, alert changes for `run`), the HTTP alert sinks
-//! (webhook, Alertmanager) and the Prometheus metrics server.
+//! (webhook, Alertmanager), the Prometheus metrics server, and `record`'s timeline file.
 pub mod alertmanager;
 pub mod http;
 pub mod metrics;
 pub mod stdout;
+pub mod timeline;

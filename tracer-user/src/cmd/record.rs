@@ -1,0 +1,111 @@
+//! `cudatrace record`: every traced call, NVML samples and the detector's alert changes written
+//! as a timeline (`sinks::timeline`) until a signal, `--duration` or `--max-events`; then the
+//! file is closed and a summary line says what it holds.
+use std::{
+    io,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context as _, Result};
+use tokio::time::MissedTickBehavior;
+
+use crate::{
+    cli::RecordArgs,
+    config::DetectConfig,
+    detect::Detector,
+    nvml::{GpuSample, Sampler},
+    pipeline::{Consumer, Session, Wake, decode::{Event, monotonic_ns}, enrich::Enrichment},
+    registry::{Process, RegistryLimits},
+    sinks::{stdout::printable, timeline::Timeline},
+};
+
+/// Processes held at most, as `trace`.
+const MAX_PROCESSES: usize = 4096;
+/// Distinct library files attached at most, as `run`'s default.
+const MAX_LIBRARIES: usize = 32;
+
+/// The timeline and the detector whose alert changes it shows.
+struct Recorder {
+    timeline: Timeline,
+    detector: Detector,
+    gpus: Vec<GpuSample>,
+}
+
+impl Consumer for Recorder {
+    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        self.detector.observe(process, ev, e.batch.as_ref());
+        self.timeline.call(ev, e.kernel.as_deref(), e.batch.as_ref())
+    }
+
+    fn exited(&mut self, process: &mut Process) {
+        self.detector.exited(process, SystemTime::now());
+    }
+}
+
+impl Recorder {
+    /// Writes the detector's alert changes.
+    fn alerts(&mut self) -> io::Result<()> {
+        let now = monotonic_ns();
+        for change in self.detector.take_changes() {
+            self.timeline.alert(&change, now)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `cudatrace record`.
+pub async fn run(args: RecordArgs) -> Result<()> {
+    // The file first: a path that cannot be written is said before anything is attached.
+    let timeline = Timeline::create(&args.output, args.max_events)
+        .with_context(|| format!("cannot create the timeline {} (give a writable path with -o)", printable(&args.output.display().to_string())))?;
+    let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
+    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, false, MAX_LIBRARIES, Vec::new()))?;
+    let mut sampler = Sampler::new(args.nvml_lib.as_ref());
+    if let Sampler::Off(why) = &sampler {
+        eprintln!("cudatrace: {why}; the timeline has no GPU counters");
+    }
+    let detect = DetectConfig::default();
+    let window = Duration::from_secs(detect.window_s);
+    let mut rec = Recorder { timeline, detector: Detector::new(detect, 0.0), gpus: Vec::new() };
+    let started = Instant::now();
+    let mut nvml_tick = tokio::time::interval(Duration::from_secs(1));
+    let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
+    detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let probes = session.start_recording()?;
+    eprintln!("ready: {probes} probes attached; recording to {}", printable(&args.output.display().to_string()));
+    let mut output_closed = false;
+    loop {
+        tokio::select! {
+            wake = session.wake() => match wake? {
+                Wake::Stop => break,
+                Wake::Rescan => {
+                    session.rescan();
+                }
+                Wake::Drain => {
+                    if session.drain(&mut rec).is_err() {
+                        output_closed = true;
+                        break;
+                    }
+                }
+            },
+            _ = nvml_tick.tick(), if sampler.up() => {
+                if let Ok(gpus) = sampler.sample() {
+                    rec.timeline.gpus(&gpus, monotonic_ns())?;
+                    rec.gpus = gpus;
+                }
+            }
+            _ = detect_tick.tick() => {
+                let now = started.elapsed().as_secs_f64();
+                rec.detector.evaluate(&mut session.registry, now, SystemTime::now(), &rec.gpus);
+                rec.alerts()?;
+            }
+        }
+    }
+    session.finish(&mut rec, output_closed)?;
+    rec.alerts()?;
+    session.detach();
+    let path = printable(&rec.timeline.path().display().to_string()).to_string();
+    let (written, left_out) = rec.timeline.finish(monotonic_ns()).with_context(|| format!("cannot finish {path}"))?;
+    eprintln!("record: {written} events written to {path}; {left_out} left out past --max-events");
+    Ok(())
+}
