@@ -36,6 +36,8 @@ impl Drop for Cudatrace {
 pub struct Traced {
     /// Parsed JSON events from stdout.
     pub events: Vec<Value>,
+    /// Stdout, as lines.
+    pub stdout: Vec<String>,
     /// Stderr lines.
     pub stderr: Vec<String>,
     /// Exit status code.
@@ -213,7 +215,7 @@ impl Cudatrace {
             })
             .collect();
         let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
-        Traced { events, stderr, code: status.code() }
+        Traced { events, stdout: lines, stderr, code: status.code() }
     }
 }
 

@@ -28,6 +28,31 @@ pub enum Command {
     Run(RunArgs),
     /// Write a timeline of every call (Trace Event JSON, for ui.perfetto.dev or chrome://tracing).
     Record(RecordArgs),
+    /// GPUs and processes on one screen, refreshed every second (-b: plain-text snapshots).
+    Top(TopArgs),
+}
+
+/// Options of `cudatrace top`.
+#[derive(clap::Args)]
+pub struct TopArgs {
+    /// What to attach and which processes to keep.
+    #[command(flatten)]
+    pub sel: Selection,
+    /// Print plain-text snapshots one after the other, for scripts and bug reports.
+    #[arg(short = 'b', long)]
+    pub batch: bool,
+    /// Stop after this many snapshots.
+    #[arg(short = 'n', long = "iterations", value_name = "COUNT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// Seconds between snapshots.
+    #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "1", value_parser = parse_duration)]
+    pub delay: Duration,
+    /// The `run` config file (thresholds, launch sampling, limits).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// NVML library to load instead of the loader's libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
 }
 
 /// Options of `cudatrace record`.

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
             cli::Command::Trace(args) => cmd::trace::run(args).await,
             cli::Command::Run(args) => cmd::run::run(args).await,
             cli::Command::Record(args) => cmd::record::run(args).await,
+            cli::Command::Top(args) => cmd::top::run(args).await,
         }
     });
     match result {

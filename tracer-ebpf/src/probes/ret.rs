@@ -23,7 +23,7 @@ use tracer_common::{
 
 use crate::{
     aggregate,
-    maps::{ENTRIES, EVENTS, bump, config, dropped, over_rate, rate_limited, submit_flags},
+    maps::{ENTRIES, EVENTS, bump, config, dropped, enabled, over_rate, rate_limited, submit_flags},
 };
 
 /// Cookie flags of the calls that close stream batches.
@@ -48,6 +48,10 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
             (slot, e)
         },
         _ => {
+            // Recording off (stopping): the entry saved nothing, and that is no orphan.
+            if !enabled() {
+                return;
+            }
             bump(STAT_ORPHAN_RETURNS);
             warn!(ctx, "orphan return in tid {}: no entry state (attached mid-call, or evicted)", id as u32);
             return;

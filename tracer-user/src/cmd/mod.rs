@@ -1,4 +1,6 @@
 //! One file per command.
+pub mod daemon;
 pub mod record;
 pub mod run;
+pub mod top;
 pub mod trace;

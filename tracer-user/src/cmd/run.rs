@@ -1,9 +1,8 @@
-//! `cudatrace run`: the daemon. Every call is aggregated and fed to the contention detector;
-//! NVML is sampled; each detection window's alert changes go to stdout and the alert sinks; the
-//! metrics server asks the loop for snapshots. On a signal or at `--duration` it stops like
+//! `cudatrace run`: the daemon. Every call is aggregated and fed to the contention detector
+//! (`daemon`); NVML is sampled; each detection window's alert changes go to stdout and the alert
+//! sinks; the metrics server asks the loop for snapshots. On a signal or at `--duration` it stops like
 //! `trace`: recording off, the ring buffer drained, a summary, detached.
 use std::{
-    io,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -11,54 +10,22 @@ use std::{
 use anyhow::Result;
 use tokio::{sync::mpsc, time::MissedTickBehavior};
 
+use super::daemon::Daemon;
 use crate::{
-    aggregate::{Aggregator, SeriesLimits},
     cli::RunArgs,
     config::{self, Config},
-    detect::Detector,
-    nvml::{GpuSample, Sampler},
+    nvml::Sampler,
     pipeline::{
-        Consumer, Session, Wake,
-        decode::Event,
-        enrich::{Enrichment, pods, pods_api::{self, PodNamesSource}},
-        launches::LaunchDelta,
+        Session, Wake,
+        enrich::{pods, pods_api::{self, PodNamesSource}},
     },
-    registry::{Process, Registry, RegistryLimits},
+    registry::{Registry, RegistryLimits},
     sinks::{
         http::Sinks,
-        metrics::{Snapshot, Sources, server, web},
+        metrics::{server, web},
         stdout,
     },
 };
-
-/// What the daemon keeps beside the session: aggregation, detection, the latest NVML sample.
-struct Daemon {
-    aggregator: Aggregator,
-    detector: Detector,
-    gpus: Vec<GpuSample>,
-    nvml_up: bool,
-    probes: Vec<(&'static str, String, bool)>,
-    dropped: [u64; 2],
-}
-
-impl Consumer for Daemon {
-    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.aggregator.observe(&mut process.series, ev, e.kernel.as_deref());
-        self.detector.observe(process, ev, e.batch.as_ref());
-        Ok(())
-    }
-
-    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
-        let kernel = process.kernels.name(d.function);
-        self.aggregator.observe_launches(&mut process.series, d, kernel.as_deref());
-        self.detector.observe_launches(process, d);
-    }
-
-    fn exited(&mut self, process: &mut Process) {
-        // Its alerts resolve; its series stay for `retain_exited_s`.
-        self.detector.exited(process, SystemTime::now());
-    }
-}
 
 /// The config file, with the command line's overrides.
 fn config(args: &mut RunArgs) -> Result<Config> {
@@ -130,14 +97,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         eprintln!("cudatrace: {why}");
     }
     let started = Instant::now();
-    let mut daemon = Daemon {
-        aggregator: Aggregator::new(SeriesLimits { top_kernels: cfg.top_kernels, max_kernels: cfg.max_kernels }),
-        detector: Detector::new(cfg.detect.clone(), 0.0),
-        gpus: Vec::new(),
-        nvml_up: sampler.up(),
-        probes: session.probe_rows(),
-        dropped: [0; 2],
-    };
+    let mut daemon = Daemon::new(&cfg, &sampler, &session);
     let (requests_tx, mut requests) = mpsc::channel(16);
     server::spawn(listener, requests_tx, web)?;
     let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
@@ -167,14 +127,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 }
             },
             _ = nvml_tick.tick() => {
-                match sampler.sample() {
-                    Ok(gpus) => daemon.gpus = gpus,
-                    Err(e) => {
-                        if sampler.up() {
-                            eprintln!("cudatrace: NVML sample failed: {e}");
-                        }
-                    }
-                }
+                daemon.sample(&mut sampler);
                 daemon.dropped = session.dropped();
                 session.registry.sweep();
                 name_pods(pod_names.as_ref(), &mut session.registry);
@@ -186,22 +139,8 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 publish(&daemon.detector.take_changes(), sinks.as_ref());
             }
             Some(reply) = requests.recv() => {
-                session.harvest(&mut daemon);
-                daemon.dropped = session.dropped();
                 name_pods(pod_names.as_ref(), &mut session.registry);
-                let snapshot = Snapshot::build(&Sources {
-                    libraries_refused: session.libraries_refused(),
-                    drops_by_process: &session.drops_by_process(),
-                    registry: &session.registry,
-                    aggregator: &daemon.aggregator,
-                    detector: &daemon.detector,
-                    events: session.counts.events,
-                    dropped: daemon.dropped,
-                    probes: &daemon.probes,
-                    nvml_up: daemon.nvml_up,
-                    gpus: &daemon.gpus,
-                });
-                let _ = reply.send(Arc::new(snapshot));
+                let _ = reply.send(Arc::new(daemon.snapshot(&mut session)));
             }
         }
     }

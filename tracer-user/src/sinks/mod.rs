@@ -1,7 +1,8 @@
 //! Where results go: stdout (events for `trace`, alert changes for `run`), the HTTP alert sinks
-//! (webhook, Alertmanager), the Prometheus metrics server, and `record`'s timeline file.
+//! (webhook, Alertmanager), the Prometheus metrics server, `record`'s timeline file and `top`'s screen.
 pub mod alertmanager;
 pub mod http;
 pub mod metrics;
 pub mod stdout;
 pub mod timeline;
+pub mod top;

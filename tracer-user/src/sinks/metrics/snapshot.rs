@@ -19,11 +19,16 @@ use crate::{
 /// `container`.
 #[derive(Debug)]
 pub struct ProcessLabels {
-    pid: u32,
-    comm: String,
-    namespace: String,
-    pod: String,
-    container: String,
+    /// Process id.
+    pub pid: u32,
+    /// Its name.
+    pub comm: String,
+    /// Its pod's namespace ("" outside Kubernetes).
+    pub namespace: String,
+    /// Its pod ("" outside Kubernetes).
+    pub pod: String,
+    /// Its container ("" when none).
+    pub container: String,
 }
 
 impl ProcessLabels {

@@ -1,0 +1,93 @@
+//! What `run` and `top` keep beside the session: the aggregation and the detector every call
+//! goes through, the latest NVML sample, and the snapshot both read them by (the metrics for
+//! `run`, the screen for `top`): one implementation for both.
+use std::{io, time::SystemTime};
+
+use crate::{
+    aggregate::{Aggregator, SeriesLimits},
+    config::Config,
+    detect::Detector,
+    nvml::{GpuSample, Sampler},
+    pipeline::{Consumer, Session, decode::Event, enrich::Enrichment, launches::LaunchDelta},
+    registry::Process,
+    sinks::metrics::{Snapshot, Sources},
+};
+
+/// The aggregation, the detector and the latest NVML sample.
+pub struct Daemon {
+    /// Series and quantiles per process.
+    pub aggregator: Aggregator,
+    /// The contention detector.
+    pub detector: Detector,
+    /// Latest NVML sample.
+    pub gpus: Vec<GpuSample>,
+    /// Whether NVML answers.
+    pub nvml_up: bool,
+    /// Probe rows of the attached libraries.
+    pub probes: Vec<(&'static str, String, bool)>,
+    /// Records the kernel did not write, by reason.
+    pub dropped: [u64; 2],
+}
+
+impl Consumer for Daemon {
+    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        self.aggregator.observe(&mut process.series, ev, e.kernel.as_deref());
+        self.detector.observe(process, ev, e.batch.as_ref());
+        Ok(())
+    }
+
+    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
+        let kernel = process.kernels.name(d.function);
+        self.aggregator.observe_launches(&mut process.series, d, kernel.as_deref());
+        self.detector.observe_launches(process, d);
+    }
+
+    fn exited(&mut self, process: &mut Process) {
+        // Its alerts resolve; its series stay for `retain_exited_s`.
+        self.detector.exited(process, SystemTime::now());
+    }
+}
+
+impl Daemon {
+    /// The daemon of `cfg`, NVML as `sampler` found it, probes as `session` attached them.
+    pub fn new(cfg: &Config, sampler: &Sampler, session: &Session) -> Daemon {
+        Daemon {
+            aggregator: Aggregator::new(SeriesLimits { top_kernels: cfg.top_kernels, max_kernels: cfg.max_kernels }),
+            detector: Detector::new(cfg.detect.clone(), 0.0),
+            gpus: Vec::new(),
+            nvml_up: sampler.up(),
+            probes: session.probe_rows(),
+            dropped: [0; 2],
+        }
+    }
+
+    /// Takes an NVML sample (said once when it fails while NVML is up).
+    pub fn sample(&mut self, sampler: &mut Sampler) {
+        match sampler.sample() {
+            Ok(gpus) => self.gpus = gpus,
+            Err(e) => {
+                if sampler.up() {
+                    eprintln!("cudatrace: NVML sample failed: {e}");
+                }
+            }
+        }
+    }
+
+    /// Reads the launches counted in-kernel, then copies everything a reader needs.
+    pub fn snapshot(&mut self, session: &mut Session) -> Snapshot {
+        session.harvest(self);
+        self.dropped = session.dropped();
+        Snapshot::build(&Sources {
+            libraries_refused: session.libraries_refused(),
+            drops_by_process: &session.drops_by_process(),
+            registry: &session.registry,
+            aggregator: &self.aggregator,
+            detector: &self.detector,
+            events: session.counts.events,
+            dropped: self.dropped,
+            probes: &self.probes,
+            nvml_up: self.nvml_up,
+            gpus: &self.gpus,
+        })
+    }
+}
