@@ -14,7 +14,7 @@ use crate::{
     config::DetectConfig,
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Session, Wake, decode::{Event, monotonic_ns}, enrich::Enrichment},
+    pipeline::{Consumer, Flow, Session, decode::{Event, monotonic_ns}, enrich::Enrichment},
     registry::{Process, RegistryLimits},
     sinks::{stdout::printable, timeline::Timeline},
 };
@@ -76,16 +76,12 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     let mut output_closed = false;
     loop {
         tokio::select! {
-            wake = session.wake() => match wake? {
-                Wake::Stop => break,
-                Wake::Rescan => {
-                    session.rescan();
-                }
-                Wake::Drain => {
-                    if session.drain(&mut rec).is_err() {
-                        output_closed = true;
-                        break;
-                    }
+            wake = session.wake() => match session.act(wake?, &mut rec) {
+                Flow::Continue | Flow::Attached => {}
+                Flow::Stop => break,
+                Flow::OutputClosed => {
+                    output_closed = true;
+                    break;
                 }
             },
             _ = nvml_tick.tick(), if sampler.up() => {

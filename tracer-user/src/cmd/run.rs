@@ -16,7 +16,7 @@ use crate::{
     config::{self, Config},
     nvml::Sampler,
     pipeline::{
-        Session, Wake,
+        Flow, Session,
         enrich::{pods, pods_api::{self, PodNamesSource}},
     },
     registry::{Registry, RegistryLimits},
@@ -112,18 +112,13 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let mut output_closed = false;
     loop {
         tokio::select! {
-            wake = session.wake() => match wake? {
-                Wake::Stop => break,
-                Wake::Rescan => {
-                    if session.rescan() {
-                        daemon.probes = session.probe_rows();
-                    }
-                }
-                Wake::Drain => {
-                    if session.drain(&mut daemon).is_err() {
-                        output_closed = true;
-                        break;
-                    }
+            wake = session.wake() => match session.act(wake?, &mut daemon) {
+                Flow::Continue => {}
+                Flow::Attached => daemon.probes = session.probe_rows(),
+                Flow::Stop => break,
+                Flow::OutputClosed => {
+                    output_closed = true;
+                    break;
                 }
             },
             _ = nvml_tick.tick() => {

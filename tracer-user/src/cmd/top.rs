@@ -16,7 +16,7 @@ use crate::{
     cli::TopArgs,
     config::Config,
     nvml::Sampler,
-    pipeline::{Session, Wake},
+    pipeline::{Flow, Session},
     registry::RegistryLimits,
     sinks::top::{View, text},
 };
@@ -51,18 +51,13 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut output_closed = false;
     loop {
         tokio::select! {
-            wake = session.wake() => match wake? {
-                Wake::Stop => break,
-                Wake::Rescan => {
-                    if session.rescan() {
-                        daemon.probes = session.probe_rows();
-                    }
-                }
-                Wake::Drain => {
-                    if session.drain(&mut daemon).is_err() {
-                        output_closed = true;
-                        break;
-                    }
+            wake = session.wake() => match session.act(wake?, &mut daemon) {
+                Flow::Continue => {}
+                Flow::Attached => daemon.probes = session.probe_rows(),
+                Flow::Stop => break,
+                Flow::OutputClosed => {
+                    output_closed = true;
+                    break;
                 }
             },
             _ = nvml_tick.tick(), if sampler.up() => daemon.sample(&mut sampler),

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use crate::{
     cli::TraceArgs,
-    pipeline::{Consumer, Session, Wake, decode::Event, enrich::Enrichment},
+    pipeline::{Consumer, Flow, Session, decode::Event, enrich::Enrichment},
     registry::{Process, RegistryLimits},
     sinks::stdout::Printer,
 };
@@ -36,16 +36,13 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     eprintln!("ready: {probes} probes attached");
     let mut output_closed = false;
     loop {
-        match session.wake().await? {
-            Wake::Stop => break,
-            Wake::Rescan => {
-                session.rescan();
-            }
-            Wake::Drain => {
-                if session.drain(&mut printer).is_err() {
-                    output_closed = true;
-                    break;
-                }
+        let wake = session.wake().await?;
+        match session.act(wake, &mut printer) {
+            Flow::Continue | Flow::Attached => {}
+            Flow::Stop => break,
+            Flow::OutputClosed => {
+                output_closed = true;
+                break;
             }
         }
     }

@@ -102,6 +102,19 @@ pub enum Wake {
     Rescan,
 }
 
+/// What a command's loop does after [`Session::act`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on waiting.
+    Continue,
+    /// A library was attached (its probe rows changed).
+    Attached,
+    /// Stop: a signal or the deadline.
+    Stop,
+    /// Stop: the consumer's output closed.
+    OutputClosed,
+}
+
 /// Counts of what the session consumed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counts {
@@ -231,6 +244,19 @@ impl Session {
                     self.discovery = None;
                 }
             }
+        }
+    }
+
+    /// Does what woke the session: drains into `consumer`, or attaches what discovery found.
+    pub fn act(&mut self, wake: Wake, consumer: &mut impl Consumer) -> Flow {
+        match wake {
+            Wake::Stop => Flow::Stop,
+            Wake::Rescan if self.rescan() => Flow::Attached,
+            Wake::Rescan => Flow::Continue,
+            Wake::Drain => match self.drain(consumer) {
+                Ok(()) => Flow::Continue,
+                Err(_) => Flow::OutputClosed,
+            },
         }
     }
 
