@@ -55,7 +55,7 @@ if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
     need=()
     for pair in bpftrace:bpftrace prometheus:prometheus promtool:prometheus \
                 prometheus-alertmanager:prometheus-alertmanager cc:gcc unshare:util-linux curl:curl \
-                podman:podman buildah:buildah runc:runc; do
+                podman:podman buildah:buildah runc:runc tmux:tmux; do
         cmd=${pair%%:*}; pkg=${pair#*:}
         case "$cmd" in
             prometheus-alertmanager) [ -x /usr/bin/prometheus-alertmanager ] || need+=("$pkg") ;;

@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask build | standin | demo | test | bench`.
 mod bench;
+mod demo;
 mod fuzz;
 mod image;
 mod standin;
@@ -25,7 +26,8 @@ enum Task {
     Build,
     /// Build only the stand-in libcuda.so.1 and the workload, into target/standin.
     Standin,
-    /// Build everything, then trace the bundled workload against the stand-in libcuda.
+    /// Build everything, then trace the bundled workload against the stand-in libcuda, and show
+    /// `top -b` while a trainer slows a model server on one simulated GPU.
     Demo,
     /// Run the unit tests, then the privileged end-to-end tests (root or CAP_BPF needed).
     Test {
@@ -98,45 +100,6 @@ pub(crate) fn build() -> Result<PathBuf> {
     build_standin()
 }
 
-fn demo() -> Result<()> {
-    let standin = build()?;
-    let cudatrace = target_dir().join("release/cudatrace");
-    let lib = standin.join("libcuda.so.1");
-    let mut tracer = Command::new(&cudatrace)
-        .args(["trace", "--lib"])
-        .arg(&lib)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {}", cudatrace.display()))?;
-    let stderr = tracer.stderr.take().expect("piped");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                eprintln!("{line}");
-                if line.starts_with("ready:") {
-                    break;
-                }
-            }
-            _ => {
-                let status = tracer.wait()?;
-                bail!("cudatrace exited before it was ready ({status})");
-            }
-        }
-    }
-    run(Command::new(standin.join("cuda-workload")).arg("--lib").arg(&lib).args(["each", "2"]))?;
-    // SAFETY: kill has no memory-safety preconditions.
-    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
-    for line in lines.map_while(Result::ok) {
-        eprintln!("{line}");
-    }
-    let status = tracer.wait()?;
-    if !status.success() {
-        bail!("cudatrace failed: {status}");
-    }
-    Ok(())
-}
-
 fn test(filter: Option<String>) -> Result<()> {
     // Unit tests beside the code (the eBPF crate is no_std and has none on the host).
     run(cargo().current_dir(root()).args([
@@ -178,7 +141,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Build => build().map(|_| ()),
         Task::Standin => build_standin().map(|_| ()),
-        Task::Demo => demo(),
+        Task::Demo => demo::run(),
         Task::Test { filter } => test(filter),
         Task::Image => image::build(&root(), &target_dir().join("release/cudatrace"), true).map(|_| ()),
         Task::Fuzz { seconds } => fuzz::run(&root(), &target_dir(), seconds),

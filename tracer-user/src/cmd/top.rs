@@ -1,7 +1,8 @@
 //! `cudatrace top`: the daemon's aggregation and detector (`daemon`, as `run`), shown as a
-//! screen of GPUs and processes every `-d` seconds (`sinks::top`). With `-b` the screens are
-//! printed one after the other as plain text (for scripts and bug reports), `-n` of them; on a
-//! terminal without `-b` the screen is redrawn in place.
+//! screen of GPUs and processes every `-d` seconds (`sinks::top`). On a terminal it is the
+//! interactive screen (`sinks::top::tui`; keys read on a thread of their own); with `-b`, or
+//! when stdout is not a terminal, the screens are printed one after the other as plain text
+//! (for scripts and bug reports), `-n` of them.
 use std::{
     io::{IsTerminal as _, Write as _},
     time::{Duration, Instant, SystemTime},
@@ -18,8 +19,57 @@ use crate::{
     nvml::Sampler,
     pipeline::{Flow, Session},
     registry::RegistryLimits,
-    sinks::top::{View, text},
+    sinks::top::{View, text, tui::{Ask, Screen}},
 };
+
+/// Reads keys on a thread (crossterm's read blocks) and hands them to the loop.
+fn keys() -> tokio::sync::mpsc::Receiver<ratatui::crossterm::event::KeyEvent> {
+    use ratatui::crossterm::event::{Event, KeyEventKind, read};
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    std::thread::spawn(move || {
+        while let Ok(ev) = read() {
+            if let Event::Key(k) = ev {
+                if k.kind == KeyEventKind::Press && tx.blocking_send(k).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Sends stderr to /dev/null while the screen is up (discovery and eBPF log lines would tear
+/// it); the guard puts it back.
+struct QuietStderr(Option<std::os::fd::OwnedFd>);
+
+impl QuietStderr {
+    fn new() -> QuietStderr {
+        use std::os::fd::{AsRawFd as _, FromRawFd as _};
+        // SAFETY: dup/dup2 on stderr and a freshly opened /dev/null; the saved descriptor is
+        // owned by the guard.
+        unsafe {
+            let saved = libc::dup(2);
+            let null = std::fs::OpenOptions::new().write(true).open("/dev/null");
+            match (saved, null) {
+                (s, Ok(null)) if s >= 0 => {
+                    libc::dup2(null.as_raw_fd(), 2);
+                    QuietStderr(Some(std::os::fd::OwnedFd::from_raw_fd(s)))
+                }
+                _ => QuietStderr(None),
+            }
+        }
+    }
+}
+
+impl Drop for QuietStderr {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd as _;
+        if let Some(saved) = &self.0 {
+            // SAFETY: dup2 of the saved descriptor back onto stderr.
+            unsafe { libc::dup2(saved.as_raw_fd(), 2) };
+        }
+    }
+}
 
 /// Runs `cudatrace top`.
 pub async fn run(args: TopArgs) -> Result<()> {
@@ -44,10 +94,15 @@ pub async fn run(args: TopArgs) -> Result<()> {
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");
-    let redraw = !args.batch && std::io::stdout().is_terminal();
+    let interactive = !args.batch && std::io::stdout().is_terminal();
+    // Declared before the screen, so dropped after it: stderr comes back once the terminal is.
+    let quiet = interactive.then(QuietStderr::new);
+    let mut screen = interactive.then(Screen::start);
+    let mut keys = if interactive { Some(keys()) } else { None };
     let mut previous = None;
     let mut shown_at = Instant::now();
     let mut shown = 0u64;
+    let mut changes = Vec::new();
     let mut output_closed = false;
     loop {
         tokio::select! {
@@ -64,26 +119,39 @@ pub async fn run(args: TopArgs) -> Result<()> {
             _ = detect_tick.tick() => {
                 session.harvest(&mut daemon);
                 daemon.detector.evaluate(&mut session.registry, started.elapsed().as_secs_f64(), SystemTime::now(), &daemon.gpus);
-                // The changes show in the rows; `run` is what sends them anywhere.
-                let _ = daemon.detector.take_changes();
+                // The states show in the rows, the changes in the detail pane; `run` is what
+                // sends them anywhere.
+                changes.extend(daemon.detector.take_changes());
+            }
+            Some(k) = async { keys.as_mut()?.recv().await } => {
+                if let Some(s) = screen.as_mut() {
+                    if s.key(k) == Ask::Quit {
+                        break;
+                    }
+                    s.draw()?;
+                }
             }
             _ = screen_tick.tick() => {
-                let snapshot = daemon.snapshot(&mut session);
-                let view = View::build(previous.as_ref(), &snapshot, shown_at.elapsed().as_secs_f64());
+                let snapshot = std::sync::Arc::new(daemon.snapshot(&mut session));
+                let view = View::build(previous.as_deref(), &snapshot, shown_at.elapsed().as_secs_f64());
                 shown_at = Instant::now();
-                previous = Some(snapshot);
                 let clock = rfc3339(SystemTime::now());
-                let mut text = text::screen(&view, clock.get(11..19).unwrap_or(&clock));
-                if redraw {
-                    text.insert_str(0, "\x1b[H\x1b[2J");
-                } else {
-                    text.push('\n');
+                let clock = clock.get(11..19).unwrap_or(&clock);
+                match screen.as_mut() {
+                    Some(s) => {
+                        s.update(view, snapshot.clone(), std::mem::take(&mut changes), clock);
+                        s.draw()?;
+                    }
+                    None => {
+                        let mut out = std::io::stdout().lock();
+                        let text = text::screen(&view, clock) + "\n";
+                        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
+                            output_closed = true;
+                            break;
+                        }
+                    }
                 }
-                let mut out = std::io::stdout().lock();
-                if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
-                    output_closed = true;
-                    break;
-                }
+                previous = Some(snapshot);
                 shown += 1;
                 if args.count.is_some_and(|n| shown >= n) {
                     break;
@@ -91,6 +159,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
             }
         }
     }
+    // The terminal first, then stderr: the summary is printed on the restored terminal.
+    drop(screen);
+    drop(quiet);
     session.finish(&mut daemon, output_closed)?;
     session.detach();
     Ok(())

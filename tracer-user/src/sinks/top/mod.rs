@@ -2,6 +2,7 @@
 //! detector (the metrics' own snapshot, so `top` and `/metrics` never disagree): a header per GPU
 //! from NVML, and a row per process with its rates over the interval between the two.
 pub mod text;
+pub mod tui;
 
 use std::collections::HashMap;
 
