@@ -89,6 +89,8 @@ fn record_holds_one_slice_per_launch() {
     let named = events.iter().find(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid).expect("process named");
     assert_eq!(named["args"]["name"], format!("cuda-workload (pid {pid})"));
     assert!(batches >= 1, "the final cuCtxSynchronize closes the batches");
+    let track = |name: &str| events.iter().any(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == pid && e["args"]["name"] == name);
+    assert!(track("GPU-time estimate: every stream"), "the context-wide wait's track");
     assert!(util >= 1);
     assert_eq!(events.iter().filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %").next().unwrap()["args"]["sm"], 75);
     assert_eq!(doc["otherData"]["events_left_out"], 0);

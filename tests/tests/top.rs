@@ -163,7 +163,8 @@ const FAST_DETECTION: &str = "[detect]\nwindow_s = 1\nwarmup_windows = 5\npendin
 
 /// A model server alone, then a trainer on the same simulated GPU: on the interactive screen
 /// (200x40), the model server's row shows the firing compute-contention alert naming the
-/// trainer, and (filtered to it) Enter opens its detail pane with its kernel and that alert.
+/// trainer, and (filtered to it) Enter opens its detail pane with its kernel, its stream and
+/// that alert.
 #[test]
 fn top_screen_shows_the_victims_firing_alert() {
     let Some(env) = env() else { return };
@@ -191,4 +192,5 @@ fn top_screen_shows_the_victims_firing_alert() {
     assert!(row.contains(&format!("firing:compute_contention by trainer (pid {tp})")), "{row}");
     assert!(detail.contains(&format!(" pid {sp} ")) && detail.contains("hidden_gemm(float*, float*, int)"), "{detail}");
     assert!(detail.contains("CudatraceComputeContention firing"), "{detail}");
+    assert!(detail.contains("streams: batches") && detail.lines().any(|l| l.contains(" batches, ") && l.contains("wait ")), "{detail}");
 }

@@ -71,6 +71,20 @@ impl Drop for QuietStderr {
     }
 }
 
+/// A process's streams for the detail pane (at most 8, by estimated GPU time).
+fn stream_lines(p: &crate::registry::Process) -> Vec<String> {
+    let mut streams = p.streams.sorted();
+    streams.sort_by(|a, b| b.1.gpu_ns_estimate.cmp(&a.1.gpu_ns_estimate));
+    streams
+        .iter()
+        .take(8)
+        .map(|((stream, tid), s)| {
+            let thread = if *tid != 0 { format!(" tid {tid}") } else { String::new() };
+            format!("{stream:#x}{thread}: {} batches, {:.3} ms, wait {:.3} ms", s.batches, s.gpu_ns_estimate as f64 / 1e6, s.wait_ns as f64 / 1e6)
+        })
+        .collect()
+}
+
 /// Runs `cudatrace top`.
 pub async fn run(args: TopArgs) -> Result<()> {
     let cfg = match &args.config {
@@ -140,6 +154,8 @@ pub async fn run(args: TopArgs) -> Result<()> {
                 match screen.as_mut() {
                     Some(s) => {
                         s.update(view, snapshot.clone(), std::mem::take(&mut changes), clock);
+                        let streams = s.detail().and_then(|pid| session.registry.get(pid)).map(stream_lines).unwrap_or_default();
+                        s.set_streams(streams);
                         s.draw()?;
                     }
                     None => {

@@ -1,7 +1,7 @@
 //! `cudatrace record`'s output: a timeline in the Trace Event format (JSON, optionally gzip),
 //! which ui.perfetto.dev and chrome://tracing open. A track per process and thread with every
 //! traced call as a complete slice (the kernel's name for launches), a GPU-time estimate track
-//! per process with each closed batch, counter tracks for NVML utilization and memory, and
+//! per stream with each closed batch (and one for waits on every stream), counter tracks for NVML utilization and memory, and
 //! instant events for alert state changes. Events are written as they come (memory stays flat);
 //! past `max_events` they are counted, not written, and the file says so at its end.
 use std::{
@@ -23,9 +23,12 @@ use crate::{
     },
 };
 
-/// Track id of a process's GPU-time estimate: a synthetic tid above any real one (pid_max is
-/// at most 2^22), within 32 bits for the viewers.
+/// First track id of a process's streams' GPU-time estimates: synthetic tids above any real one
+/// (pid_max is at most 2^22), within 32 bits for the viewers. The first is for context-wide
+/// waits (and synchronous copies), then one per stream in order of appearance.
 const ESTIMATE_TID: u64 = 2_000_000_000;
+/// Stream tracks per process at most; waits on further streams share the context-wide track.
+const MAX_STREAM_TRACKS: u64 = 1024;
 /// Pseudo-process of the NVML counters.
 const GPU_PID: u64 = 0;
 
@@ -45,8 +48,11 @@ pub struct Timeline {
     max_events: Option<u64>,
     /// Processes and threads named so far.
     named: HashSet<(u64, u64)>,
-    /// End of the last slice on each process's estimate track, ns.
-    estimate_end: HashMap<u32, u64>,
+    /// End of the last slice on each estimate track (pid, tid), ns.
+    estimate_end: HashMap<(u32, u64), u64>,
+    /// Each process's stream tracks: (pid, stream) to tid, and the count per process.
+    stream_tids: HashMap<(u32, u64), u64>,
+    stream_count: HashMap<u32, u64>,
     first: bool,
 }
 
@@ -68,6 +74,8 @@ impl Timeline {
             max_events,
             named: HashSet::new(),
             estimate_end: HashMap::new(),
+            stream_tids: HashMap::new(),
+            stream_count: HashMap::new(),
             first: true,
         };
         t.raw(&json!({"ph": "M", "name": "process_name", "pid": GPU_PID, "args": {"name": "GPUs (NVML)"}}))?;
@@ -105,7 +113,7 @@ impl Timeline {
     }
 
     /// One traced call: a slice on its thread's track; a wait that closed batches adds a slice
-    /// on its process's estimate track.
+    /// on its stream's estimate track.
     pub fn call(&mut self, ev: &Event, kernel: Option<&KernelName>, batch: Option<&BatchEstimate>) -> io::Result<()> {
         let (pid, tid) = (u64::from(ev.pid), u64::from(ev.tid));
         self.name(pid, Some((tid, format!("{} thread {tid}", &*ev.comm))), &ev.comm)?;
@@ -124,24 +132,47 @@ impl Timeline {
             "ts": us(ev.start_ns), "dur": us(ev.duration_ns), "args": args,
         }))?;
         if let Some(b) = batch.filter(|b| b.launches > 0 || b.gpu_ns_estimate > 0) {
-            let end = ev.start_ns.saturating_add(ev.duration_ns);
-            // Slices on one track must not overlap: a context-wide wait sums its streams'
-            // estimates, which may reach back past the previous batch's end.
-            let prev = self.estimate_end.get(&ev.pid).copied().unwrap_or(0);
-            let start = end.saturating_sub(b.gpu_ns_estimate).max(prev).min(end);
-            self.estimate_end.insert(ev.pid, end);
-            self.name(pid, Some((ESTIMATE_TID, "GPU-time estimate".into())), &ev.comm)?;
-            let stream = match ev.detail {
-                Detail::Sync { stream: Some(s), .. } => format!("stream {s:#x}"),
-                _ => "every stream".into(),
-            };
-            self.event(&json!({
-                "ph": "X", "name": format!("batch: {stream}"), "cat": "gpu_estimate", "pid": pid, "tid": ESTIMATE_TID,
-                "ts": us(start), "dur": us(end - start),
-                "args": {"launches": b.launches, "gpu_ns_estimate": b.gpu_ns_estimate, "closed_by": info.symbol},
-            }))?;
+            self.batch(ev, b)?;
         }
         Ok(())
+    }
+
+    /// The track of a wait's stream (the context-wide one for waits on every stream).
+    fn stream_track(&mut self, pid: u32, stream: Option<u64>) -> (u64, String) {
+        let Some(s) = stream else { return (ESTIMATE_TID, "GPU-time estimate: every stream".into()) };
+        if let Some(tid) = self.stream_tids.get(&(pid, s)) {
+            return (*tid, format!("GPU-time estimate: stream {s:#x}"));
+        }
+        let n = self.stream_count.entry(pid).or_default();
+        if *n >= MAX_STREAM_TRACKS {
+            return (ESTIMATE_TID, "GPU-time estimate: every stream".into());
+        }
+        *n += 1;
+        let tid = ESTIMATE_TID + *n;
+        self.stream_tids.insert((pid, s), tid);
+        (tid, format!("GPU-time estimate: stream {s:#x}"))
+    }
+
+    /// A closed batch as a slice on its stream's track, from its first launch to the wait's
+    /// return (clamped so that slices on one track never overlap: a context-wide wait sums its
+    /// streams' estimates, which may reach back past the previous batch's end).
+    fn batch(&mut self, ev: &Event, b: &BatchEstimate) -> io::Result<()> {
+        let stream = match ev.detail {
+            Detail::Sync { stream: Some(s), .. } => Some(s),
+            _ => None,
+        };
+        let (tid, track) = self.stream_track(ev.pid, stream);
+        let pid = u64::from(ev.pid);
+        let end = ev.start_ns.saturating_add(ev.duration_ns);
+        let prev = self.estimate_end.get(&(ev.pid, tid)).copied().unwrap_or(0);
+        let start = end.saturating_sub(b.gpu_ns_estimate).max(prev).min(end);
+        self.estimate_end.insert((ev.pid, tid), end);
+        self.name(pid, Some((tid, track)), &ev.comm)?;
+        self.event(&json!({
+            "ph": "X", "name": format!("batch of {} launches", b.launches), "cat": "gpu_estimate", "pid": pid, "tid": tid,
+            "ts": us(start), "dur": us(end - start),
+            "args": {"launches": b.launches, "gpu_ns_estimate": b.gpu_ns_estimate, "closed_by": ev.api.info().symbol},
+        }))
     }
 
     /// NVML samples taken at `now_ns`: utilization and memory counters per GPU.

@@ -71,6 +71,8 @@ struct State {
     recent: VecDeque<AlertChange>,
     /// Wall time of the data shown (HH:MM:SS).
     clock: String,
+    /// The detail pane's process's streams, one line each.
+    streams: Vec<String>,
 }
 
 /// What a key asks of the loop.
@@ -91,6 +93,18 @@ impl Screen {
     /// New data to show (ignored while paused), and alert changes since the last.
     pub fn update(&mut self, view: View, snapshot: Arc<Snapshot>, changes: Vec<AlertChange>, clock: &str) {
         self.state.update(view, snapshot, changes, clock);
+    }
+
+    /// The process whose detail pane is open.
+    pub fn detail(&self) -> Option<u32> {
+        self.state.detail
+    }
+
+    /// The detail pane's process's streams, one line each.
+    pub fn set_streams(&mut self, lines: Vec<String>) {
+        if !self.state.paused {
+            self.state.streams = lines;
+        }
     }
 
     /// Handles a key.
@@ -118,6 +132,7 @@ impl State {
             snapshot: None,
             recent: VecDeque::new(),
             clock: String::new(),
+            streams: Vec::new(),
         }
     }
 
@@ -255,6 +270,10 @@ impl State {
                 c.series.sum_ns as f64 / 1e6,
                 p99_bound(&c.series),
             )));
+        }
+        lines.push(Line::from("streams: batches, GPU-time estimate ms, host wait ms"));
+        for l in &self.streams {
+            lines.push(Line::from(format!("  {l}")));
         }
         lines.push(Line::from("alerts (newest last):"));
         for c in self.recent.iter().filter(|c| c.victim.pid == pid) {
