@@ -107,7 +107,14 @@ fn contention_alert_names_both_and_resolves() {
     let am = Alertmanager::start();
     let hook = Webhook::start();
     let (am_url, hook_url) = (am.url(), format!("http://127.0.0.1:{}/hook", hook.port));
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--alertmanager", &am_url, "--webhook", &hook_url], &[]);
+    let dir = integration_tests::guards::TempDir::new("incidents");
+    let archive = dir.join("incidents.jsonl");
+    let config = dir.write("cudatrace.toml", &format!("[alerts]\narchive = {:?}\n", archive.display().to_string()));
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &["--alertmanager", &am_url, "--webhook", &hook_url, "--config", config.to_str().unwrap()],
+        &[],
+    );
     let dev = device_file("contention");
     let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
     // The victim: 1 ms kernels, a wait after each, for longer than the test needs.
@@ -193,6 +200,23 @@ fn contention_alert_names_both_and_resolves() {
     assert!(traced.events.iter().all(|e| e["victim"]["pid"].as_u64() == Some(victim_pid)), "{:?}", traced.events);
     assert_eq!(hook.received(), traced.events, "the webhook gets exactly the stdout records");
     assert_eq!(traced.summary()["dropped"], 0);
+
+    // The incident archive holds the resolved alert; `cudatrace incidents` lists it with its
+    // root cause in words.
+    let listed = std::process::Command::new(&env.bin).args(["incidents", "--since", "1h", "--archive"]).arg(&archive).output().unwrap();
+    let table = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let json = std::process::Command::new(&env.bin).args(["incidents", "--json", "--archive"]).arg(&archive).output().unwrap();
+    let incidents: Vec<Value> = String::from_utf8_lossy(&json.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    eprintln!("e2e contention_alert_names_both_and_resolves: cudatrace incidents:\n{table}");
+    assert!(listed.status.success() && json.status.success());
+    let ours: Vec<&Value> = incidents.iter().filter(|v| v["evidence"]["signal"] == "wait_per_launch").collect();
+    assert_eq!(ours.len(), 1, "{incidents:?}");
+    assert_eq!((ours[0]["alert"].as_str(), ours[0]["victim"]["pid"].as_u64()), (Some("CudatraceComputeContention"), Some(victim_pid)));
+    assert_eq!(ours[0]["ended_at"], resolved["at"]);
+    assert!(ours[0]["duration_s"].as_f64().unwrap() > 0.0);
+    let cause = format!("trainer (pid {heavy_pid}) took 100% of GPU 0; model-server's wait per launch ");
+    assert!(ours[0]["root_cause"].as_str().unwrap().starts_with(&cause), "{}", ours[0]["root_cause"]);
+    assert!(table.lines().any(|l| l.contains("CudatraceComputeContention") && l.contains(&cause)), "{table}");
 }
 
 /// With NVML reporting GPU 0's clocks held down (thermal), a slowdown of a job alone on GPU 0 is

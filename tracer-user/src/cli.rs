@@ -30,6 +30,25 @@ pub enum Command {
     Record(RecordArgs),
     /// GPUs and processes on one screen, refreshed every second (-b: plain-text snapshots).
     Top(TopArgs),
+    /// List the incident archive's resolved alerts, newest first, with their root causes.
+    Incidents(IncidentsArgs),
+}
+
+/// Options of `cudatrace incidents`.
+#[derive(clap::Args)]
+pub struct IncidentsArgs {
+    /// The archive file (else the one `--config` names).
+    #[arg(long, value_name = "PATH")]
+    pub archive: Option<PathBuf>,
+    /// The `run` config file whose `[alerts] archive` to read.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Only incidents that ended within this long (e.g. 1h, 30m, 2d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_since)]
+    pub since: Option<Duration>,
+    /// The archived objects, one JSON a line, instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `cudatrace top`.
@@ -198,6 +217,10 @@ fn parse_ringbuf(s: &str) -> Result<u32, String> {
 fn parse_rescan(s: &str) -> Result<u64, String> {
     let ms: u64 = s.parse().map_err(|_| format!("{s} is not a number of milliseconds"))?;
     config::check_rescan_ms(ms).map(|()| ms)
+}
+
+fn parse_since(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|_| format!("{s}: give a duration such as 30m, 1h or 2d"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -172,6 +172,10 @@ pub struct AlertConfig {
     pub resend_s: u64,
     /// CA certificates (PEM) https sinks may chain to, besides the public roots.
     pub ca_file: Option<PathBuf>,
+    /// JSON-lines file every resolved alert is appended to (`cudatrace incidents` lists it).
+    pub archive: Option<PathBuf>,
+    /// Size of the archive past which it is rotated to `ARCHIVE.1`, MiB (0: 64).
+    pub archive_max_mib: u64,
     /// Credentials sent to Alertmanager.
     pub alertmanager_auth: SinkAuth,
     /// Credentials sent to the webhook.

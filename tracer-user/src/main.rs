@@ -20,6 +20,8 @@ fn main() -> ExitCode {
             cli::Command::Run(args) => cmd::run::run(args).await,
             cli::Command::Record(args) => cmd::record::run(args).await,
             cli::Command::Top(args) => cmd::top::run(args).await,
+            // Reading the archive needs no privilege and no probe.
+            cli::Command::Incidents(args) => cmd::incidents::run(args),
         }
     });
     match result {

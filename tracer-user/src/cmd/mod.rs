@@ -1,5 +1,6 @@
 //! One file per command.
 pub mod daemon;
+pub mod incidents;
 pub mod record;
 pub mod run;
 pub mod top;

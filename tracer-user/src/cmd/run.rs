@@ -21,6 +21,7 @@ use crate::{
     },
     registry::{Registry, RegistryLimits},
     sinks::{
+        archive::Archive,
         http::Sinks,
         metrics::{server, web},
         stdout,
@@ -55,11 +56,16 @@ fn config(args: &mut RunArgs) -> Result<Config> {
 }
 
 /// Hands alert changes to stdout and the sinks.
-fn publish(changes: &[crate::alert::AlertChange], sinks: Option<&Sinks>) {
+fn publish(changes: &[crate::alert::AlertChange], sinks: Option<&Sinks>, archive: Option<&Archive>) {
     stdout::print_changes(changes);
     if let Some(s) = sinks {
         for change in changes {
             s.send(change);
+        }
+    }
+    if let Some(a) = archive {
+        if let Err(e) = a.record(changes) {
+            eprintln!("cudatrace: cannot append to the incident archive: {e}");
         }
     }
 }
@@ -89,6 +95,15 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
     // The sinks' CA file is checked before anything is loaded, as the port and the web config are.
     let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
+    let archive = match &cfg.alerts.archive {
+        Some(path) => {
+            let mib = if cfg.alerts.archive_max_mib == 0 { 64 } else { cfg.alerts.archive_max_mib };
+            let a = Archive::new(path.clone(), mib << 20);
+            a.check().map_err(|e| anyhow::anyhow!("cannot append to the incident archive {}: {e}; give a writable [alerts] archive path", stdout::printable(&path.display().to_string())))?;
+            Some(a)
+        }
+        None => None,
+    };
     let mut opts = args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone());
     opts.sampling = cfg.launches.sampling();
     let mut session = Session::open(opts)?;
@@ -131,7 +146,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 session.harvest(&mut daemon);
                 let now = started.elapsed().as_secs_f64();
                 daemon.detector.evaluate(&mut session.registry, now, SystemTime::now(), &daemon.gpus);
-                publish(&daemon.detector.take_changes(), sinks.as_ref());
+                publish(&daemon.detector.take_changes(), sinks.as_ref(), archive.as_ref());
             }
             Some(reply) = requests.recv() => {
                 name_pods(pod_names.as_ref(), &mut session.registry);
@@ -142,7 +157,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     session.finish(&mut daemon, output_closed)?;
     // Victims that exited since the last window resolve; firing alerts of live processes are
     // left to expire in Alertmanager (the problem is not known to be over).
-    publish(&daemon.detector.take_changes(), sinks.as_ref());
+    publish(&daemon.detector.take_changes(), sinks.as_ref(), archive.as_ref());
     session.detach();
     if let Some(sinks) = sinks {
         sinks.finish(Duration::from_secs(3)).await;

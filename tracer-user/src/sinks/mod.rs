@@ -1,6 +1,8 @@
 //! Where results go: stdout (events for `trace`, alert changes for `run`), the HTTP alert sinks
-//! (webhook, Alertmanager), the Prometheus metrics server, `record`'s timeline file and `top`'s screen.
+//! (webhook, Alertmanager), the Prometheus metrics server, the incident archive, `record`'s timeline file and `top`'s
+//! screen.
 pub mod alertmanager;
+pub mod archive;
 pub mod http;
 pub mod metrics;
 pub mod stdout;

@@ -1,0 +1,210 @@
+//! The incident archive: every alert that resolves is appended to a JSON-lines file (`[alerts]
+//! archive`) with its cause, aggressors, evidence, start, end, duration and its root cause in
+//! words; past `archive_max_mib` the file is rotated to `PATH.1`. `cudatrace incidents` reads
+//! both back, bounded: lines past [`MAX_LINE`] bytes and lines that are not incidents are
+//! skipped and counted.
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{self, BufRead, BufReader, Read as _, Write as _},
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use serde_json::{Value, json};
+
+use crate::alert::{AlertChange, AlertState, Cause};
+
+/// Longest archive line read back (an incident is well under 4 KiB).
+pub const MAX_LINE: u64 = 64 * 1024;
+
+/// The archive file and its size bound.
+pub struct Archive {
+    path: PathBuf,
+    max_bytes: u64,
+}
+
+/// What a signal is called in words.
+fn signal_words(signal: &str) -> &str {
+    match signal {
+        "wait_per_launch" => "wait per launch",
+        "launch_latency_p99" => "launch latency p99",
+        "copy_time_per_mib" => "copy time per MiB",
+        other => other,
+    }
+}
+
+/// The root cause of an alert in words, as an SRE would say it: "trainer (pid 4313) took 92% of
+/// GPU 0; model-server's wait per launch 8.5x its p99".
+pub fn root_cause(c: &AlertChange) -> String {
+    let victim = format!("{}'s {} {:.1}x its p99", c.victim.comm, signal_words(c.evidence.signal), c.evidence.ratio);
+    let gpu = &c.gpu;
+    let share = |p: &crate::alert::Party| p.share.unwrap_or(0.0) * 100.0;
+    let by = match (c.cause, c.aggressors.first()) {
+        (Cause::ComputeContention, Some(a)) => format!("{} (pid {}) took {:.0}% of GPU {gpu}", a.comm, a.pid, share(a)),
+        (Cause::CopyContention, Some(a)) => format!("{} (pid {}) moved {:.0}% of the bytes copied on GPU {gpu}", a.comm, a.pid, share(a)),
+        (Cause::MemoryPressure, Some(a)) => format!("GPU {gpu}'s memory nearly full, {} (pid {}) holding {:.0}% of it", a.comm, a.pid, share(a)),
+        (Cause::MemoryPressure, None) => format!("GPU {gpu}'s memory nearly full"),
+        (Cause::Throttling, _) => {
+            let why = if c.evidence.clock_event_reasons.is_empty() { "clock events".into() } else { c.evidence.clock_event_reasons.join(", ") };
+            format!("GPU {gpu} throttled ({why})")
+        }
+        (Cause::CpuOrDriverContention, _) => format!("launches slower while GPU {gpu} was idle (host CPU or driver)"),
+        (_, _) => "no cause seen".into(),
+    };
+    let more = c.aggressors.len().saturating_sub(1);
+    let more = if more > 0 && matches!(c.cause, Cause::ComputeContention | Cause::CopyContention) { format!(" (and {more} more)") } else { String::new() };
+    format!("{by}{more}; {victim}")
+}
+
+/// Seconds between two RFC 3339 times (0 when either does not parse or the end is earlier).
+fn seconds_between(start: &str, end: &str) -> f64 {
+    match (humantime::parse_rfc3339(start), humantime::parse_rfc3339(end)) {
+        (Ok(a), Ok(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64()),
+        _ => 0.0,
+    }
+}
+
+impl Archive {
+    /// An archive at `path`, rotated past `max_bytes`.
+    pub fn new(path: PathBuf, max_bytes: u64) -> Archive {
+        Archive { path, max_bytes }
+    }
+
+    /// Checks that the archive can be appended to (made if missing), before anything is traced.
+    pub fn check(&self) -> io::Result<()> {
+        OpenOptions::new().create(true).append(true).open(&self.path).map(|_| ())
+    }
+
+    /// Appends the resolved ones of `changes`; rotates first when the file would outgrow its
+    /// bound.
+    pub fn record(&self, changes: &[AlertChange]) -> io::Result<()> {
+        for c in changes.iter().filter(|c| c.state == AlertState::Resolved) {
+            let mut v = serde_json::to_value(c).map_err(io::Error::other)?;
+            if let Value::Object(m) = &mut v {
+                m.remove("state");
+                m.remove("at");
+                m.insert("ended_at".into(), json!(c.at));
+                m.insert("duration_s".into(), json!(seconds_between(&c.started_at, &c.at)));
+                m.insert("root_cause".into(), json!(root_cause(c)));
+            }
+            let mut line = serde_json::to_string(&v).map_err(io::Error::other)?;
+            line.push('\n');
+            let size = fs::metadata(&self.path).map_or(0, |m| m.len());
+            if size > 0 && size + line.len() as u64 > self.max_bytes {
+                fs::rename(&self.path, rotated(&self.path))?;
+            }
+            OpenOptions::new().create(true).append(true).open(&self.path)?.write_all(line.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a full archive goes.
+pub fn rotated(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".1");
+    PathBuf::from(p)
+}
+
+/// Incidents read back from an archive and its rotated file, and how many lines were skipped.
+pub struct Read {
+    /// Each incident's JSON object.
+    pub incidents: Vec<Value>,
+    /// Lines that were too long or not incidents.
+    pub skipped: u64,
+}
+
+/// Reads `path` and `path.1` (when present), oldest first. Only the files' lines are trusted to
+/// be bounded by [`MAX_LINE`]: longer ones are skipped unread.
+pub fn read(path: &Path) -> io::Result<Read> {
+    let mut out = Read { incidents: Vec::new(), skipped: 0 };
+    let old = rotated(path);
+    let mut found = false;
+    for p in [old.as_path(), path] {
+        let file = match File::open(p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        found = true;
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = reader.by_ref().take(MAX_LINE + 1).read_until(b'\n', &mut line)?;
+            if n == 0 {
+                break;
+            }
+            if line.last() != Some(&b'\n') && n as u64 > MAX_LINE {
+                // Too long: skip to the end of this line, in bounded steps.
+                out.skipped += 1;
+                let mut rest = Vec::new();
+                while reader.by_ref().take(MAX_LINE).read_until(b'\n', &mut rest)? > 0 && rest.last() != Some(&b'\n') {
+                    rest.clear();
+                }
+                continue;
+            }
+            match serde_json::from_slice::<Value>(&line) {
+                Ok(v) if v["alert"].is_string() && v["ended_at"].is_string() && v["victim"].is_object() => out.incidents.push(v),
+                _ if line.iter().all(u8::is_ascii_whitespace) => {}
+                _ => out.skipped += 1,
+            }
+        }
+    }
+    if !found {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "no archive yet"));
+    }
+    Ok(out)
+}
+
+/// Whether an incident ended at or after `since`.
+pub fn ended_since(v: &Value, since: SystemTime) -> bool {
+    v["ended_at"].as_str().and_then(|t| humantime::parse_rfc3339(t).ok()).is_some_and(|t| t >= since)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{alert::tests::record, pipeline::decode::monotonic_ns};
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cudatrace-archive-{name}-{}-{}", std::process::id(), monotonic_ns()));
+        fs::create_dir_all(&dir).unwrap();
+        dir.join("incidents.jsonl")
+    }
+
+    #[test]
+    fn resolved_alerts_are_archived_with_their_root_cause_and_rotated() {
+        let path = temp("rotate");
+        Archive::new(path.clone(), u64::MAX).record(&[record(AlertState::Firing), record(AlertState::Resolved)]).unwrap();
+        let line = fs::metadata(&path).unwrap().len();
+        // Room for two lines: the fourth incident rotates the file.
+        let a = Archive::new(path.clone(), 2 * line + 10);
+        for _ in 0..3 {
+            a.record(&[record(AlertState::Resolved)]).unwrap();
+        }
+        let back = read(&path).unwrap();
+        assert_eq!((back.incidents.len(), back.skipped), (4, 0), "only resolved alerts; none lost to the rotation");
+        assert_eq!((fs::metadata(rotated(&path)).unwrap().len(), fs::metadata(&path).unwrap().len()), (2 * line, 2 * line));
+        let v = &back.incidents[0];
+        assert_eq!(v["root_cause"], "trainer (pid 20) took 90% of GPU 0; server's wait per launch 3.6x its p99");
+        assert_eq!(v["duration_s"], 30.0);
+        assert_eq!(v["ended_at"], "2027-01-15T08:00:30Z");
+        assert!(v.get("state").is_none());
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn hostile_archive_lines_are_skipped_and_counted() {
+        let path = temp("hostile");
+        let mut text = "not json\n{\"alert\":1}\n\n".to_string();
+        text += &"x".repeat(MAX_LINE as usize * 3);
+        text += "\n";
+        fs::write(&path, &text).unwrap();
+        Archive::new(path.clone(), 1 << 30).record(&[record(AlertState::Resolved)]).unwrap();
+        let back = read(&path).unwrap();
+        assert_eq!((back.incidents.len(), back.skipped), (1, 3));
+        assert!(read(&path.with_extension("missing")).is_err());
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+}
