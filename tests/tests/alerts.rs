@@ -152,6 +152,11 @@ fn contention_alert_names_both_and_resolves() {
     let active = active.first().unwrap_or_else(|| panic!("no cudatrace_alert_active for the victim:\n{metrics}"));
     assert!(active.label("alert") == "CudatraceComputeContention" && active.label("state") == "firing" && active.value == 1.0, "{active:?}");
     assert_eq!(active.label("aggressors"), format!("{heavy_pid}:trainer"), "{active:?}");
+    // Predicted against actual: the forecast for the window beside the value, under its p99.
+    let parsed = exposition::parse(&metrics);
+    let pick = |name: &str| exposition::sum(&parsed, name, &[("pid", &victim_pid.to_string()), ("signal", "wait_per_launch")]);
+    let (value, p99, forecast) = (pick("cudatrace_signal_value"), pick("cudatrace_signal_baseline_p99"), pick("cudatrace_signal_forecast"));
+    assert!(forecast > 0.0 && forecast < p99 && p99 < value, "forecast {forecast}, p99 {p99}, value {value}");
     let ours = |alerts: &[Value]| -> Option<Value> {
         alerts
             .iter()

@@ -34,8 +34,9 @@ pub struct Track {
     pub tier: Severity,
     /// The alert's latest record, while pending or firing.
     pub record: Option<AlertChange>,
-    /// The last window's value and baseline p99 (ns, or ns per MiB), once the baseline is ready.
-    pub last: Option<(f64, f64)>,
+    /// The last window's value, the baseline p99 and the baseline's forecast for that window
+    /// (ns, or ns per MiB), once the baseline is ready.
+    pub last: Option<(f64, f64, f64)>,
 }
 
 impl Track {

@@ -146,12 +146,13 @@ impl Detector {
     }
 
     /// Per process and signal with a ready baseline: the process, the signal, the last window's
-    /// value and the baseline p99, in seconds (per MiB for copy time).
-    pub fn signals<'a>(&self, registry: &'a Registry) -> impl Iterator<Item = (ProcessRef<'a>, Signal, f64, f64)> {
+    /// value, the baseline p99 and the forecast for that window, in seconds (per MiB for copy
+    /// time).
+    pub fn signals<'a>(&self, registry: &'a Registry) -> impl Iterator<Item = (ProcessRef<'a>, Signal, f64, f64, f64)> {
         registry.iter().filter_map(|p| Some((p.view(), p.signals.as_deref()?))).flat_map(|(process, s)| {
             Signal::ALL.into_iter().zip(&s.tracks).filter_map(move |(signal, t)| {
-                let (v, p99) = t.last?;
-                Some((process, signal, v / 1e9, p99 / 1e9))
+                let (v, p99, forecast) = t.last?;
+                Some((process, signal, v / 1e9, p99 / 1e9, forecast / 1e9))
             })
         })
     }
@@ -200,7 +201,7 @@ impl Detector {
                     }
                     continue;
                 };
-                t.last = Some((v, p99));
+                t.last = Some((v, p99, t.baseline.forecast()));
                 let rise = s.window.per_call(signal, v - p99);
                 let over = v / p99 - 1.0;
                 let tier = if rise < cfg.min_increase_us * 1e3 {

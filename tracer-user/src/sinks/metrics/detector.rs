@@ -29,6 +29,12 @@ impl Collector for DetectorCollector {
             "The signal's baseline p99 (same unit as cudatrace_signal_value); thresholds are fractions over it.",
             &signal_rows(&|s| s.p99),
         )?;
+        gauge(
+            &mut enc,
+            "cudatrace_signal_forecast",
+            "The baseline's forecast of the signal for the last detection window (same unit as cudatrace_signal_value): predicted against actual.",
+            &signal_rows(&|s| s.forecast),
+        )?;
         let alerts: Vec<(Labels, f64)> = snap
             .alerts
             .iter()

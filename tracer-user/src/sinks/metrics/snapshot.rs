@@ -101,6 +101,8 @@ pub struct SignalRow {
     pub value: f64,
     /// Baseline p99, same unit.
     pub p99: f64,
+    /// The baseline's forecast for the last window, same unit.
+    pub forecast: f64,
 }
 
 /// Everything one scrape encodes.
@@ -190,7 +192,7 @@ impl Snapshot {
         let signals = s
             .detector
             .signals(s.registry)
-            .map(|(p, signal, value, p99)| SignalRow { process: of(p), signal, value, p99 })
+            .map(|(p, signal, value, p99, forecast)| SignalRow { process: of(p), signal, value, p99, forecast })
             .collect();
         Snapshot {
             calls,
