@@ -1,11 +1,16 @@
 //! Reads the launches the kernel counted (`LAUNCHES`): each read yields what every cell gained
 //! since the last one, so that a launch is counted once however often the map is read; the
-//! cells of exited processes are deleted after their last read.
+//! cells of exited processes are deleted after their last read. The [`Session`] reads them here
+//! and hands the gains to its consumer.
+use std::time::Instant;
+
 use foldhash::{HashMap, HashMapExt};
 use tracer_common::{
     Api,
     launches::{LaunchCell, LaunchKey},
 };
+
+use super::{Consumer, Session};
 
 /// What one cell gained since the last read: launches of one (api, kernel) in one latency bucket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +85,41 @@ impl Harvest {
     /// Cells remembered.
     pub fn len(&self) -> usize {
         self.last.len()
+    }
+}
+
+impl Session {
+    /// Hands the launches counted in-kernel since the last read to `consumer`.
+    pub fn harvest(&mut self, consumer: &mut impl Consumer) {
+        self.harvested_at = Instant::now();
+        let cells = self.probes.maps.launch_cells();
+        if cells.is_empty() {
+            return;
+        }
+        for (pid, delta) in self.harvest.gains(cells) {
+            self.counts.launches_counted += delta.count;
+            let cmdline = self.cmdline;
+            let process = match self.registry.live_mut(pid) {
+                Some(p) => p,
+                // Every launch the kernel counted: a process whose records were all lost (the
+                // ring buffer full) is still a process.
+                None => Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, pid, None, cmdline),
+            };
+            consumer.launches(&delta, process);
+        }
+    }
+
+    /// Releases the processes that left during this drain, and their launch cells.
+    pub(super) fn release_leaving(&mut self, consumer: &mut impl Consumer) {
+        if self.leaving.is_empty() {
+            return;
+        }
+        let leaving = std::mem::take(&mut self.leaving);
+        for &pid in &leaving {
+            self.exit(pid, consumer);
+        }
+        let keys = self.harvest.release(&leaving);
+        self.probes.maps.delete_launch_cells(&keys);
     }
 }
 

@@ -314,39 +314,6 @@ impl Session {
         consumer.flush()
     }
 
-    /// Hands the launches counted in-kernel since the last read to `consumer`.
-    pub fn harvest(&mut self, consumer: &mut impl Consumer) {
-        self.harvested_at = Instant::now();
-        let cells = self.probes.maps.launch_cells();
-        if cells.is_empty() {
-            return;
-        }
-        for (pid, delta) in self.harvest.gains(cells) {
-            self.counts.launches_counted += delta.count;
-            let cmdline = self.cmdline;
-            let process = match self.registry.live_mut(pid) {
-                Some(p) => p,
-                // Every launch the kernel counted: a process whose records were all lost (the
-                // ring buffer full) is still a process.
-                None => Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, pid, None, cmdline),
-            };
-            consumer.launches(&delta, process);
-        }
-    }
-
-    /// Releases the processes that left during this drain, and their launch cells.
-    fn release_leaving(&mut self, consumer: &mut impl Consumer) {
-        if self.leaving.is_empty() {
-            return;
-        }
-        let leaving = std::mem::take(&mut self.leaving);
-        for &pid in &leaving {
-            self.exit(pid, consumer);
-        }
-        let keys = self.harvest.release(&leaving);
-        self.probes.maps.delete_launch_cells(&keys);
-    }
-
     fn handle(&mut self, record: Result<RingRecord, DecodeError>, consumer: &mut impl Consumer) -> io::Result<()> {
         let mut ev = match record {
             Ok(RingRecord::Call(ev)) => ev,
