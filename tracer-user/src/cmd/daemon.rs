@@ -73,6 +73,14 @@ impl Daemon {
         }
     }
 
+    /// One detection window: the launches counted in-kernel read, every process's signals
+    /// evaluated (`since_start`: seconds since the daemon started); returns the alert changes.
+    pub fn evaluate(&mut self, session: &mut Session, since_start: f64) -> Vec<crate::alert::AlertChange> {
+        session.harvest(self);
+        self.detector.evaluate(&mut session.registry, since_start, SystemTime::now(), &self.gpus);
+        self.detector.take_changes()
+    }
+
     /// Reads the launches counted in-kernel, then copies everything a reader needs.
     pub fn snapshot(&mut self, session: &mut Session) -> Snapshot {
         session.harvest(self);

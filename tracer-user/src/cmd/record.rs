@@ -9,6 +9,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use tokio::time::MissedTickBehavior;
 
+use super::trace::{MAX_LIBRARIES, MAX_PROCESSES};
 use crate::{
     cli::RecordArgs,
     config::DetectConfig,
@@ -18,11 +19,6 @@ use crate::{
     registry::{Process, RegistryLimits},
     sinks::{stdout::printable, timeline::Timeline},
 };
-
-/// Processes held at most, as `trace`.
-const MAX_PROCESSES: usize = 4096;
-/// Distinct library files attached at most, as `run`'s default.
-const MAX_LIBRARIES: usize = 32;
 
 /// The timeline and the detector whose alert changes it shows.
 struct Recorder {

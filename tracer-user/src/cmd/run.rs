@@ -4,7 +4,7 @@
 //! `trace`: recording off, the ring buffer drained, a summary, detached.
 use std::{
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use anyhow::Result;
@@ -143,10 +143,8 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 name_pods(pod_names.as_ref(), &mut session.registry);
             }
             _ = detect_tick.tick() => {
-                session.harvest(&mut daemon);
-                let now = started.elapsed().as_secs_f64();
-                daemon.detector.evaluate(&mut session.registry, now, SystemTime::now(), &daemon.gpus);
-                publish(&daemon.detector.take_changes(), sinks.as_ref(), archive.as_ref());
+                let changes = daemon.evaluate(&mut session, started.elapsed().as_secs_f64());
+                publish(&changes, sinks.as_ref(), archive.as_ref());
             }
             Some(reply) = requests.recv() => {
                 name_pods(pod_names.as_ref(), &mut session.registry);

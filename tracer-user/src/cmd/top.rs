@@ -131,11 +131,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
             },
             _ = nvml_tick.tick(), if sampler.up() => daemon.sample(&mut sampler),
             _ = detect_tick.tick() => {
-                session.harvest(&mut daemon);
-                daemon.detector.evaluate(&mut session.registry, started.elapsed().as_secs_f64(), SystemTime::now(), &daemon.gpus);
                 // The states show in the rows, the changes in the detail pane; `run` is what
                 // sends them anywhere.
-                changes.extend(daemon.detector.take_changes());
+                changes.extend(daemon.evaluate(&mut session, started.elapsed().as_secs_f64()));
             }
             Some(k) = async { keys.as_mut()?.recv().await } => {
                 if let Some(s) = screen.as_mut() {

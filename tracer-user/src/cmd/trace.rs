@@ -13,9 +13,9 @@ use crate::{
 
 /// Processes `trace` holds at most (identity, kernel names, memory, streams); an exited one is
 /// released at once.
-const MAX_PROCESSES: usize = 4096;
+pub(crate) const MAX_PROCESSES: usize = 4096;
 /// Distinct library files `trace` attaches at most (as `run`'s default).
-const MAX_LIBRARIES: usize = 32;
+pub(crate) const MAX_LIBRARIES: usize = 32;
 
 impl Consumer for Printer {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
