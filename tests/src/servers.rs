@@ -30,8 +30,21 @@ impl Server {
         config: &str,
         args: impl Fn(&Path, &Path, u16) -> Vec<String>,
     ) -> Server {
+        Self::start_prepared(program, package, config_name, config, |_| {}, args)
+    }
+
+    /// As [`Server::start`], with `prepare(folder)` run before the program starts.
+    pub fn start_prepared(
+        program: &str,
+        package: &str,
+        config_name: &str,
+        config: &str,
+        prepare: impl FnOnce(&Path),
+        args: impl Fn(&Path, &Path, u16) -> Vec<String>,
+    ) -> Server {
         let dir = TempDir::new(program);
         let path = dir.write(config_name, config);
+        prepare(dir.path());
         let port = free_port();
         let child = Command::new(program)
             .args(args(&path, dir.path(), port))
@@ -61,14 +74,45 @@ impl Prometheus {
 
     /// Starts it with these `scrape_configs` entries (YAML, indented two spaces), every second.
     pub fn start_scraping(scrape_configs: &str) -> Prometheus {
-        let config = format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}");
-        Prometheus(Server::start("prometheus", "prometheus", "prometheus.yml", &config, |config, dir, port| {
+        Self::start_with(scrape_configs, None, None)
+    }
+
+    /// Starts it with these `scrape_configs`, evaluating the rules of `rule_file` every second,
+    /// with `history` (OpenMetrics text with timestamps, `# EOF` at the end) backfilled into
+    /// its storage by `promtool tsdb create-blocks-from openmetrics` first.
+    pub fn start_with(scrape_configs: &str, rule_file: Option<&Path>, history: Option<&str>) -> Prometheus {
+        let rules = rule_file.map(|f| format!("rule_files: ['{}']\n", f.display())).unwrap_or_default();
+        let config = format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rules}scrape_configs:\n{scrape_configs}");
+        let prepare = |dir: &Path| {
+            let Some(text) = history else { return };
+            let input = dir.join("history.om");
+            std::fs::write(&input, text).unwrap();
+            let out = Command::new("promtool")
+                .args(["tsdb", "create-blocks-from", "openmetrics"])
+                .arg(&input)
+                .arg(dir.join("data"))
+                .output()
+                .expect("promtool (Debian package prometheus) is needed");
+            assert!(out.status.success(), "promtool backfill: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        };
+        Prometheus(Server::start_prepared("prometheus", "prometheus", "prometheus.yml", &config, prepare, |config, dir, port| {
             vec![
                 format!("--config.file={}", config.display()),
                 format!("--storage.tsdb.path={}", dir.join("data").display()),
                 format!("--web.listen-address=127.0.0.1:{port}"),
             ]
         }))
+    }
+
+    /// Its base URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.0.port)
+    }
+
+    /// The label sets of the series `selector` matches (`/api/v1/series`).
+    pub fn series(&self, selector: &str) -> Vec<Value> {
+        let url = format!("http://127.0.0.1:{}/api/v1/series", self.0.port);
+        http::post_form_json(&url, &[("match[]", selector)]).ok().and_then(|v| v["data"].as_array().cloned()).unwrap_or_default()
     }
 
     /// Instant query; returns (labels, value) per sample (none while it does not answer).
@@ -110,6 +154,26 @@ impl Alertmanager {
     /// Starts it with one receiver that drops everything, and waits until it answers.
     pub fn start() -> Alertmanager {
         Self::start_with(None)
+    }
+
+    /// Starts it with this configuration file's text, and waits until it answers.
+    pub fn start_config(config: &str) -> Alertmanager {
+        let server = Server::start("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager.yml", config, |config, dir, port| {
+            vec![
+                format!("--config.file={}", config.display()),
+                format!("--storage.path={}", dir.join("data").display()),
+                format!("--web.listen-address=127.0.0.1:{port}"),
+                "--cluster.listen-address=".into(),
+            ]
+        });
+        let am = Alertmanager { server, secure: None };
+        assert!(poll(Duration::from_secs(30), || am.alerts()).is_some(), "Alertmanager did not answer within 30 s");
+        am
+    }
+
+    /// Its alert groups (`/api/v2/alerts/groups`), as its route grouped them.
+    pub fn groups(&self) -> Vec<Value> {
+        http::get_json(&format!("{}/api/v2/alerts/groups", self.url())).ok().and_then(|v| v.as_array().cloned()).unwrap_or_default()
     }
 
     /// Starts it serving TLS with `cert` and asking basic auth of `user` with `password` (its

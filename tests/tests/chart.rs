@@ -46,11 +46,11 @@ fn renders_and_validates_with_defaults_and_everything_on() {
     let (text, docs) = chart::render(&[]);
     assert_eq!(kinds(&docs), ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceAccount"]);
     let checked = validate(&text, "defaults");
-    let on = ["serviceMonitor.enabled=true", "podMonitor.enabled=true", "prometheusRule.enabled=true"];
+    let on = ["serviceMonitor.enabled=true", "podMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true"];
     let (all_text, all) = chart::render(&on);
     assert_eq!(
         kinds(&all),
-        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "PodMonitor", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
+        ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "DaemonSet", "PodMonitor", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"]
     );
     let all_checked = validate(&all_text, "everything-on");
     // Pod names off: no RBAC, no token in the pod.
@@ -128,4 +128,21 @@ fn monitors_select_the_metrics_port_and_the_rule_is_rules_yml() {
     let n: usize = groups.iter().map(|g| g["rules"].as_vec().unwrap().len()).sum();
     assert!(said.contains(&format!("SUCCESS: {n} rules found")), "{said}");
     eprintln!("chart: PrometheusRule = rules.yml ({n} rules, promtool check passed)");
+}
+
+#[test]
+fn the_dashboard_configmap_is_for_grafanas_sidecar() {
+    let (_, docs) = chart::render(&["grafanaDashboard.enabled=true", "grafanaDashboard.namespace=monitoring", "grafanaDashboard.annotations.grafana_folder=GPU"]);
+    let maps: Vec<&Yaml> = docs.iter().filter(|d| d["kind"].as_str() == Some("ConfigMap") && !d["data"]["cudatrace.json"].is_badvalue()).collect();
+    assert_eq!(maps.len(), 1);
+    let map = maps[0];
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"].as_str(), Some("1"));
+    assert_eq!(map["metadata"]["namespace"].as_str(), Some("monitoring"));
+    assert_eq!(map["metadata"]["annotations"]["grafana_folder"].as_str(), Some("GPU"));
+    // The dashboard as shipped in deploy/grafana, to the byte once parsed.
+    let shipped: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(chart::chart_dir().join("../../grafana/cudatrace.json")).unwrap()).unwrap();
+    let carried: serde_json::Value = serde_json::from_str(map["data"]["cudatrace.json"].as_str().unwrap()).unwrap();
+    assert_eq!(carried, shipped);
+    assert_eq!(carried["uid"], "cudatrace");
 }

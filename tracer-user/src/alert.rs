@@ -181,6 +181,44 @@ pub struct AlertChange {
     /// Why a resolved alert ended: `back_to_baseline` or `victim_exited`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+    /// The incident the alert belongs to: fixed when it goes pending, so that its victims
+    /// group together while their aggressors' shares move.
+    pub incident: Incident,
+    /// The `[[alerts.quiet]]` entry in force for this change: recorded, not sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quiet: Option<String>,
+}
+
+/// One incident: the (aggressor set, GPU, cause) its victims' alerts share. The aggressor set
+/// is the fewest biggest aggressors that together hold at least half the share, by pid, so
+/// that two victims of one trainer name the same set although each sees the other as a small
+/// aggressor too.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Incident {
+    /// The GPU.
+    pub gpu: String,
+    /// The cause.
+    pub cause: Cause,
+    /// The aggressor set as `pid:comm` joined by commas, by pid ("" when none).
+    pub aggressors: String,
+}
+
+impl Incident {
+    /// The incident of an alert with this cause, GPU and aggressors (biggest share first).
+    pub fn of(cause: Cause, gpu: &str, aggressors: &[Party]) -> Incident {
+        let mut held = 0.0;
+        let mut set: Vec<&Party> = Vec::new();
+        for a in aggressors {
+            if held >= 0.5 {
+                break;
+            }
+            held += a.share.unwrap_or(0.0);
+            set.push(a);
+        }
+        set.sort_by_key(|a| a.pid);
+        let list: Vec<String> = set.iter().map(|a| format!("{}:{}", a.pid, a.comm)).collect();
+        Incident { gpu: gpu.to_owned(), cause, aggressors: list.join(",") }
+    }
 }
 
 /// RFC 3339 with seconds, UTC.
@@ -262,6 +300,8 @@ pub(crate) mod tests {
             started_at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
             at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030)),
             reason: None,
+            incident: Incident { gpu: "0".into(), cause: Cause::ComputeContention, aggressors: "20:trainer".into() },
+            quiet: None,
         }
     }
 
@@ -275,5 +315,21 @@ pub(crate) mod tests {
         assert_eq!(v["started_at"], "2027-01-15T08:00:00Z");
         assert!(v.get("reason").is_none());
         assert!(v["evidence"].get("clock_event_reasons").is_none());
+        assert_eq!(v["incident"], json!({"gpu": "0", "cause": "compute_contention", "aggressors": "20:trainer"}));
+        assert!(v.get("quiet").is_none());
+    }
+
+    #[test]
+    fn the_incident_names_the_aggressors_holding_half_the_share() {
+        let party = |pid, comm: &str, share| Party { pid, comm: comm.into(), namespace: None, pod: None, container: None, share: Some(share) };
+        // Two victims of one trainer: each sees the other as a small aggressor.
+        let a = Incident::of(Cause::ComputeContention, "0", &[party(30, "trainer", 0.8), party(12, "server-b", 0.2)]);
+        let b = Incident::of(Cause::ComputeContention, "0", &[party(30, "trainer", 0.7), party(11, "server-a", 0.3)]);
+        assert_eq!(a, b);
+        assert_eq!(a.aggressors, "30:trainer");
+        // Two trainers sharing it: both, by pid.
+        let c = Incident::of(Cause::ComputeContention, "0", &[party(40, "t2", 0.45), party(30, "t1", 0.4), party(11, "s", 0.15)]);
+        assert_eq!(c.aggressors, "30:t1,40:t2");
+        assert_eq!(Incident::of(Cause::Throttling, "1", &[]).aggressors, "");
     }
 }

@@ -130,6 +130,8 @@ pub struct DetectConfig {
     /// Alert on slowdowns with no cause seen (`CudatraceSlowdown`): the process's own work
     /// changed, or something untraced shares its GPU.
     pub report_unexplained: bool,
+    /// `[[detect.schedule]]`: periods with other tiers and debounce times (first match wins).
+    pub schedule: Vec<crate::policy::schedule::ScheduleEntry>,
 }
 
 impl Default for DetectConfig {
@@ -156,6 +158,7 @@ impl Default for DetectConfig {
             memory_pressure_ratio: 0.95,
             idle_gpu_percent: 10,
             report_unexplained: true,
+            schedule: Vec::new(),
         }
     }
 }
@@ -176,6 +179,8 @@ pub struct AlertConfig {
     pub archive: Option<PathBuf>,
     /// Size of the archive past which it is rotated to `ARCHIVE.1`, MiB (0: 64).
     pub archive_max_mib: u64,
+    /// `[[alerts.quiet]]`: quiet periods, whose alerts are recorded but not sent.
+    pub quiet: Vec<crate::policy::quiet::QuietEntry>,
     /// Credentials sent to Alertmanager.
     pub alertmanager_auth: SinkAuth,
     /// Credentials sent to the webhook.
@@ -287,6 +292,8 @@ impl Config {
             bail!("launches.slow_us = {}: give 0 (none) to 60000000 (a minute)", c.launches.slow_us);
         }
         c.detect.validate()?;
+        crate::policy::schedule::validate(&c.detect)?;
+        crate::policy::quiet::validate(&c.alerts.quiet)?;
         for (key, url) in [("alertmanager_url", &c.alerts.alertmanager_url), ("webhook_url", &c.alerts.webhook_url)] {
             if let Some(url) = url {
                 check_url(url).map_err(|e| anyhow::anyhow!("alerts.{key} = {url:?}: {e}"))?;
@@ -313,7 +320,8 @@ impl Config {
 }
 
 impl DetectConfig {
-    fn validate(&self) -> Result<()> {
+    /// Checks the table's values (a schedule entry's, once over them, too).
+    pub(crate) fn validate(&self) -> Result<()> {
         let d = self;
         if d.window_s == 0 {
             bail!("detect.window_s = 0: give at least 1 second");

@@ -13,6 +13,7 @@ pub mod config;
 pub mod detect;
 pub mod nvml;
 pub mod pipeline;
+pub mod policy;
 pub mod probe;
 pub mod registry;
 pub mod sinks;

@@ -115,6 +115,9 @@ fn test(filter: Option<String>) -> Result<()> {
     let rules = root().join("deploy/prometheus");
     run(Command::new("promtool").current_dir(&rules).args(["check", "rules", "rules.yml"]))?;
     run(Command::new("promtool").current_dir(&rules).args(["test", "rules", "rules_test.yml"]))?;
+    // The Alertmanager route shipped beside them (its grouping is checked end to end in
+    // tests/tests/dashboard.rs).
+    run(Command::new("amtool").current_dir(root()).args(["check-config", "deploy/alertmanager/alertmanager.yml"]))?;
     // The Helm chart's own checks (its rendered objects are validated against the Kubernetes
     // schemas by the chart tests in the integration-tests crate).
     run(Command::new("helm").current_dir(root()).args(["lint", "--strict", "deploy/helm/cudatrace"]))?;

@@ -53,7 +53,7 @@ impl Daemon {
     pub fn new(cfg: &Config, sampler: &Sampler, session: &Session) -> Daemon {
         Daemon {
             aggregator: Aggregator::new(SeriesLimits { top_kernels: cfg.top_kernels, max_kernels: cfg.max_kernels }),
-            detector: Detector::new(cfg.detect.clone(), 0.0),
+            detector: Detector::new(cfg.detect.clone(), 0.0).with_quiet(crate::policy::quiet::Quiet::new(&cfg.alerts.quiet)),
             gpus: Vec::new(),
             nvml_up: sampler.up(),
             probes: session.probe_rows(),

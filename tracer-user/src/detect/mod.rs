@@ -23,7 +23,7 @@ pub use signals::Signal;
 use signals::Window;
 
 use crate::{
-    alert::{AlertChange, AlertState, Cause, Evidence, Party, Severity, rfc3339},
+    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity, rfc3339},
     config::DetectConfig,
     nvml::GpuSample,
     pipeline::{
@@ -34,6 +34,7 @@ use crate::{
         },
         launches::LaunchDelta,
     },
+    policy::{quiet::Quiet, schedule::Schedule},
     registry::{Process, Registry},
 };
 
@@ -56,7 +57,12 @@ impl ProcessSignals {
 
 /// The detector: settings, the current window's start, and the changes not yet handed out.
 pub struct Detector {
-    cfg: DetectConfig,
+    /// The `[detect]` settings and the schedule's periods over them.
+    schedule: Schedule,
+    /// The schedule entry in force at the last window (None: `[detect]`'s own values).
+    in_force: Option<String>,
+    /// Quiet periods: which alerts are recorded but not sent.
+    quiet: Quiet,
     params: Params,
     /// Monotonic seconds at the start of the current window.
     window_start: f64,
@@ -110,7 +116,18 @@ impl Detector {
             hampel_windows: cfg.hampel_windows,
             hampel_k: cfg.hampel_k,
         };
-        Detector { cfg, params, window_start: now, outbox: Vec::new() }
+        Detector { schedule: Schedule::new(&cfg), in_force: None, quiet: Quiet::default(), params, window_start: now, outbox: Vec::new() }
+    }
+
+    /// The same detector, marking alerts `quiet` in the periods of `quiet`.
+    pub fn with_quiet(mut self, quiet: Quiet) -> Detector {
+        self.quiet = quiet;
+        self
+    }
+
+    /// The `[[detect.schedule]]` entry in force at the last window (None: `[detect]`'s values).
+    pub fn schedule_in_force(&self) -> Option<&str> {
+        self.in_force.as_deref()
     }
 
     /// Counts one call into its process's window; `closed` is what a wait closed (GPU time).
@@ -166,7 +183,22 @@ impl Detector {
     /// [`Detector::take_changes`]). `gpus` is the latest NVML sample (empty without NVML).
     pub fn evaluate(&mut self, registry: &mut Registry, now: f64, now_wall: SystemTime, gpus: &[GpuSample]) {
         let start = std::mem::replace(&mut self.window_start, now);
-        let cfg = self.cfg.clone();
+        let (name, cfg) = self.schedule.at(now_wall);
+        let cfg = cfg.clone();
+        if name != self.in_force.as_deref() {
+            eprintln!(
+                "detect: {} in force: warning={} critical={} page={} min_increase_us={} pending_windows={} firing_after_s={} resolve_after_s={}",
+                name.map_or("[detect]".to_owned(), |n| format!("schedule {n:?}")),
+                cfg.warning,
+                cfg.critical,
+                cfg.page,
+                cfg.min_increase_us,
+                cfg.pending_windows,
+                cfg.firing_after_s,
+                cfg.resolve_after_s
+            );
+            self.in_force = name.map(str::to_owned);
+        }
         let observed: Vec<Observed> = registry
             .iter()
             .filter_map(|p| {
@@ -240,8 +272,12 @@ impl Detector {
             .iter()
             .map(|o| Seen { process: ProcessRef { pid: o.pid, comm: &o.comm, identity: &o.identity }, activity: o.activity })
             .collect();
+        // Processes slowed themselves (breaching now, or alerting) are not an incident's cause:
+        // two victims of one trainer see each other as small aggressors.
+        let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();
+        slowed.extend(registry.iter().filter(|p| p.signals.as_deref().is_some_and(ProcessSignals::alerting)).map(|p| p.pid));
         for b in breached {
-            self.breach(registry, &b, start, now, now_wall, gpus, &seen);
+            self.breach(registry, &b, (start, now, now_wall), &cfg, gpus, (&seen, &slowed));
         }
         // Records still refer to the window's moments; stamp the changes with the wall clock.
         for s in registry.iter_mut().filter_map(|p| p.signals.as_deref_mut()) {
@@ -260,11 +296,10 @@ impl Detector {
         &mut self,
         registry: &mut Registry,
         b: &Breach,
-        start: f64,
-        now: f64,
-        now_wall: SystemTime,
+        (start, now, now_wall): (f64, f64, SystemTime),
+        cfg: &DetectConfig,
         gpus: &[GpuSample],
-        seen: &[Seen<'_>],
+        (seen, slowed): (&[Seen<'_>], &[u32]),
     ) {
         let Breach { pid, signal: i, tier, value: v, p99, samples } = *b;
         if !classify::vouched(pid, gpus) {
@@ -281,11 +316,10 @@ impl Detector {
         }
         t.tier = t.tier.min(tier);
         t.last_breach = now;
-        if t.phase == Phase::Normal && t.breaches < self.cfg.pending_windows {
+        if t.phase == Phase::Normal && t.breaches < cfg.pending_windows {
             // Not an alert yet: nothing to classify.
             return;
         }
-        let cfg = &self.cfg;
         let Some(victim) = seen.iter().find(|s| s.process.pid == pid) else { return };
         let limits = classify::Thresholds { memory_pressure_ratio: cfg.memory_pressure_ratio, idle_gpu_percent: cfg.idle_gpu_percent };
         let baseline = t.baseline.forecast();
@@ -309,9 +343,12 @@ impl Detector {
         // Without a cause and not asked to report those, the breach stays silent (and unlearned);
         // a later window may find a neighbour.
         let silent = verdict.cause == Cause::Unexplained && !cfg.report_unexplained;
+        let opened = t.phase == Phase::Normal;
         match t.phase {
             Phase::Normal if !silent => {
                 t.phase = Phase::Pending;
+                let causes: Vec<Party> = verdict.aggressors.iter().filter(|a| !slowed.contains(&a.pid)).cloned().collect();
+                let incident = Incident::of(verdict.cause, &verdict.gpu, if causes.is_empty() { &verdict.aggressors } else { &causes });
                 let record = AlertChange {
                     alert: verdict.cause.alert_name(),
                     state: AlertState::Pending,
@@ -324,8 +361,9 @@ impl Detector {
                     started_at,
                     at,
                     reason: None,
+                    incident,
+                    quiet: None,
                 };
-                self.outbox.push(record.clone());
                 t.record = Some(record);
             }
             Phase::Normal => return,
@@ -341,6 +379,13 @@ impl Detector {
                     r.severity = t.tier;
                 }
             }
+        }
+        // Quiet or not, by the names and the period of this change.
+        let cgroup = |pid: u32| seen.iter().find(|s| s.process.pid == pid).and_then(|s| s.process.identity.cgroup.clone());
+        let r = t.record.as_mut().expect("an alert past normal has a record");
+        r.quiet = self.quiet.find(&r.victim, &r.aggressors, &cgroup, now_wall);
+        if opened {
+            self.outbox.push(r.clone());
         }
         if t.phase == Phase::Pending && now - t.since >= cfg.firing_after_s as f64 {
             t.phase = Phase::Firing;

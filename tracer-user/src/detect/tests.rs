@@ -205,3 +205,63 @@ fn an_exited_victim_resolves_and_small_rises_do_not_breach() {
     let gone = d.take_changes();
     assert_eq!((gone[0].state, gone[0].reason), (State::Resolved, Some("victim_exited")));
 }
+
+#[test]
+fn a_schedule_switches_the_tiers_at_its_minute() {
+    // T0 is 08:00:00 UTC. From 08:01 a strict schedule holds: any rise of 1 µs breaches.
+    let strict = crate::policy::schedule::ScheduleEntry {
+        name: "strict".into(),
+        hours: Some("08:01-09:00".into()),
+        min_increase_us: Some(1.0),
+        ..Default::default()
+    };
+    let mut d = Det::new(DetectConfig { schedule: vec![strict], ..DetectConfig::default() }, 100, 0.0);
+    // 1 µs waits tripled from the window ending at 08:00:55: under [detect]'s 10 µs, not a breach.
+    let out = run(&mut d, 0..11, |k| (if k >= 10 { 3_000 } else { 1_000 }, 0));
+    assert!(out.is_empty());
+    assert_eq!(d.d.schedule_in_force(), None);
+    // The window ending at 08:01:00 is judged by the strict schedule: three such windows, pending.
+    let out = run(&mut d, 11..14, |_| (3_000, 0));
+    assert_eq!(d.d.schedule_in_force(), Some("strict"));
+    assert_eq!(out.iter().map(|(k, c)| (*k, states(c))).collect::<Vec<_>>(), vec![(14, vec![(1, "wait_per_launch", "pending", "CudatraceSlowdown")])]);
+    assert_eq!(out[0].1[0].started_at, rfc3339(wall(55.0)));
+}
+
+#[test]
+fn quiet_periods_mark_the_changes() {
+    let quiet = crate::config::Config::parse("[[alerts.quiet]]\nname = \"morning\"\ncomm = \"job*\"\nhours = \"08:00-08:02\"\n").unwrap().alerts.quiet;
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    d.d = Detector::new(DetectConfig::default(), 0.0).with_quiet(crate::policy::quiet::Quiet::new(&quiet));
+    // Contended from window 11: pending at 08:01:05 and firing at 08:01:20, both in the quiet
+    // period; the last breach (08:01:50) too, so the resolution at 08:02:50 stays quiet (the
+    // sinks, never told of it, are not told it ended).
+    let out = run(&mut d, 0..40, |k| if (10..22).contains(&k) { (4_000_000, 500) } else { (1_000_000, 0) });
+    let got: Vec<(u32, &str, Option<&str>)> = out.iter().flat_map(|(k, c)| c.iter().map(move |r| (*k, r.state.as_str(), r.quiet.as_deref()))).collect();
+    assert_eq!(got, vec![(13, "pending", Some("morning")), (16, "firing", Some("morning")), (34, "resolved", Some("morning"))]);
+}
+
+#[test]
+fn two_victims_of_one_neighbour_share_an_incident() {
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    let id = Arc::new(Identity { cuda_visible_devices: Some("0".into()), ..Default::default() });
+    let mut all = Vec::new();
+    for k in 0..16u32 {
+        let wait = if k >= 10 { 4_000_000 } else { 1_000_000 };
+        window(&mut d, 1, &id, 1000, wait);
+        window(&mut d, 3, &id, 1000, wait);
+        if k >= 10 {
+            window(&mut d, 2, &id, 500, 1_000_000);
+        }
+        let end = f64::from(k + 1) * 5.0;
+        d.evaluate(end, wall(end), &[]);
+        all.extend(d.take_changes());
+    }
+    let mut pending: Vec<&Record> = all.iter().filter(|r| r.state == State::Pending && r.evidence.signal == "wait_per_launch").collect();
+    pending.sort_by_key(|r| r.victim.pid);
+    assert_eq!(pending.iter().map(|r| r.victim.pid).collect::<Vec<_>>(), vec![1, 3]);
+    // Each victim's estimate of GPU time (its waits) makes it the other's biggest aggressor...
+    assert_eq!(pending[0].aggressors.first().map(|a| a.pid), Some(3));
+    // ...but a process slowed itself is not the incident's cause: one incident, the neighbour's.
+    assert_eq!(pending[0].incident, pending[1].incident);
+    assert_eq!((pending[0].incident.aggressors.as_str(), pending[0].incident.gpu.as_str()), ("2:job2", "0"));
+}

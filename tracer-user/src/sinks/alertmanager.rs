@@ -1,6 +1,10 @@
 //! Alertmanager's API v2 form of an alert change. Firing alerts are sent again every `resend_s`
 //! with an end time four periods ahead (as Prometheus does, so that Alertmanager keeps them while
-//! cudatrace runs and lets them expire when it does not); resolved ones end now.
+//! cudatrace runs and lets them expire when it does not); resolved ones end now. The `gpu` and
+//! `aggressors` labels are the alert's incident (fixed when it went pending), so that a route
+//! grouping by `gpu`, `cause` and `aggressors` (deploy/alertmanager/alertmanager.yml) makes one
+//! notification of every victim of one aggressor set; the `aggressors` annotation is the latest
+//! list with shares.
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
@@ -16,13 +20,14 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
             "severity": change.severity.as_str(),
             "cause": change.cause.as_str(),
             "signal": change.evidence.signal,
-            "gpu": change.gpu,
+            "gpu": change.incident.gpu,
             "pid": change.victim.pid.to_string(),
             "comm": change.victim.comm,
             "namespace": opt(&change.victim.namespace),
             "pod": opt(&change.victim.pod),
             "container": opt(&change.victim.container),
             "instance": instance,
+            "aggressors": change.incident.aggressors,
         },
         "annotations": {
             "summary": change.summary(),
@@ -59,6 +64,7 @@ mod tests {
         assert_eq!(v["labels"]["alertname"], "CudatraceComputeContention");
         assert_eq!((v["labels"]["pid"].as_str(), v["labels"]["instance"].as_str()), (Some("10"), Some("node-1")));
         assert_eq!(v["annotations"]["aggressors"], "20:trainer");
+        assert_eq!((v["labels"]["aggressors"].as_str(), v["labels"]["gpu"].as_str()), (Some("20:trainer"), Some("0")));
         assert_eq!((v["startsAt"].as_str(), v["endsAt"].as_str()), (Some("2027-01-15T08:00:00Z"), Some("2027-01-15T08:04:00Z")));
         assert_eq!(
             r.summary(),

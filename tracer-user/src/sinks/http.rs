@@ -4,6 +4,8 @@
 //! that fails is retried with backoff and said once on stderr, and past [`QUEUE`] waiting
 //! records the newest are dropped and counted. Sinks speak http or https (rustls; the public
 //! roots plus `alerts.ca_file`), with basic or bearer auth read from files at each POST.
+//! Quiet changes (`[[alerts.quiet]]`) are not sent; the resolution of an alert that was sent
+//! before its quiet period began still is.
 use std::{
     collections::HashMap,
     sync::{
@@ -59,6 +61,8 @@ impl SinkTask {
 /// The running sinks.
 pub struct Sinks {
     sinks: Vec<SinkTask>,
+    /// Alerts whose pending or firing change was sent and whose resolution was not yet.
+    sent: std::sync::Mutex<std::collections::HashSet<(u32, &'static str, &'static str)>>,
 }
 
 type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -109,12 +113,25 @@ impl Sinks {
             let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
             sinks.push(SinkTask::spawn("alertmanager", |rx| alertmanager_sink(client, endpoint, rx, generator, resend)));
         }
-        Ok((!sinks.is_empty()).then_some(Sinks { sinks }))
+        Ok((!sinks.is_empty()).then_some(Sinks { sinks, sent: Default::default() }))
     }
 
     /// Queues a record for every sink; a sink whose queue is full drops it (said on stderr
     /// once per 1,000 dropped).
     pub fn send(&self, record: &AlertChange) {
+        {
+            let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let was_sent = match record.state {
+                AlertState::Resolved => sent.remove(&record.key()),
+                _ => sent.contains(&record.key()),
+            };
+            if record.quiet.is_some() && !was_sent {
+                return;
+            }
+            if record.state != AlertState::Resolved {
+                sent.insert(record.key());
+            }
+        }
         for sink in &self.sinks {
             if sink.tx.try_send(record.clone()).is_err() {
                 let dropped = sink.dropped.fetch_add(1, Ordering::Relaxed) + 1;

@@ -52,10 +52,19 @@ impl Collector for DetectorCollector {
                     ("pod", r.victim.pod.clone().unwrap_or_default()),
                     ("container", r.victim.container.clone().unwrap_or_default()),
                     ("aggressors", r.aggressors_label()),
+                    ("incident_aggressors", r.incident.aggressors.clone()),
+                    ("quiet", r.quiet.is_some().to_string()),
                 ];
                 (labels, 1.0)
             })
             .collect();
-        gauge(&mut enc, "cudatrace_alert_active", "1 for each alert cudatrace's detector holds pending or firing (see README).", &alerts)
+        gauge(&mut enc, "cudatrace_alert_active", "1 for each alert cudatrace's detector holds pending or firing (see README).", &alerts)?;
+        let schedule = snap.schedule.clone().unwrap_or_else(|| "default".into());
+        gauge(
+            &mut enc,
+            "cudatrace_detect_schedule",
+            "1 for the [[detect.schedule]] entry whose tiers are in force (\"default\": the [detect] values).",
+            &[(vec![("schedule", schedule)], 1.0)],
+        )
     }
 }

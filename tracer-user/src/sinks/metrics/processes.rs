@@ -1,9 +1,9 @@
-//! Per process: device memory (now and peak) and the GPU-time estimate.
+//! Per process: device memory (now and peak), the GPU-time estimate, and the GPUs it can use.
 use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
 
 use super::{
     SnapshotCell,
-    encode::{Labels, counter, gauge},
+    encode::{Labels, counter, gauge, with},
     snapshot::ProcessRow,
 };
 
@@ -24,6 +24,14 @@ impl Collector for ProcessesCollector {
             "cudatrace_gpu_time_estimate_seconds",
             "Estimated device time of a process's completed work (upper bound; see README).",
             &rows(&|p| p.gpu_ns_estimate as f64 / 1e9),
+        )?;
+        let on: Vec<(Labels, f64)> =
+            snap.processes.iter().flat_map(|p| p.gpus.iter().map(|g| (with(p.process.labels(), &[("gpu", g.clone())]), 1.0))).collect();
+        gauge(
+            &mut enc,
+            "cudatrace_process_gpu",
+            "1 for each GPU a process can use (NVML's placement, else its CUDA_VISIBLE_DEVICES): join per-process series to GPUs by it.",
+            &on,
         )
     }
 }

@@ -9,7 +9,7 @@ use super::encode::Labels;
 use crate::{
     aggregate::{Aggregator, Series},
     alert::AlertChange,
-    detect::{Detector, Signal},
+    detect::{Detector, Signal, classify::GpuSet},
     nvml::GpuSample,
     pipeline::enrich::identity::ProcessRef,
     registry::Registry,
@@ -88,6 +88,9 @@ pub struct ProcessRow {
     pub memory_peak_bytes: u64,
     /// GPU-time estimate, ns.
     pub gpu_ns_estimate: u64,
+    /// The GPUs it can use: NVML's, else its `CUDA_VISIBLE_DEVICES`, else every GPU NVML
+    /// lists ("all" without NVML).
+    pub gpus: Vec<String>,
 }
 
 /// One (process, signal) of the detector with a ready baseline.
@@ -136,6 +139,8 @@ pub struct Snapshot {
     pub nvml_up: bool,
     /// Latest NVML sample.
     pub gpus: Vec<GpuSample>,
+    /// The `[[detect.schedule]]` entry in force (None: `[detect]`'s values).
+    pub schedule: Option<String>,
 }
 
 /// What the event loop builds a snapshot from.
@@ -187,6 +192,11 @@ impl Snapshot {
                 memory_bytes: p.memory.current_bytes,
                 memory_peak_bytes: p.memory.peak_bytes,
                 gpu_ns_estimate: p.streams.estimate_ns(),
+                gpus: match crate::detect::classify::gpus_of(p.pid, &p.identity, s.gpus) {
+                    GpuSet::Only(v) => v,
+                    GpuSet::All if s.gpus.is_empty() => vec!["all".into()],
+                    GpuSet::All => s.gpus.iter().map(|g| g.index.to_string()).collect(),
+                },
             })
             .collect();
         let signals = s
@@ -216,6 +226,7 @@ impl Snapshot {
             signals,
             nvml_up: s.nvml_up,
             gpus: s.gpus.to_vec(),
+            schedule: s.detector.schedule_in_force().map(str::to_owned),
         }
     }
 }

@@ -1,0 +1,217 @@
+//! `[[alerts.quiet]]`: quiet periods. An alert whose victim (or an aggressor, per `role`)
+//! matches an entry's comm, cgroup or pod glob while the entry's period holds is quiet: it is
+//! still printed, archived and exported (`quiet="true"`), but not sent to Alertmanager or the
+//! webhook.
+use std::time::SystemTime;
+
+use serde::Deserialize;
+
+use super::period::{Period, PeriodKeys};
+use crate::alert::Party;
+
+/// Which processes of an alert an entry's patterns are matched against.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The victim or any aggressor (a batch job's own alerts, and the slowdowns it causes).
+    #[default]
+    Any,
+    /// The victim only.
+    Victim,
+    /// An aggressor only.
+    Aggressor,
+}
+
+/// One `[[alerts.quiet]]` entry as written.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuietEntry {
+    /// Its name: the `quiet` field of the alert record.
+    #[serde(default)]
+    pub name: String,
+    /// Glob on the process's comm (`train*`).
+    pub comm: Option<String>,
+    /// Glob on the process's cgroup path (`*/batch.slice/*`).
+    pub cgroup: Option<String>,
+    /// Glob on `NAMESPACE/POD` (`batch/*`), or the pod UID until the pod list names it.
+    pub pod: Option<String>,
+    /// Whose names the globs are matched against.
+    #[serde(default)]
+    pub role: Role,
+    /// Weekdays; none: every day.
+    #[serde(default)]
+    pub days: Vec<String>,
+    /// `"HH:MM-HH:MM"`; none: the whole day.
+    pub hours: Option<String>,
+    /// `"YYYY-MM-DD..YYYY-MM-DD"`; none: any date.
+    pub dates: Option<String>,
+    /// `"+HH:MM"` of the days, hours and dates (default UTC).
+    pub utc_offset: Option<String>,
+}
+
+/// Longest glob taken (the config is the operator's, but a glob's cost grows with it).
+const MAX_GLOB: usize = 256;
+
+impl QuietEntry {
+    /// Checks the entry; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.comm.is_none() && self.cgroup.is_none() && self.pod.is_none() {
+            return Err("give comm, cgroup or pod (a glob), or the entry would quiet every alert".into());
+        }
+        for (key, glob) in [("comm", &self.comm), ("cgroup", &self.cgroup), ("pod", &self.pod)] {
+            if let Some(g) = glob {
+                if g.len() > MAX_GLOB {
+                    return Err(format!("{key}: a glob of {} bytes: give at most {MAX_GLOB}", g.len()));
+                }
+                glob::Pattern::new(g).map_err(|e| format!("{key} = {g:?}: not a glob ({e})"))?;
+            }
+        }
+        self.period().map(|_| ())
+    }
+
+    fn period(&self) -> Result<Period, String> {
+        Period::parse(PeriodKeys {
+            days: &self.days,
+            hours: self.hours.as_deref(),
+            dates: self.dates.as_deref(),
+            utc_offset: self.utc_offset.as_deref(),
+        })
+    }
+}
+
+/// Checks `[[alerts.quiet]]`: names, patterns and periods; the error is the whole line.
+pub fn validate(entries: &[QuietEntry]) -> anyhow::Result<()> {
+    use super::{MAX_ENTRIES, check_name};
+    if entries.len() > MAX_ENTRIES {
+        anyhow::bail!("alerts.quiet: {} entries: give at most {MAX_ENTRIES}", entries.len());
+    }
+    for (i, e) in entries.iter().enumerate() {
+        let earlier: Vec<&str> = entries[..i].iter().map(|e| e.name.as_str()).collect();
+        check_name("alerts.quiet", &e.name, &earlier).map_err(anyhow::Error::msg)?;
+        e.validate().map_err(|why| anyhow::anyhow!("alerts.quiet {:?}: {why}", e.name))?;
+    }
+    Ok(())
+}
+
+/// One entry, parsed.
+#[derive(Clone, Debug)]
+struct Rule {
+    name: String,
+    comm: Option<glob::Pattern>,
+    cgroup: Option<glob::Pattern>,
+    pod: Option<glob::Pattern>,
+    role: Role,
+    period: Period,
+}
+
+/// The quiet periods, parsed.
+#[derive(Clone, Debug, Default)]
+pub struct Quiet {
+    rules: Vec<Rule>,
+}
+
+impl Quiet {
+    /// The quiet periods of validated entries.
+    pub fn new(entries: &[QuietEntry]) -> Quiet {
+        let pattern = |g: &Option<String>| g.as_deref().and_then(|g| glob::Pattern::new(g).ok());
+        let rules = entries
+            .iter()
+            .filter_map(|e| {
+                Some(Rule {
+                    name: e.name.clone(),
+                    comm: pattern(&e.comm),
+                    cgroup: pattern(&e.cgroup),
+                    pod: pattern(&e.pod),
+                    role: e.role,
+                    period: e.period().ok()?,
+                })
+            })
+            .collect();
+        Quiet { rules }
+    }
+
+    /// The name of the first entry that quiets an alert of `victim` by `aggressors` at `t`;
+    /// `cgroup` gives a process's cgroup path.
+    pub fn find(&self, victim: &Party, aggressors: &[Party], cgroup: &dyn Fn(u32) -> Option<String>, t: SystemTime) -> Option<String> {
+        self.rules.iter().find(|r| r.period.holds(t) && r.quiets(victim, aggressors, cgroup)).map(|r| r.name.clone())
+    }
+}
+
+impl Rule {
+    fn quiets(&self, victim: &Party, aggressors: &[Party], cgroup: &dyn Fn(u32) -> Option<String>) -> bool {
+        let victim_ok = matches!(self.role, Role::Any | Role::Victim) && self.matches(victim, cgroup);
+        victim_ok || (matches!(self.role, Role::Any | Role::Aggressor) && aggressors.iter().any(|a| self.matches(a, cgroup)))
+    }
+
+    /// Whether every glob the rule has matches the process.
+    fn matches(&self, p: &Party, cgroup_of: &dyn Fn(u32) -> Option<String>) -> bool {
+        let comm = self.comm.as_ref().is_none_or(|g| g.matches(&p.comm));
+        let cgroup = self.cgroup.as_ref().is_none_or(|g| cgroup_of(p.pid).is_some_and(|c| g.matches(&c)));
+        let pod = self.pod.as_ref().is_none_or(|g| {
+            let name = match (&p.namespace, &p.pod) {
+                (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
+                (None, Some(uid)) => uid.clone(),
+                _ => return false,
+            };
+            g.matches(&name)
+        });
+        comm && cgroup && pod
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::{config::Config, policy::period::days_from_civil};
+
+    fn party(pid: u32, comm: &str, pod: Option<(&str, &str)>) -> Party {
+        Party {
+            pid,
+            comm: comm.into(),
+            namespace: pod.map(|p| p.0.into()),
+            pod: pod.map(|p| p.1.into()),
+            container: None,
+            share: None,
+        }
+    }
+
+    #[test]
+    fn entries_quiet_by_name_pod_role_and_hour() {
+        let c = Config::parse(
+            "[[alerts.quiet]]\nname = \"nightly-batch\"\ncomm = \"train*\"\nhours = \"01:00-05:00\"\n\
+             [[alerts.quiet]]\nname = \"canary\"\npod = \"canary/*\"\nrole = \"victim\"\n",
+        )
+        .unwrap();
+        let q = Quiet::new(&c.alerts.quiet);
+        let r = |pid: u32| (pid == 2).then(|| "/batch.slice/train.scope".to_owned());
+        let r: &dyn Fn(u32) -> Option<String> = &r;
+        let at = |h: u64, m: u64| UNIX_EPOCH + Duration::from_secs(days_from_civil(2026, 12, 3) as u64 * 86_400 + h * 3600 + m * 60);
+        let (server, trainer) = (party(1, "model-server", Some(("prod", "server-0"))), party(2, "trainer", None));
+        let canary = party(3, "model-server", Some(("canary", "server-1")));
+        // The trainer's slowdowns of others are quiet from 01:00 to 05:00, not after.
+        assert_eq!(q.find(&server, std::slice::from_ref(&trainer), r, at(1, 0)).as_deref(), Some("nightly-batch"));
+        assert_eq!(q.find(&server, std::slice::from_ref(&trainer), r, at(5, 0)), None);
+        assert_eq!(q.find(&trainer, &[], r, at(4, 59)).as_deref(), Some("nightly-batch"));
+        // The canary pod's own alerts are quiet all day; it slowing others is not.
+        assert_eq!(q.find(&canary, &[], r, at(12, 0)).as_deref(), Some("canary"));
+        assert_eq!(q.find(&server, std::slice::from_ref(&canary), r, at(12, 0)), None);
+        // By cgroup: the trainer's cgroup is under batch.slice.
+        let q = Quiet::new(&Config::parse("[[alerts.quiet]]\nname = \"batch\"\ncgroup = \"/batch.slice/*\"\n").unwrap().alerts.quiet);
+        assert_eq!(q.find(&server, std::slice::from_ref(&trainer), r, at(12, 0)).as_deref(), Some("batch"));
+        assert_eq!(q.find(&server, &[], r, at(12, 0)), None);
+    }
+
+    #[test]
+    fn bad_entries_say_what_is_wrong() {
+        let e = |text: &str| Config::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            e("[[alerts.quiet]]\nname = \"x\"\nhours = \"01:00-05:00\"\n"),
+            "alerts.quiet \"x\": give comm, cgroup or pod (a glob), or the entry would quiet every alert"
+        );
+        assert_eq!(e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"[\"\n").split(" (").next().unwrap(), "alerts.quiet \"x\": comm = \"[\": not a glob");
+        assert!(e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"a\"\nrole = \"bystander\"\n").contains("unknown variant `bystander`"));
+        assert_eq!(e("[[alerts.quiet]]\ncomm = \"a\"\n"), "alerts.quiet: give every entry a name");
+    }
+}
