@@ -21,6 +21,10 @@ pub use cudatrace::{Cudatrace, Traced, cudatrace_processes, wait_for_background_
 pub use env::{Env, device_file, env};
 pub use workload::{Running, Scenario, Workload, report};
 
+/// Detection fast enough for a test (a `[detect]` table): 1 s windows, a baseline after 5,
+/// pending after 2 breaching windows, firing after 3 s, resolved after 5 s without a breach.
+pub const FAST_DETECTION: &str = "[detect]\nwindow_s = 1\nwarmup_windows = 5\npending_windows = 2\nfiring_after_s = 3\nresolve_after_s = 5\n";
+
 /// Calls `f` every 100 ms until it returns something or `limit` passes.
 pub fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();

@@ -11,7 +11,7 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, Scenario, Workload, device_file, env,
+    Cudatrace, FAST_DETECTION, Scenario, Workload, device_file, env,
     guards::TempDir,
     poll,
     servers::{Alertmanager, Prometheus, Webhook},
@@ -97,9 +97,6 @@ fn the_dashboard_is_well_formed() {
     }
     eprintln!("dashboard: {} panels, {} queries, ids unique, grid without overlaps", all.len(), queries(&d).len());
 }
-
-/// Detection fast enough for a test: 1 s windows, a baseline after 5, firing after 3 s.
-const FAST_DETECTION: &str = "[detect]\nwindow_s = 1\nwarmup_windows = 5\npending_windows = 2\nfiring_after_s = 3\nresolve_after_s = 5\n";
 
 /// Two GPUs, neither throttled; NVML lists no process (placement from CUDA_VISIBLE_DEVICES).
 const NVML: &str = "gpu 0 uuid=GPU-00000000-1111-2222-3333-444444444444 sm=80 mem=30 total=85899345920 used=4294967296 temp=65 power_mw=300000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=1000 pcie_rx_kbs=2000\n\

@@ -4,14 +4,12 @@
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    Cudatrace, Scenario, Workload, device_file, env, exposition,
+    Cudatrace, FAST_DETECTION, Scenario, Workload, device_file, env, exposition,
     guards::TempDir,
     http, poll,
     servers::{Alertmanager, Webhook},
 };
 
-/// Detection fast enough for a test: 1 s windows, a baseline after 5, firing after 3 s.
-const FAST_DETECTION: &str = "[detect]\nwindow_s = 1\nwarmup_windows = 5\npending_windows = 2\nfiring_after_s = 3\nresolve_after_s = 5\n";
 
 #[test]
 fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {

@@ -158,9 +158,6 @@ fn top_screen_sorts_filters_and_quits_cleanly() {
     }
 }
 
-/// Detection fast enough for a test: 1 s windows, a baseline after 5, firing after 3 s.
-const FAST_DETECTION: &str = "[detect]\nwindow_s = 1\nwarmup_windows = 5\npending_windows = 2\nfiring_after_s = 3\nresolve_after_s = 5\n";
-
 /// A model server alone, then a trainer on the same simulated GPU: on the interactive screen
 /// (200x40), the model server's row shows the firing compute-contention alert naming the
 /// trainer, and (filtered to it) Enter opens its detail pane with its kernel, its stream and
@@ -169,7 +166,7 @@ const FAST_DETECTION: &str = "[detect]\nwindow_s = 1\nwarmup_windows = 5\npendin
 fn top_screen_shows_the_victims_firing_alert() {
     let Some(env) = env() else { return };
     let dir = integration_tests::guards::TempDir::new("top-alert");
-    let config = dir.write("fast.toml", FAST_DETECTION);
+    let config = dir.write("fast.toml", integration_tests::FAST_DETECTION);
     let pane = Pane::start(&env, 200, 40, &format!("--config {}", config.display()));
     let dev = device_file("top-alert");
     let vars = [("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
