@@ -91,6 +91,7 @@ fn build_standin() -> Result<PathBuf> {
         .arg("-o")
         .arg(out.join("cuda-workload"))
         .arg(src.join("workload.c"))
+        .arg(src.join("workload_each.c"))
         .args(["-ldl", "-lpthread"]))?;
     Ok(out)
 }

@@ -1,0 +1,55 @@
+/* Shared by the cuda-workload sources (workload.c: the set-up, main and most scenarios;
+ * workload_each.c: the `each` scenario). */
+#ifndef CUDA_WORKLOAD_H
+#define CUDA_WORKLOAD_H
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda.h"
+
+#define MAX_THREADS 64
+
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        CUresult rc_ = (call);                                                         \
+        if (rc_ != CUDA_SUCCESS) {                                                     \
+            fprintf(stderr, "cuda-workload: %s failed with %d\n", #call, (int)rc_);    \
+            exit(3);                                                                   \
+        }                                                                              \
+    } while (0)
+
+extern const char *MANGLED;
+extern const char *LIB_KERNEL;
+extern const char *PTX;
+extern void *lib;
+extern int real_driver;
+extern uint64_t loaded_ns;
+extern CUcontext ctx;
+extern CUmodule module;
+extern CUfunction function;
+extern CUdeviceptr dev_a, dev_b;
+extern char *host_buf;
+extern void *kernel_params[3];
+extern unsigned int kernel_n;
+
+/* dlsym in the library; exits when a required symbol is missing. */
+void *sym(const char *name, int required);
+/* CLOCK_MONOTONIC in ns. */
+uint64_t now_ns(void);
+/* The primary context, a module with MANGLED, two device buffers of BUF_BYTES, a host buffer. */
+void setup(size_t buf_bytes);
+/* A new stream. */
+CUstream new_stream(void);
+/* The `each` scenario (workload_each.c). */
+void run_each(long n);
+
+#endif

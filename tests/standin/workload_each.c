@@ -1,0 +1,158 @@
+/* cuda-workload's `each` scenario: every entry point the library exports, N calls each, with
+ * the counts printed as one JSON object (see workload.c). */
+#include "workload.h"
+
+/* ---- each ------------------------------------------------------------------------------------- */
+
+static int first_count = 1;
+static void count(const char *api, long n) {
+    printf("%s\"%s\":%ld", first_count ? "" : ",", api, n);
+    first_count = 0;
+}
+
+void run_each(long n) {
+    setup(1 << 20);
+    CUstream s = new_stream();
+    CUevent e;
+    CHECK(((PFN_cuEventCreate)sym("cuEventCreate", 1))(&e, 0));
+    CUlibrary library = NULL;
+    CUkernel kernel = NULL;
+    CUfunction kernel_fn = NULL;
+    CUgraphExec graph = NULL;
+    PFN_cuLibraryLoadData libload = (PFN_cuLibraryLoadData)sym("cuLibraryLoadData", 0);
+    if (libload) CHECK(libload(&library, PTX, NULL, NULL, 0, NULL, NULL, 0));
+    if (!real_driver) {
+        CUresult (*inst)(CUgraphExec *) = (CUresult(*)(CUgraphExec *))sym("cuGraphInstantiateStandin", 0);
+        if (inst) CHECK(inst(&graph));
+    }
+
+    printf("{\"pid\":%d,\"stream\":%llu,\"event\":%llu,\"calls\":{", getpid(), (unsigned long long)(uintptr_t)s,
+           (unsigned long long)(uintptr_t)e);
+
+    /* Name lookups first, so that every launch below is of a named handle. setup() made one. */
+    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
+    for (long i = 1; i < n; i++) CHECK(getfn(&function, module, MANGLED));
+    count("cuModuleGetFunction", n);
+    PFN_cuLibraryGetKernel getk = (PFN_cuLibraryGetKernel)sym("cuLibraryGetKernel", 0);
+    PFN_cuKernelGetFunction kgetf = (PFN_cuKernelGetFunction)sym("cuKernelGetFunction", 0);
+    if (getk && library) {
+        for (long i = 0; i < n; i++) CHECK(getk(&kernel, library, LIB_KERNEL));
+        count("cuLibraryGetKernel", n);
+        if (kgetf) {
+            for (long i = 0; i < n; i++) CHECK(kgetf(&kernel_fn, kernel));
+            count("cuKernelGetFunction", n);
+        }
+    }
+    if (!kernel_fn) kernel_fn = function;
+    CUfunction kernel_as_fn = kernel ? (CUfunction)kernel : function;
+
+    /* Launches: launch i of every variant uses grid (1 + i, 2, 3), block (4, 5, 6), sharedMem 7 + i. */
+    static const struct { const char *name; int kind; } launches[] = {
+        {"cuLaunchKernel", 0}, {"cuLaunchKernel_ptsz", 0}, {"cuLaunchCooperativeKernel", 1},
+        {"cuLaunchCooperativeKernel_ptsz", 1}, {"cuLaunchKernelEx", 2}, {"cuLaunchKernelEx_ptsz", 2}};
+    for (size_t v = 0; v < sizeof launches / sizeof *launches; v++) {
+        void *p = sym(launches[v].name, 0);
+        if (!p) continue;
+        /* _ptsz launches run the handle from cuKernelGetFunction; cooperative ones a CUkernel cast. */
+        CUfunction f = strstr(launches[v].name, "_ptsz") ? kernel_fn : function;
+        if (launches[v].kind == 1 && !real_driver) f = kernel_as_fn;
+        for (long i = 0; i < n; i++) {
+            unsigned smem = real_driver ? 0 : (unsigned)(7 + i);
+            if (launches[v].kind == 0)
+                CHECK(((PFN_cuLaunchKernel)p)(f, 1 + i, 2, 3, 4, 5, 6, smem, s, kernel_params, NULL));
+            else if (launches[v].kind == 1)
+                CHECK(((PFN_cuLaunchCooperativeKernel)p)(f, 1 + i, 2, 3, 4, 5, 6, smem, s, kernel_params));
+            else {
+                CUlaunchConfig c = {(unsigned)(1 + i), 2, 3, 4, 5, 6, smem, s, NULL, 0};
+                CHECK(((PFN_cuLaunchKernelEx)p)(&c, f, kernel_params, NULL));
+            }
+        }
+        count(launches[v].name, n);
+    }
+    if (graph) {
+        static const char *graphs[] = {"cuGraphLaunch", "cuGraphLaunch_ptsz"};
+        for (size_t v = 0; v < 2; v++) {
+            PFN_cuGraphLaunch p = (PFN_cuGraphLaunch)sym(graphs[v], 0);
+            if (!p) continue;
+            for (long i = 0; i < n; i++) CHECK(p(graph, s));
+            count(graphs[v], n);
+        }
+    }
+
+    /* Copies: copy i of every variant moves 100 + i bytes. */
+    static const struct { const char *name; int kind; } copies[] = {
+        {"cuMemcpyHtoD_v2", 0}, {"cuMemcpyHtoD_v2_ptds", 0}, {"cuMemcpyDtoH_v2", 1}, {"cuMemcpyDtoH_v2_ptds", 1},
+        {"cuMemcpyDtoD_v2", 2}, {"cuMemcpyDtoD_v2_ptds", 2}, {"cuMemcpyHtoDAsync_v2", 3},
+        {"cuMemcpyHtoDAsync_v2_ptsz", 3}, {"cuMemcpyDtoHAsync_v2", 4}, {"cuMemcpyDtoHAsync_v2_ptsz", 4},
+        {"cuMemcpyDtoDAsync_v2", 5}, {"cuMemcpyDtoDAsync_v2_ptsz", 5}, {"cuMemcpy", 2}, {"cuMemcpy_ptds", 2},
+        {"cuMemcpyAsync", 5}, {"cuMemcpyAsync_ptsz", 5}, {"cuMemcpyPeer", 6}, {"cuMemcpyPeer_ptds", 6},
+        {"cuMemcpyPeerAsync", 7}, {"cuMemcpyPeerAsync_ptsz", 7}};
+    for (size_t v = 0; v < sizeof copies / sizeof *copies; v++) {
+        void *p = sym(copies[v].name, 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) {
+            size_t b = 100 + i;
+            switch (copies[v].kind) {
+            case 0: CHECK(((PFN_cuMemcpyHtoD)p)(dev_a, host_buf, b)); break;
+            case 1: CHECK(((PFN_cuMemcpyDtoH)p)(host_buf, dev_a, b)); break;
+            case 2: CHECK(((PFN_cuMemcpyDtoD)p)(dev_b, dev_a, b)); break;
+            case 3: CHECK(((PFN_cuMemcpyHtoDAsync)p)(dev_a, host_buf, b, s)); break;
+            case 4: CHECK(((PFN_cuMemcpyDtoHAsync)p)(host_buf, dev_a, b, s)); break;
+            case 5: CHECK(((PFN_cuMemcpyDtoDAsync)p)(dev_b, dev_a, b, s)); break;
+            case 6: CHECK(((PFN_cuMemcpyPeer)p)(dev_b, ctx, dev_a, ctx, b)); break;
+            case 7: CHECK(((PFN_cuMemcpyPeerAsync)p)(dev_b, ctx, dev_a, ctx, b, s)); break;
+            }
+        }
+        count(copies[v].name, n);
+    }
+
+    /* Waits. */
+    CHECK(((PFN_cuEventRecord)sym("cuEventRecord", 1))(e, s));
+    static const char *stream_waits[] = {"cuStreamSynchronize", "cuStreamSynchronize_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuStreamSynchronize p = (PFN_cuStreamSynchronize)sym(stream_waits[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) CHECK(p(v ? NULL : s));
+        count(stream_waits[v], n);
+    }
+    PFN_cuCtxSynchronize ctxsync = (PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1);
+    for (long i = 0; i < n; i++) CHECK(ctxsync());
+    count("cuCtxSynchronize", n);
+    PFN_cuEventSynchronize evsync = (PFN_cuEventSynchronize)sym("cuEventSynchronize", 1);
+    for (long i = 0; i < n; i++) CHECK(evsync(e));
+    count("cuEventSynchronize", n);
+    static const char *event_waits[] = {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuStreamWaitEvent p = (PFN_cuStreamWaitEvent)sym(event_waits[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) CHECK(p(s, e, 0));
+        count(event_waits[v], n);
+    }
+
+    /* Memory: allocation i of every variant is 4096 * (i + 1) bytes, freed by the matching free. */
+    CUdeviceptr *ptrs = calloc((size_t)n, sizeof *ptrs);
+    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
+    PFN_cuMemFree mfree = (PFN_cuMemFree)sym("cuMemFree_v2", 1);
+    for (long i = 0; i < n; i++) CHECK(alloc(&ptrs[i], 4096 * (size_t)(i + 1)));
+    for (long i = 0; i < n; i++) CHECK(mfree(ptrs[i]));
+    /* One free of a pointer never allocated while traced (the stand-in accepts any non-zero one). */
+    if (!real_driver) CHECK(mfree((CUdeviceptr)0xdead0000ull));
+    count("cuMemAlloc_v2", n + 2); /* setup() allocated two buffers */
+    count("cuMemFree_v2", n + !real_driver);
+    static const char *async_allocs[][2] = {{"cuMemAllocAsync", "cuMemFreeAsync"},
+                                            {"cuMemAllocAsync_ptsz", "cuMemFreeAsync_ptsz"}};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuMemAllocAsync a = (PFN_cuMemAllocAsync)sym(async_allocs[v][0], 0);
+        PFN_cuMemFreeAsync f = (PFN_cuMemFreeAsync)sym(async_allocs[v][1], 0);
+        if (!a || !f) continue;
+        for (long i = 0; i < n; i++) CHECK(a(&ptrs[i], 4096 * (size_t)(i + 1), s));
+        for (long i = 0; i < n; i++) CHECK(f(ptrs[i], s));
+        count(async_allocs[v][0], n);
+        count(async_allocs[v][1], n);
+    }
+    CHECK(ctxsync());
+    count("cuCtxSynchronize(final)", 1);
+    printf("},\"function\":%llu,\"kernel\":%llu,\"kernel_function\":%llu,\"graph\":%llu}\n",
+           (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)kernel,
+           (unsigned long long)(uintptr_t)kernel_fn, (unsigned long long)(uintptr_t)graph);
+}
