@@ -141,3 +141,19 @@ fn record_to_an_unwritable_path_is_one_line() {
     assert_eq!(traced.stderr.len(), 1, "{:?}", traced.stderr);
     assert!(traced.stderr[0].starts_with("cudatrace: cannot create the timeline /nonexistent-dir/trace.json (give a writable path with -o): "), "{:?}", traced.stderr);
 }
+
+/// A library that is not there is one line, and leaves no timeline file behind.
+#[test]
+fn record_with_a_missing_library_leaves_no_file() {
+    let Some(env) = env() else { return };
+    let dir = integration_tests::guards::TempDir::new("record-nolib");
+    let out = dir.join("trace.json");
+    let Err(traced) = Cudatrace::try_start_command(&env, "record", &["-o", out.to_str().unwrap(), "--lib", "/nope/libcuda.so.1"], &[]) else {
+        panic!("record became ready without a library");
+    };
+    eprintln!("e2e record_with_a_missing_library_leaves_no_file: {:?}; {} exists: {}", traced.stderr, out.display(), out.exists());
+    assert_eq!(traced.code, Some(1));
+    assert_eq!(traced.stderr.len(), 1, "{:?}", traced.stderr);
+    assert!(traced.stderr[0].starts_with("cudatrace: library not found: /nope/libcuda.so.1"), "{:?}", traced.stderr);
+    assert!(!out.exists(), "the timeline file was left behind");
+}

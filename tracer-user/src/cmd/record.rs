@@ -52,10 +52,22 @@ impl Recorder {
 /// Runs `cudatrace record`.
 pub async fn run(args: RecordArgs) -> Result<()> {
     // The file first: a path that cannot be written is said before anything is attached.
+    let existed = args.output.exists();
     let timeline = Timeline::create(&args.output, args.max_events)
         .with_context(|| format!("cannot create the timeline {} (give a writable path with -o)", printable(&args.output.display().to_string())))?;
     let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
-    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, false, MAX_LIBRARIES, Vec::new()))?;
+    let opened = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, false, MAX_LIBRARIES, Vec::new()));
+    let mut session = match opened {
+        Ok(session) => session,
+        Err(e) => {
+            // Nothing was traced: a file made for this run goes (one that was there stays, empty).
+            drop(timeline);
+            if !existed {
+                let _ = std::fs::remove_file(&args.output);
+            }
+            return Err(e);
+        }
+    };
     let mut sampler = Sampler::new(args.nvml_lib.as_ref());
     if let Sampler::Off(why) = &sampler {
         eprintln!("cudatrace: {why}; the timeline has no GPU counters");
