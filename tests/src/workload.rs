@@ -48,6 +48,14 @@ pub enum Scenario {
     Rename(String, u64),
     /// A kernel looked up by this name (any bytes a tenant chooses), launched once.
     Lookup(String),
+    /// `launches` launches, each of its own made-up kernel handle, then `hold_s` seconds alive
+    /// without a call.
+    Handles {
+        /// Launches (and distinct handles).
+        launches: u64,
+        /// Seconds idle afterwards.
+        hold_s: f64,
+    },
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -75,6 +83,7 @@ impl Scenario {
             Scenario::Headless(seconds) => vec!["headless".into(), seconds.to_string()],
             Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
             Scenario::Rename(name, n) => vec!["rename".into(), name.clone(), n.to_string()],
+            Scenario::Handles { launches, hold_s } => vec!["handles".into(), launches.to_string(), hold_s.to_string()],
             Scenario::Copies { seconds, bytes, gap_us } => {
                 vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]
             }

@@ -12,6 +12,7 @@
  *     calls N [SECONDS]         N timed cuLaunchKernel calls per thread (benchmarks)
  *     copy-calls N [SECONDS]    N timed 64-byte cuMemcpyHtoD_v2 calls per thread (benchmarks)
  *     kernels K                 K distinct kernel names looked up and launched once each
+ *     handles N HOLD            N launches of N made-up kernel handles, then HOLD seconds idle
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
  *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
@@ -242,6 +243,19 @@ static void run_kernels(long k) {
     printf("{\"pid\":%d,\"kernels\":%ld}\n", getpid(), k);
 }
 
+/* N launches, each of its own made-up kernel handle (a tenant's way to fill the tracer's launch
+ * map), then HOLD seconds alive without a call, so that the cells stay while the process does. */
+static void run_handles(long n, double hold) {
+    setup(4096);
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    for (long i = 0; i < n; i++)
+        CHECK(launch((CUfunction)(uintptr_t)(0x7f0000000000ull + 16ull * (uint64_t)i), 1, 1, 1, 32, 1, 1, 0, NULL,
+                     kernel_params, NULL));
+    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), n);
+    fflush(stdout);
+    usleep((useconds_t)(hold * 1e6));
+}
+
 /* ---- die-in-call ------------------------------------------------------------------------------ */
 
 static CUstream die_stream;
@@ -388,6 +402,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "copy-calls") && (i + 1 == argc || i + 2 == argc))
         run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0, 1);
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
+    else if (!strcmp(scenario, "handles") && i + 2 == argc) run_handles(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
     else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));

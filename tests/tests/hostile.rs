@@ -187,6 +187,52 @@ fn a_headless_process_stays_traced() {
     assert_eq!(total, Some(want), "{:?}", traced.stderr);
 }
 
+/// CPU seconds a process has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / hz
+}
+
+/// 150,000 launches of made-up kernel handles fill the launch map (131,072 cells): every launch
+/// is still counted once (the cells, and a full record for each launch past them), the kernel
+/// labels stay within `top_kernels` plus `other`, and while the tenant holds its cells the
+/// daemon, reading them in batches every 500 ms, uses under half a core.
+#[test]
+fn a_flood_of_kernel_handles_is_counted_exactly() {
+    let Some(env) = env() else { return };
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+    let agent = daemon.pid();
+    let job = Workload::new(&env, Scenario::Handles { launches: 150_000, hold_s: 12.0 }).spawn();
+    let pid = job.pid().to_string();
+    let launches = || -> (f64, usize) {
+        let samples = exposition::parse(&http::scrape(&listen));
+        let mine = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]);
+        (mine.iter().map(|s| s.value).sum(), mine.iter().map(|s| s.label("kernel")).collect::<std::collections::HashSet<_>>().len())
+    };
+    let counted = integration_tests::poll(Duration::from_secs(20), || Some(launches()).filter(|(n, _)| *n == 150_000.0));
+    // The cells stay while the tenant lives: the agent's CPU over 5 s of that.
+    let (before, t0) = (cpu_seconds(agent), Instant::now());
+    std::thread::sleep(Duration::from_secs(5));
+    let share = (cpu_seconds(agent) - before) / t0.elapsed().as_secs_f64();
+    let report = job.finish();
+    let traced = daemon.stop();
+    let summary = traced.summary();
+    eprintln!(
+        "e2e a_flood_of_kernel_handles_is_counted_exactly: launches in={} counted (launches, kernel labels)={counted:?}; \
+         launches_counted={} launch_samples={} events={} dropped={}; agent CPU while the 131,072 cells stayed: {:.1}% of a core",
+        report["launches"], summary["launches_counted"], summary["launch_samples"], summary["events"], summary["dropped"], share * 100.0
+    );
+    let (n, labels) = counted.unwrap_or_else(|| panic!("not all 150,000 launches counted: {:?}", launches()));
+    assert_eq!(n, 150_000.0);
+    assert!(labels <= 21, "{labels} kernel labels");
+    assert_eq!(summary["launches_counted"], 131_072, "the map holds 131,072 cells");
+    assert_eq!(summary["dropped"], 0);
+    assert!(share < 0.5, "the agent used {:.0}% of a core reading the cells", share * 100.0);
+}
+
 /// 2,000 idle connections to the metrics port do not keep a scrape out: a new one answers
 /// within 1 s. A connection that sends half a request is closed once the header timeout (5 s)
 /// has passed.

@@ -47,6 +47,8 @@ pub struct Maps {
     limited: PerCpuHashMap<MapData, u32, u64>,
     /// Launches counted in-kernel.
     launches: BpfHashMap<MapData, LaunchKey, LaunchCell>,
+    /// The same map's descriptor (a duplicate), for batch reads.
+    launches_fd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Maps {
@@ -60,6 +62,10 @@ impl Maps {
             tracked: take(ebpf, MAP_TRACKED)?,
             drops: take(ebpf, MAP_DROPS)?,
             limited: take(ebpf, MAP_LIMITED)?,
+            launches_fd: ebpf.map(MAP_LAUNCHES).and_then(|m| match m {
+                aya::maps::Map::HashMap(data) => std::os::fd::AsFd::as_fd(data.fd()).try_clone_to_owned().ok(),
+                _ => None,
+            }),
             launches: take(ebpf, MAP_LAUNCHES)?,
         })
     }
@@ -137,6 +143,11 @@ impl Maps {
 
     /// Every launch cell now (cumulative counts).
     pub fn launch_cells(&self) -> Vec<(LaunchKey, LaunchCell)> {
+        use std::os::fd::AsFd as _;
+        // In batches where the kernel has them; else two system calls per cell.
+        if let Some(Ok(Some(cells))) = self.launches_fd.as_ref().map(|fd| super::batch::lookup_all(fd.as_fd())) {
+            return cells;
+        }
         self.launches.iter().filter_map(Result::ok).collect()
     }
 

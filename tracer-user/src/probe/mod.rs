@@ -1,8 +1,9 @@
 //! The probe stage: finding libcuda files (`discover`), resolving their entry points
 //! (`symbols`), checking the privileges (`caps`), building the in-kernel filter (`filter`), and
 //! loading and attaching the eBPF programs with typed handles to their maps (`loader`), and
-//! showing what the programs log (`ebpf_log`).
+//! showing what the programs log (`ebpf_log`); `batch` reads a whole map in few system calls.
 pub mod allow;
+pub mod batch;
 pub mod caps;
 pub mod discover;
 pub mod ebpf_log;
