@@ -150,7 +150,12 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     let am = Alertmanager::start_config(&shipped.replace("http://alert-receiver.monitoring.svc:8080/cudatrace-tickets", &hook_url).replace("http://alert-receiver.monitoring.svc:8080/cudatrace", &hook_url));
     let dir = TempDir::new("dashboard");
     let scenario = dir.write("nvml.txt", NVML);
-    let config = dir.write("cudatrace.toml", &format!("{FAST_DETECTION}[alerts]\nresend_s = 5\n"));
+    // cudatrace's own webhook, grouping each incident's changes of 10 s into one body.
+    let grouped = Webhook::start();
+    let config = dir.write(
+        "cudatrace.toml",
+        &format!("{FAST_DETECTION}[alerts]\nresend_s = 5\nwebhook_url = \"http://127.0.0.1:{}/grouped\"\nwebhook_group_s = 10\n", grouped.port),
+    );
     let nvml = env.libnvml();
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
         &env,
@@ -252,6 +257,7 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     .unwrap_or_else(|| am.groups());
     let notified = hook.wait_for(Duration::from_secs(45), |n| n["alerts"].is_array());
     let notify_after = trainer_start.elapsed();
+    let first_group = grouped.received().first().cloned();
     drop((a, b, loader, trainer));
     let traced = daemon.stop();
     let _ = (std::fs::remove_file(&dev0), std::fs::remove_file(&dev1));
@@ -292,5 +298,14 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     paged.dedup();
     assert_eq!(paged, want_victims, "the first page names both victims: {notified}");
     assert_eq!(notified["groupLabels"]["aggressors"].as_str(), Some(want_group.as_str()));
+    // cudatrace's grouped webhook: its first body is the incident, both victims in it.
+    let first_group = first_group.unwrap_or_else(|| panic!("the grouped webhook got nothing"));
+    eprintln!("e2e every_panel_returns_series_and_one_trainer_makes_one_incident: first grouped webhook body: {}", first_group["summary"]);
+    assert_eq!((first_group["incident"]["aggressors"].as_str(), first_group["incident"]["gpu"].as_str()), (Some(want_group.as_str()), Some("0")));
+    let mut in_body: Vec<String> = first_group["victims"].as_array().unwrap().iter().map(|v| v["victim"]["pid"].as_u64().unwrap().to_string()).collect();
+    in_body.sort();
+    in_body.dedup();
+    assert_eq!(in_body, want_victims, "{first_group}");
+    assert_eq!(first_group["state"], "firing");
     assert_eq!(traced.summary()["dropped"], 0);
 }

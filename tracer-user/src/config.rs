@@ -173,6 +173,9 @@ pub struct AlertConfig {
     pub webhook_url: Option<String>,
     /// How often firing alerts are sent to Alertmanager again, seconds (0: 60).
     pub resend_s: u64,
+    /// Seconds the webhook waits after an incident's first change for its other victims, then
+    /// POSTs them as one body (0: each change as it is).
+    pub webhook_group_s: u64,
     /// CA certificates (PEM) https sinks may chain to, besides the public roots.
     pub ca_file: Option<PathBuf>,
     /// JSON-lines file every resolved alert is appended to (`cudatrace incidents` lists it).
@@ -298,6 +301,9 @@ impl Config {
             if let Some(url) = url {
                 check_url(url).map_err(|e| anyhow::anyhow!("alerts.{key} = {url:?}: {e}"))?;
             }
+        }
+        if c.alerts.webhook_group_s > 3600 {
+            bail!("alerts.webhook_group_s = {}: give 0 (each change as it is) to 3600 seconds", c.alerts.webhook_group_s);
         }
         c.alerts.alertmanager_auth.validate("alertmanager_auth")?;
         c.alerts.webhook_auth.validate("webhook_auth")?;
@@ -437,6 +443,10 @@ mod tests {
             "kubernetes.pods_url = \"http://10.0.0.1:10255/pods\": give an https URL (the token is never sent in the clear)"
         );
         assert_eq!(Config::parse("[kubernetes]\nrefresh_s = 1\n").unwrap_err().to_string(), "kubernetes.refresh_s = 1: give at least 5 seconds");
+        assert_eq!(
+            Config::parse("[alerts]\nwebhook_group_s = 86400\n").unwrap_err().to_string(),
+            "alerts.webhook_group_s = 86400: give 0 (each change as it is) to 3600 seconds"
+        );
         let k = Config::parse("[kubernetes]\npod_names = false\n").unwrap().kubernetes;
         assert_eq!((k.pod_names, k.refresh_s), (Some(false), 30));
         assert_eq!(

@@ -1,4 +1,5 @@
-//! The HTTP alert sinks: each change is POSTed to a webhook as it is, and Alertmanager (API v2)
+//! The HTTP alert sinks: each change is POSTed to a webhook as it is (or grouped by incident,
+//! `sinks::group`), and Alertmanager (API v2)
 //! gets firing and resolved alerts. Each sink is its own task with its own bounded queue,
 //! timeouts and retries, so a sink that hangs holds up neither tracing nor the other sink; one
 //! that fails is retried with backoff and said once on stderr, and past [`QUEUE`] waiting
@@ -102,7 +103,8 @@ impl Sinks {
         let mut sinks = Vec::new();
         if let Some(endpoint) = cfg.webhook_url.as_deref().and_then(|u| Endpoint::new("webhook", u, &cfg.webhook_auth)) {
             let client = client.clone();
-            sinks.push(SinkTask::spawn("webhook", |rx| webhook(client, endpoint, rx)));
+            let group = Duration::from_secs(cfg.webhook_group_s);
+            sinks.push(SinkTask::spawn("webhook", move |rx| webhook(client, endpoint, rx, group)));
         }
         let manager = cfg.alertmanager_url.as_deref().and_then(|u| {
             let base = u.trim_end_matches('/');
@@ -235,10 +237,33 @@ impl Endpoint {
     }
 }
 
-/// The webhook's task: every record, as it is.
-async fn webhook(client: HttpClient, mut endpoint: Endpoint, mut rx: mpsc::Receiver<AlertChange>) {
-    while let Some(record) = rx.recv().await {
-        endpoint.post(&client, &serde_json::to_value(&record).unwrap_or_default()).await;
+/// The webhook's task: every record as it is, or (with `group` > 0) one body per incident for
+/// the changes within `group` of its first.
+async fn webhook(client: HttpClient, mut endpoint: Endpoint, mut rx: mpsc::Receiver<AlertChange>, group: Duration) {
+    if group.is_zero() {
+        while let Some(record) = rx.recv().await {
+            endpoint.post(&client, &serde_json::to_value(&record).unwrap_or_default()).await;
+        }
+        return;
+    }
+    let mut groups = super::group::Groups::default();
+    loop {
+        let due = groups.next_due().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            record = rx.recv() => match record {
+                Some(record) => groups.add(record, std::time::Instant::now(), group),
+                None => break,
+            },
+            _ = async { tokio::time::sleep_until(due.expect("guarded")).await }, if due.is_some() => {
+                for body in groups.take_due(std::time::Instant::now()) {
+                    endpoint.post(&client, &body).await;
+                }
+            }
+        }
+    }
+    // Stopping: what waits is sent now.
+    for body in groups.take_all() {
+        endpoint.post(&client, &body).await;
     }
 }
 

@@ -3,6 +3,7 @@
 //! screen.
 pub mod alertmanager;
 pub mod archive;
+pub mod group;
 pub mod http;
 pub mod metrics;
 pub mod stdout;
