@@ -25,6 +25,22 @@ pub fn render(sets: &[&str]) -> (String, Vec<Yaml>) {
     (text, docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// The objects `helm template` renders with a values file holding `values` (YAML).
+pub fn render_values(values: &str) -> Vec<Yaml> {
+    let dir = crate::guards::TempDir::new("chart-values");
+    let file = dir.write("values.yaml", values);
+    let out = Command::new("helm")
+        .args(["template", "cudatrace"])
+        .arg(chart_dir())
+        .args(["--namespace", "cudatrace", "-f"])
+        .arg(&file)
+        .output()
+        .expect("helm is needed (scripts/setup.sh installs it)");
+    assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("helm writes UTF-8");
+    YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("helm template wrote bad YAML: {e}")).into_iter().filter(|d| !d.is_null()).collect()
+}
+
 /// The rendered object of kind `kind` (exactly one).
 pub fn object<'a>(docs: &'a [Yaml], kind: &str) -> &'a Yaml {
     let found: Vec<&Yaml> = docs.iter().filter(|d| d["kind"].as_str() == Some(kind)).collect();

@@ -146,3 +146,30 @@ fn the_dashboard_configmap_is_for_grafanas_sidecar() {
     assert_eq!(carried, shipped);
     assert_eq!(carried["uid"], "cudatrace");
 }
+
+/// Policies in the chart's values (arrays of tables, sub-tables) render as the TOML cudatrace
+/// takes: `cudatrace incidents --config` loads the rendered file, validating every key.
+#[test]
+fn policies_in_values_render_as_a_config_cudatrace_takes() {
+    let dir = TempDir::new("chart-policies");
+    let archive = dir.write("incidents.jsonl", "");
+    let values = format!(
+        "config:\n  detect:\n    window_s: 5\n    schedule:\n      - name: night\n        hours: \"22:00-07:00\"\n        warning: 0.3\n        critical: 0.6\n        page: 1.0\n      \
+         - name: sale\n        dates: \"2026-11-27..2026-11-30\"\n        warning: 0.05\n        critical: 0.1\n        page: 0.2\n  \
+         alerts:\n    archive: {}\n    webhook_group_s: 30\n    alertmanager_auth:\n      username: cudatrace\n      password_file: /etc/cudatrace/am-password\n    \
+         quiet:\n      - name: nightly-batch\n        comm: \"train*\"\n        hours: \"01:00-05:00\"\n",
+        archive.display()
+    );
+    let docs = chart::render_values(&values);
+    let toml = chart::object(&docs, "ConfigMap")["data"]["config.toml"].as_str().unwrap().to_owned();
+    for table in ["[[detect.schedule]]", "[[alerts.quiet]]", "[alerts.alertmanager_auth]", "name = \"sale\""] {
+        assert!(toml.contains(table), "{table} not in:\n{toml}");
+    }
+    let file = dir.write("config.toml", &toml);
+    let bin = std::env::var("CUDATRACE_BIN").unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/cudatrace").to_owned());
+    let out = Command::new(&bin).args(["incidents", "--config"]).arg(&file).output().unwrap_or_else(|e| panic!("{bin}: {e} (cargo xtask build)"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprintln!("chart: policies rendered; cudatrace incidents --config: exit {:?} {said}", out.status.code());
+    assert!(out.status.success(), "{said}\n{toml}");
+    assert!(said.contains("no incidents in"), "{said}");
+}

@@ -42,7 +42,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- toJson . }}
 {{- end }}
 
-{{/* The config file: scalar keys first, then each map as a [table]. */}}
+{{/* The config file: scalar keys first, then each map as a [table] (see cudatrace.tomlTable). */}}
 {{- define "cudatrace.config" -}}
 listen = {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- range $key, $value := .Values.config }}
@@ -52,13 +52,38 @@ listen = {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- end }}
 {{- range $key, $value := .Values.config }}
 {{- if and (kindIs "map" $value) (ne $key "kubernetes") }}
-[{{ $key }}]
-{{- range $k, $v := $value }}
-{{ $k }} = {{ include "cudatrace.tomlValue" $v }}
-{{- end }}
+{{ include "cudatrace.tomlTable" (dict "name" $key "table" $value) }}
 {{- end }}
 {{- end }}
 [kubernetes]
 pod_names = {{ .Values.podNames.enabled }}
 refresh_s = {{ int .Values.podNames.refreshSeconds }}
+{{- end }}
+
+{{/* Whether a value is a list of maps: an array of tables ([[name]]). */}}
+{{- define "cudatrace.isTables" -}}
+{{- if and (kindIs "slice" .) (gt (len .) 0) (kindIs "map" (first .)) }}true{{ end }}
+{{- end }}
+
+{{/* One [name] table: its plain keys, then its sub-tables ([name.key]) and arrays of tables
+     ([[name.key]], e.g. detect.schedule and alerts.quiet). */}}
+{{- define "cudatrace.tomlTable" -}}
+[{{ .name }}]
+{{- range $k, $v := .table }}
+{{- if not (or (kindIs "map" $v) (include "cudatrace.isTables" $v)) }}
+{{ $k }} = {{ include "cudatrace.tomlValue" $v }}
+{{- end }}
+{{- end }}
+{{- range $k, $v := .table }}
+{{- if kindIs "map" $v }}
+{{ include "cudatrace.tomlTable" (dict "name" (printf "%s.%s" $.name $k) "table" $v) }}
+{{- else if include "cudatrace.isTables" $v }}
+{{- range $entry := $v }}
+[[{{ $.name }}.{{ $k }}]]
+{{- range $ek, $ev := $entry }}
+{{ $ek }} = {{ include "cudatrace.tomlValue" $ev }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
