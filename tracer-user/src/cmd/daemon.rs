@@ -8,7 +8,7 @@ use crate::{
     config::Config,
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Session, decode::Event, enrich::Enrichment, launches::LaunchDelta},
+    pipeline::{Consumer, Flow, Session, Wake, decode::Event, enrich::Enrichment, launches::LaunchDelta},
     registry::Process,
     sinks::metrics::{Snapshot, Sources},
 };
@@ -59,6 +59,16 @@ impl Daemon {
             probes: session.probe_rows(),
             dropped: [0; 2],
         }
+    }
+
+    /// Does what woke `session` (probe rows follow a new attachment); `Some(output_closed)`
+    /// when the command's loop ends.
+    pub fn on_wake(&mut self, session: &mut Session, wake: Wake) -> Option<bool> {
+        let flow = session.act(wake, self);
+        if flow == Flow::Attached {
+            self.probes = session.probe_rows();
+        }
+        flow.stop()
     }
 
     /// Takes an NVML sample (said once when it fails while NVML is up).

@@ -7,7 +7,6 @@ use std::{
 };
 
 use anyhow::{Context as _, Result};
-use tokio::time::MissedTickBehavior;
 
 use super::trace::{MAX_LIBRARIES, MAX_PROCESSES};
 use crate::{
@@ -15,7 +14,7 @@ use crate::{
     config::DetectConfig,
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Flow, Session, decode::{Event, monotonic_ns}, enrich::Enrichment},
+    pipeline::{Consumer, Session, decode::{Event, monotonic_ns}, enrich::Enrichment},
     registry::{Process, RegistryLimits},
     sinks::{stdout::printable, timeline::Timeline},
 };
@@ -77,20 +76,13 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     let mut rec = Recorder { timeline, detector: Detector::new(detect, 0.0), gpus: Vec::new() };
     let started = Instant::now();
     let mut nvml_tick = tokio::time::interval(Duration::from_secs(1));
-    let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
-    detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut detect_tick = super::every(window);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached; recording to {}", printable(&args.output.display().to_string()));
-    let mut output_closed = false;
-    loop {
+    let output_closed = loop {
         tokio::select! {
-            wake = session.wake() => match session.act(wake?, &mut rec) {
-                Flow::Continue | Flow::Attached => {}
-                Flow::Stop => break,
-                Flow::OutputClosed => {
-                    output_closed = true;
-                    break;
-                }
+            wake = session.wake() => if let Some(closed) = session.act(wake?, &mut rec).stop() {
+                break closed;
             },
             _ = nvml_tick.tick(), if sampler.up() => {
                 if let Ok(gpus) = sampler.sample() {
@@ -104,7 +96,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
                 rec.alerts()?;
             }
         }
-    }
+    };
     session.finish(&mut rec, output_closed)?;
     rec.alerts()?;
     session.detach();

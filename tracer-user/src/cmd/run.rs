@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Result;
-use tokio::{sync::mpsc, time::MissedTickBehavior};
+use tokio::sync::mpsc;
 
 use super::daemon::Daemon;
 use crate::{
@@ -16,7 +16,7 @@ use crate::{
     config::{self, Config},
     nvml::Sampler,
     pipeline::{
-        Flow, Session,
+        Session,
         enrich::{pods, pods_api::{self, PodNamesSource}},
     },
     registry::{Registry, RegistryLimits},
@@ -117,24 +117,15 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     server::spawn(listener, requests_tx, web)?;
     let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
     // Alert evaluation: one tick per detection window, the first a window from now.
-    let window = Duration::from_secs(cfg.detect.window_s);
-    let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
-    detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut detect_tick = super::every(Duration::from_secs(cfg.detect.window_s));
     let pod_names = pods_api::start(&cfg.kubernetes);
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached; metrics at {scheme}://{}/metrics", cfg.listen);
-    let mut output_closed = false;
-    loop {
+    let output_closed = loop {
         tokio::select! {
-            wake = session.wake() => match session.act(wake?, &mut daemon) {
-                Flow::Continue => {}
-                Flow::Attached => daemon.probes = session.probe_rows(),
-                Flow::Stop => break,
-                Flow::OutputClosed => {
-                    output_closed = true;
-                    break;
-                }
+            wake = session.wake() => if let Some(closed) = daemon.on_wake(&mut session, wake?) {
+                break closed;
             },
             _ = nvml_tick.tick() => {
                 daemon.sample(&mut sampler);
@@ -151,7 +142,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 let _ = reply.send(Arc::new(daemon.snapshot(&mut session)));
             }
         }
-    }
+    };
     session.finish(&mut daemon, output_closed)?;
     // Victims that exited since the last window resolve; firing alerts of live processes are
     // left to expire in Alertmanager (the problem is not known to be over).

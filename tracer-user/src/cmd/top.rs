@@ -9,7 +9,6 @@ use std::{
 };
 
 use anyhow::Result;
-use tokio::time::MissedTickBehavior;
 
 use super::daemon::Daemon;
 use crate::{
@@ -17,7 +16,7 @@ use crate::{
     cli::TopArgs,
     config::Config,
     nvml::Sampler,
-    pipeline::{Flow, Session},
+    pipeline::Session,
     registry::RegistryLimits,
     sinks::top::{View, text, tui::{Ask, Screen}},
 };
@@ -98,13 +97,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
     let mut daemon = Daemon::new(&cfg, &sampler, &session);
     let started = Instant::now();
-    let delay = args.delay;
-    let mut screen_tick = tokio::time::interval_at(tokio::time::Instant::now() + delay, delay);
-    screen_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut screen_tick = super::every(args.delay);
     let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
-    let window = Duration::from_secs(cfg.detect.window_s);
-    let mut detect_tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
-    detect_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut detect_tick = super::every(Duration::from_secs(cfg.detect.window_s));
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");
@@ -120,14 +115,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut output_closed = false;
     loop {
         tokio::select! {
-            wake = session.wake() => match session.act(wake?, &mut daemon) {
-                Flow::Continue => {}
-                Flow::Attached => daemon.probes = session.probe_rows(),
-                Flow::Stop => break,
-                Flow::OutputClosed => {
-                    output_closed = true;
-                    break;
-                }
+            wake = session.wake() => if let Some(closed) = daemon.on_wake(&mut session, wake?) {
+                output_closed = closed;
+                break;
             },
             _ = nvml_tick.tick(), if sampler.up() => daemon.sample(&mut sampler),
             _ = detect_tick.tick() => {

@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use crate::{
     cli::TraceArgs,
-    pipeline::{Consumer, Flow, Session, decode::Event, enrich::Enrichment},
+    pipeline::{Consumer, Session, decode::Event, enrich::Enrichment},
     registry::{Process, RegistryLimits},
     sinks::stdout::Printer,
 };
@@ -34,18 +34,12 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");
-    let mut output_closed = false;
-    loop {
+    let output_closed = loop {
         let wake = session.wake().await?;
-        match session.act(wake, &mut printer) {
-            Flow::Continue | Flow::Attached => {}
-            Flow::Stop => break,
-            Flow::OutputClosed => {
-                output_closed = true;
-                break;
-            }
+        if let Some(closed) = session.act(wake, &mut printer).stop() {
+            break closed;
         }
-    }
+    };
     session.finish(&mut printer, output_closed)?;
     session.detach();
     Ok(())

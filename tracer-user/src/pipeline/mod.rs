@@ -115,6 +115,17 @@ pub enum Flow {
     OutputClosed,
 }
 
+impl Flow {
+    /// `Some(output_closed)` when the loop ends, `None` while it goes on.
+    pub fn stop(self) -> Option<bool> {
+        match self {
+            Flow::Continue | Flow::Attached => None,
+            Flow::Stop => Some(false),
+            Flow::OutputClosed => Some(true),
+        }
+    }
+}
+
 /// Counts of what the session consumed.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counts {

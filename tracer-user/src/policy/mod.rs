@@ -10,8 +10,22 @@ pub const MAX_ENTRIES: usize = 64;
 /// Longest entry name.
 pub const MAX_NAME: usize = 64;
 
+/// Checks a policy list: at most [`MAX_ENTRIES`], each name given, bounded, printable and not
+/// taken by an earlier entry; the error is the whole line.
+pub fn check_entries<'a>(list: &str, names: impl ExactSizeIterator<Item = &'a str>) -> anyhow::Result<()> {
+    if names.len() > MAX_ENTRIES {
+        anyhow::bail!("{list}: {} entries: give at most {MAX_ENTRIES}", names.len());
+    }
+    let mut earlier: Vec<&str> = Vec::new();
+    for name in names {
+        check_name(list, name, &earlier).map_err(anyhow::Error::msg)?;
+        earlier.push(name);
+    }
+    Ok(())
+}
+
 /// Checks an entry's name (given, bounded, printable, not taken); the error is the whole line.
-pub fn check_name(list: &str, name: &str, earlier: &[&str]) -> Result<(), String> {
+fn check_name(list: &str, name: &str, earlier: &[&str]) -> Result<(), String> {
     if name.is_empty() {
         return Err(format!("{list}: give every entry a name"));
     }

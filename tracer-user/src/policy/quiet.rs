@@ -81,13 +81,8 @@ impl QuietEntry {
 
 /// Checks `[[alerts.quiet]]`: names, patterns and periods; the error is the whole line.
 pub fn validate(entries: &[QuietEntry]) -> anyhow::Result<()> {
-    use super::{MAX_ENTRIES, check_name};
-    if entries.len() > MAX_ENTRIES {
-        anyhow::bail!("alerts.quiet: {} entries: give at most {MAX_ENTRIES}", entries.len());
-    }
-    for (i, e) in entries.iter().enumerate() {
-        let earlier: Vec<&str> = entries[..i].iter().map(|e| e.name.as_str()).collect();
-        check_name("alerts.quiet", &e.name, &earlier).map_err(anyhow::Error::msg)?;
+    super::check_entries("alerts.quiet", entries.iter().map(|e| e.name.as_str()))?;
+    for e in entries {
         e.validate().map_err(|why| anyhow::anyhow!("alerts.quiet {:?}: {why}", e.name))?;
     }
     Ok(())

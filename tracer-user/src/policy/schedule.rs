@@ -70,13 +70,8 @@ impl ScheduleEntry {
 /// Checks `[[detect.schedule]]`: names, each entry's period, and the settings it puts in force
 /// over `[detect]`'s; the error is the whole line.
 pub fn validate(detect: &DetectConfig) -> anyhow::Result<()> {
-    use super::{MAX_ENTRIES, check_name};
-    if detect.schedule.len() > MAX_ENTRIES {
-        anyhow::bail!("detect.schedule: {} entries: give at most {MAX_ENTRIES}", detect.schedule.len());
-    }
-    for (i, e) in detect.schedule.iter().enumerate() {
-        let earlier: Vec<&str> = detect.schedule[..i].iter().map(|e| e.name.as_str()).collect();
-        check_name("detect.schedule", &e.name, &earlier).map_err(anyhow::Error::msg)?;
+    super::check_entries("detect.schedule", detect.schedule.iter().map(|e| e.name.as_str()))?;
+    for e in &detect.schedule {
         e.period().map_err(|why| anyhow::anyhow!("detect.schedule {:?}: {why}", e.name))?;
         e.over(detect).validate().map_err(|why| anyhow::anyhow!("detect.schedule {:?}: {why}", e.name))?;
     }

@@ -14,46 +14,63 @@ use crate::alert::{AlertChange, AlertState, Incident};
 /// Victims one group lists at most (the newest change of each); past it the rest are counted.
 pub const MAX_VICTIMS: usize = 256;
 
+/// One incident's changes waiting to be sent.
+struct Group {
+    incident: Incident,
+    /// When it is sent.
+    due: Instant,
+    /// The latest change of each victim, by alert key.
+    victims: BTreeMap<(u32, &'static str, &'static str), AlertChange>,
+    /// Victims past [`MAX_VICTIMS`], counted.
+    left_out: u64,
+}
+
+impl Group {
+    /// The webhook's body for it.
+    fn body(self) -> Value {
+        body(&self.incident, self.victims.into_values().collect(), self.left_out)
+    }
+}
+
 /// Groups waiting to be sent, by incident.
 #[derive(Default)]
 pub struct Groups {
-    /// Each open group: when it is due, and the latest change of each victim (by alert key).
-    open: Vec<(Incident, Instant, BTreeMap<(u32, &'static str, &'static str), AlertChange>, u64)>,
+    open: Vec<Group>,
 }
 
 impl Groups {
     /// Adds a change at `now`; a new group is due `wait` later.
     pub fn add(&mut self, change: AlertChange, now: Instant, wait: Duration) {
-        let i = match self.open.iter().position(|(incident, ..)| *incident == change.incident) {
+        let i = match self.open.iter().position(|g| g.incident == change.incident) {
             Some(i) => i,
             None => {
-                self.open.push((change.incident.clone(), now + wait, BTreeMap::new(), 0));
+                self.open.push(Group { incident: change.incident.clone(), due: now + wait, victims: BTreeMap::new(), left_out: 0 });
                 self.open.len() - 1
             }
         };
-        let (_, _, victims, left_out) = &mut self.open[i];
-        if victims.len() >= MAX_VICTIMS && !victims.contains_key(&change.key()) {
-            *left_out += 1;
+        let g = &mut self.open[i];
+        if g.victims.len() >= MAX_VICTIMS && !g.victims.contains_key(&change.key()) {
+            g.left_out += 1;
             return;
         }
-        victims.insert(change.key(), change);
+        g.victims.insert(change.key(), change);
     }
 
     /// When the next group is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.open.iter().map(|(_, due, ..)| *due).min()
+        self.open.iter().map(|g| g.due).min()
     }
 
     /// Takes the groups due at `now`, as the webhook's bodies.
     pub fn take_due(&mut self, now: Instant) -> Vec<Value> {
-        let (due, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.open).into_iter().partition(|(_, at, ..)| *at <= now);
+        let (due, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.open).into_iter().partition(|g| g.due <= now);
         self.open = open;
-        due.into_iter().map(|(incident, _, victims, left_out)| body(&incident, victims.into_values().collect(), left_out)).collect()
+        due.into_iter().map(Group::body).collect()
     }
 
     /// Takes every group (at shutdown).
     pub fn take_all(&mut self) -> Vec<Value> {
-        std::mem::take(&mut self.open).into_iter().map(|(incident, _, victims, left_out)| body(&incident, victims.into_values().collect(), left_out)).collect()
+        std::mem::take(&mut self.open).into_iter().map(Group::body).collect()
     }
 }
 
