@@ -15,12 +15,21 @@ fn main() -> anyhow::Result<()> {
     }
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let root = manifest.join("../tracer-ebpf").canonicalize()?;
-    let root = root.to_str().ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {}", root.display()))?;
+    let root = root
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {}", root.display()))?;
     let toolchain = std::env::var("CUDATRACE_EBPF_TOOLCHAIN").ok();
     println!("cargo:rerun-if-env-changed=CUDATRACE_EBPF_TOOLCHAIN");
     let toolchain = match toolchain.as_deref() {
         Some(t) => Toolchain::Custom(t),
         None => Toolchain::Nightly,
     };
-    aya_build::build_ebpf([Package { name: "tracer-ebpf", root_dir: root, ..Default::default() }], toolchain)
+    aya_build::build_ebpf(
+        [Package {
+            name: "tracer-ebpf",
+            root_dir: root,
+            ..Default::default()
+        }],
+        toolchain,
+    )
 }

@@ -13,15 +13,20 @@ pub fn chart_dir() -> PathBuf {
 /// namespace `cudatrace`, with the text they were parsed from.
 pub fn render(sets: &[&str]) -> (String, Vec<Yaml>) {
     let mut cmd = Command::new("helm");
-    cmd.args(["template", "cudatrace"]).arg(chart_dir()).args(["--namespace", "cudatrace"]);
+    cmd.args(["template", "cudatrace"])
+        .arg(chart_dir())
+        .args(["--namespace", "cudatrace"]);
     for s in sets {
         cmd.args(["--set", s]);
     }
-    let out = cmd.output().expect("helm is needed (scripts/setup.sh installs it)");
+    let out = cmd
+        .output()
+        .expect("helm is needed (scripts/setup.sh installs it)");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "helm template failed: {err}");
     let text = String::from_utf8(out.stdout).expect("helm writes UTF-8");
-    let docs = YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("helm template wrote bad YAML: {e}"));
+    let docs = YamlLoader::load_from_str(&text)
+        .unwrap_or_else(|e| panic!("helm template wrote bad YAML: {e}"));
     (text, docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
@@ -36,14 +41,25 @@ pub fn render_values(values: &str) -> Vec<Yaml> {
         .arg(&file)
         .output()
         .expect("helm is needed (scripts/setup.sh installs it)");
-    assert!(out.status.success(), "helm template failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).expect("helm writes UTF-8");
-    YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("helm template wrote bad YAML: {e}")).into_iter().filter(|d| !d.is_null()).collect()
+    YamlLoader::load_from_str(&text)
+        .unwrap_or_else(|e| panic!("helm template wrote bad YAML: {e}"))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
 }
 
 /// The rendered object of kind `kind` (exactly one).
 pub fn object<'a>(docs: &'a [Yaml], kind: &str) -> &'a Yaml {
-    let found: Vec<&Yaml> = docs.iter().filter(|d| d["kind"].as_str() == Some(kind)).collect();
+    let found: Vec<&Yaml> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect();
     assert_eq!(found.len(), 1, "{kind}s rendered: {}", found.len());
     found[0]
 }
@@ -58,14 +74,26 @@ pub fn container(docs: &[Yaml]) -> &Yaml {
 pub fn daemonset_capabilities() -> Vec<String> {
     let (_, docs) = render(&[]);
     let security = &container(&docs)["securityContext"];
-    assert_eq!(security["capabilities"]["drop"][0].as_str(), Some("ALL"), "the DaemonSet drops every capability first");
+    assert_eq!(
+        security["capabilities"]["drop"][0].as_str(),
+        Some("ALL"),
+        "the DaemonSet drops every capability first"
+    );
     assert_eq!(security["privileged"].as_bool(), Some(false));
     assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
-    security["capabilities"]["add"].as_vec().expect("capabilities.add").iter().map(|c| c.as_str().unwrap().to_owned()).collect()
+    security["capabilities"]["add"]
+        .as_vec()
+        .expect("capabilities.add")
+        .iter()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The default config file, as the ConfigMap carries it.
 pub fn config_toml() -> String {
     let (_, docs) = render(&[]);
-    object(&docs, "ConfigMap")["data"]["config.toml"].as_str().expect("config.toml in the ConfigMap").to_owned()
+    object(&docs, "ConfigMap")["data"]["config.toml"]
+        .as_str()
+        .expect("config.toml in the ConfigMap")
+        .to_owned()
 }

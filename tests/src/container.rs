@@ -2,7 +2,7 @@
 //! capability dropped but the DaemonSet's, no privilege escalation, read-only root filesystem.
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 use crate::guards::TempDir;
 
@@ -20,18 +20,25 @@ pub fn seccomp_with_bpf(dir: &TempDir) -> PathBuf {
 
 /// The text of that profile.
 pub fn seccomp_with_bpf_text() -> String {
-    let text = std::fs::read_to_string(DEFAULT_SECCOMP)
-        .unwrap_or_else(|e| panic!("cannot read {DEFAULT_SECCOMP} ({e}): podman's containers-common is needed"));
-    let mut profile: Value = serde_json::from_str(&text).expect("the default seccomp profile is JSON");
+    let text = std::fs::read_to_string(DEFAULT_SECCOMP).unwrap_or_else(|e| {
+        panic!("cannot read {DEFAULT_SECCOMP} ({e}): podman's containers-common is needed")
+    });
+    let mut profile: Value =
+        serde_json::from_str(&text).expect("the default seccomp profile is JSON");
     let syscalls = profile["syscalls"].as_array_mut().expect("a syscalls list");
     // The entry that denies them without CAP_SYS_ADMIN would still apply: take them out of it.
-    for entry in syscalls.iter_mut().filter(|e| e["action"] == "SCMP_ACT_ERRNO") {
+    for entry in syscalls
+        .iter_mut()
+        .filter(|e| e["action"] == "SCMP_ACT_ERRNO")
+    {
         if let Some(names) = entry["names"].as_array_mut() {
             names.retain(|n| n != "bpf" && n != "perf_event_open");
         }
     }
     for (name, cap) in [("bpf", "CAP_BPF"), ("perf_event_open", "CAP_PERFMON")] {
-        syscalls.push(json!({"names": [name], "action": "SCMP_ACT_ALLOW", "includes": {"caps": [cap]}}));
+        syscalls.push(
+            json!({"names": [name], "action": "SCMP_ACT_ALLOW", "includes": {"caps": [cap]}}),
+        );
     }
     serde_json::to_string_pretty(&profile).expect("JSON")
 }
@@ -41,14 +48,40 @@ pub fn seccomp_with_bpf_text() -> String {
 /// file and process limits lowered, since raising them needs CAP_SYS_RESOURCE, which the
 /// tests' bounding set lacks.
 pub fn podman_run(caps: &[String], seccomp: &Path, name: &str) -> Vec<String> {
-    let mut args: Vec<String> = ["--runtime", "runc", "run", "--rm", "--name", name, "--pid=host", "--network=host", "--user", "0"]
-        .map(String::from)
-        .to_vec();
+    let mut args: Vec<String> = [
+        "--runtime",
+        "runc",
+        "run",
+        "--rm",
+        "--name",
+        name,
+        "--pid=host",
+        "--network=host",
+        "--user",
+        "0",
+    ]
+    .map(String::from)
+    .to_vec();
     args.push("--cap-drop=ALL".into());
     args.push(format!("--cap-add={}", caps.join(",")));
-    args.extend(["--read-only".into(), "--security-opt".into(), "no-new-privileges".into()]);
-    args.extend(["--security-opt".into(), format!("seccomp={}", seccomp.display())]);
-    args.extend(["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"].map(String::from));
+    args.extend([
+        "--read-only".into(),
+        "--security-opt".into(),
+        "no-new-privileges".into(),
+    ]);
+    args.extend([
+        "--security-opt".into(),
+        format!("seccomp={}", seccomp.display()),
+    ]);
+    args.extend(
+        [
+            "--ulimit",
+            "nofile=4096:4096",
+            "--ulimit",
+            "nproc=4096:4096",
+        ]
+        .map(String::from),
+    );
     args.push(IMAGE.into());
     args
 }

@@ -3,7 +3,7 @@ use std::{
     collections::HashMap,
     io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
-    sync::{Arc, Mutex, mpsc},
+    sync::{mpsc, Arc, Mutex},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -47,12 +47,19 @@ pub struct Traced {
 impl Traced {
     /// Events of one process.
     pub fn of_pid(&self, pid: u64) -> Vec<&Value> {
-        self.events.iter().filter(|e| e["pid"].as_u64() == Some(pid)).collect()
+        self.events
+            .iter()
+            .filter(|e| e["pid"].as_u64() == Some(pid))
+            .collect()
     }
 
     /// `key=value` fields of the `summary:` line.
     pub fn summary(&self) -> HashMap<String, u64> {
-        let line = self.stderr.iter().find(|l| l.starts_with("summary:")).expect("no summary line");
+        let line = self
+            .stderr
+            .iter()
+            .find(|l| l.starts_with("summary:"))
+            .expect("no summary line");
         line.split_whitespace()
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (k.to_owned(), v.parse().expect("numeric summary field")))
@@ -74,7 +81,10 @@ impl Cudatrace {
     /// Starts `cudatrace trace ARGS` and waits for its `ready:` line (panics after 60 s).
     pub fn start(env: &Env, args: &[&str]) -> Cudatrace {
         Self::try_start(env, args).unwrap_or_else(|t| {
-            panic!("cudatrace did not become ready; stderr:\n{}", t.stderr.join("\n"))
+            panic!(
+                "cudatrace did not become ready; stderr:\n{}",
+                t.stderr.join("\n")
+            )
         })
     }
 
@@ -85,16 +95,30 @@ impl Cudatrace {
 
     /// Starts `cudatrace trace ARGS` with extra environment and waits for its `ready:` line.
     pub fn start_with(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Cudatrace {
-        Self::try_start_command(env, "trace", args, vars)
-            .unwrap_or_else(|t| panic!("cudatrace did not become ready; stderr:\n{}", t.stderr.join("\n")))
+        Self::try_start_command(env, "trace", args, vars).unwrap_or_else(|t| {
+            panic!(
+                "cudatrace did not become ready; stderr:\n{}",
+                t.stderr.join("\n")
+            )
+        })
     }
 
     /// Starts `WRAPPER ARGS` (a program that execs cudatrace, such as setpriv; ARGS name the
     /// binary and its command) and waits for the `ready:` line.
-    pub fn start_wrapped(_env: &Env, wrapper: &str, args: &[String], vars: &[(&str, &str)]) -> Cudatrace {
+    pub fn start_wrapped(
+        _env: &Env,
+        wrapper: &str,
+        args: &[String],
+        vars: &[(&str, &str)],
+    ) -> Cudatrace {
         let mut cmd = Command::new(wrapper);
         cmd.args(args).envs(vars.iter().copied());
-        Self::spawn(cmd).unwrap_or_else(|t| panic!("cudatrace under {wrapper} did not become ready; stderr:\n{}", t.stderr.join("\n")))
+        Self::spawn(cmd).unwrap_or_else(|t| {
+            panic!(
+                "cudatrace under {wrapper} did not become ready; stderr:\n{}",
+                t.stderr.join("\n")
+            )
+        })
     }
 
     /// Its pid.
@@ -105,13 +129,20 @@ impl Cudatrace {
     /// Starts `cudatrace run ARGS` with extra environment and waits for its `ready:` line.
     pub fn start_daemon(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Cudatrace {
         Self::try_start_command(env, "run", args, vars).unwrap_or_else(|t| {
-            panic!("cudatrace run did not become ready; stderr:\n{}", t.stderr.join("\n"))
+            panic!(
+                "cudatrace run did not become ready; stderr:\n{}",
+                t.stderr.join("\n")
+            )
         })
     }
 
     /// Starts `cudatrace run` on the stand-in libcuda with metrics on a free loopback port, plus
     /// `extra` arguments and `vars`; returns it and its listen address.
-    pub fn start_daemon_on_loopback(env: &Env, extra: &[&str], vars: &[(&str, &str)]) -> (Cudatrace, String) {
+    pub fn start_daemon_on_loopback(
+        env: &Env,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> (Cudatrace, String) {
         let listen = format!("127.0.0.1:{}", free_port());
         let lib = env.libcuda();
         let mut args = vec!["--lib", lib.to_str().unwrap(), "--listen", &listen];
@@ -121,7 +152,12 @@ impl Cudatrace {
     }
 
     /// Starts `cudatrace COMMAND ARGS`; on failure to become ready, returns what it printed.
-    pub fn try_start_command(env: &Env, command: &str, args: &[&str], vars: &[(&str, &str)]) -> Result<Cudatrace, Traced> {
+    pub fn try_start_command(
+        env: &Env,
+        command: &str,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Result<Cudatrace, Traced> {
         let mut cmd = Command::new(&env.bin);
         cmd.arg(command).args(args).envs(vars.iter().copied());
         Self::spawn(cmd)
@@ -136,7 +172,8 @@ impl Cudatrace {
             .spawn()
             .expect("cannot start cudatrace");
         let out = child.stdout.take().unwrap();
-        let stdout = std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
+        let stdout =
+            std::thread::spawn(move || BufReader::new(out).lines().map_while(Result::ok).collect());
         let err = child.stderr.take().unwrap();
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -149,7 +186,12 @@ impl Cudatrace {
                 lines.lock().unwrap().push(line);
             }
         });
-        let tracer = Cudatrace { child: Some(child), stdout: Some(stdout), stderr, stderr_done: Some(stderr_done) };
+        let tracer = Cudatrace {
+            child: Some(child),
+            stdout: Some(stdout),
+            stderr,
+            stderr_done: Some(stderr_done),
+        };
         match ready_rx.recv_timeout(Duration::from_secs(60)) {
             Ok(()) => Ok(tracer),
             Err(_) => Err(tracer.wait()),
@@ -159,7 +201,12 @@ impl Cudatrace {
     /// Kills the tracer with SIGKILL, as an OOM killer or `kubectl delete --force` would.
     pub fn kill(self) -> Traced {
         // SAFETY: plain kill(2).
-        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGKILL) };
+        unsafe {
+            libc::kill(
+                self.child.as_ref().expect("running").id() as i32,
+                libc::SIGKILL,
+            )
+        };
         self.wait()
     }
 
@@ -167,14 +214,24 @@ impl Cudatrace {
     /// background process may still be removing (see [`cudatrace_processes`]).
     pub fn stop_without_waiting(self) -> Traced {
         // SAFETY: plain kill(2).
-        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGINT) };
+        unsafe {
+            libc::kill(
+                self.child.as_ref().expect("running").id() as i32,
+                libc::SIGINT,
+            )
+        };
         self.collect(false)
     }
 
     /// Stops the tracer with SIGINT and collects its output.
     pub fn stop(self) -> Traced {
         // SAFETY: plain kill(2).
-        unsafe { libc::kill(self.child.as_ref().expect("running").id() as i32, libc::SIGINT) };
+        unsafe {
+            libc::kill(
+                self.child.as_ref().expect("running").id() as i32,
+                libc::SIGINT,
+            )
+        };
         self.wait()
     }
 
@@ -200,7 +257,11 @@ impl Cudatrace {
             wait_for_background_detach();
         }
         let lines = self.stdout.take().expect("joined once").join().unwrap();
-        self.stderr_done.take().expect("joined once").join().unwrap();
+        self.stderr_done
+            .take()
+            .expect("joined once")
+            .join()
+            .unwrap();
         // A tracer killed by SIGKILL may have written part of its last line: only that one may be
         // cut short.
         let last = lines.len().saturating_sub(1);
@@ -215,7 +276,12 @@ impl Cudatrace {
             })
             .collect();
         let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
-        Traced { events, stdout: lines, stderr, code: status.code() }
+        Traced {
+            events,
+            stdout: lines,
+            stderr,
+            code: status.code(),
+        }
     }
 }
 
@@ -233,14 +299,14 @@ pub fn wait_for_background_detach() {
     panic!("a cudatrace process was still detaching after 120 s");
 }
 
-
 /// Running (not zombie) processes named `cudatrace`.
 pub fn cudatrace_processes() -> usize {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter(|p| {
-            std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim_end() == "cudatrace")
+            std::fs::read_to_string(p.path().join("comm"))
+                .is_ok_and(|c| c.trim_end() == "cudatrace")
                 && std::fs::read_to_string(p.path().join("stat")).is_ok_and(|s| !s.contains(") Z "))
         })
         .count()

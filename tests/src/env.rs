@@ -31,7 +31,11 @@ impl Env {
 fn has_bpf_privileges() -> Result<(), String> {
     let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
     let caps = effective_from_status(&status).ok_or("no CapEff in /proc/self/status")?;
-    if can_trace(caps) { Ok(()) } else { Err(format!("capabilities {caps:#x} lack CAP_BPF/CAP_PERFMON")) }
+    if can_trace(caps) {
+        Ok(())
+    } else {
+        Err(format!("capabilities {caps:#x} lack CAP_BPF/CAP_PERFMON"))
+    }
 }
 
 /// The test environment, or `None` (after saying why) when BPF is not available outside CI.
@@ -48,9 +52,14 @@ pub fn env() -> Option<Env> {
     let var = |name: &str| {
         std::env::var_os(name)
             .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("{name} is not set: run the end-to-end tests with `cargo xtask test`"))
+            .unwrap_or_else(|| {
+                panic!("{name} is not set: run the end-to-end tests with `cargo xtask test`")
+            })
     };
-    Some(Env { bin: var("CUDATRACE_BIN"), standin: var("CUDATRACE_STANDIN_DIR") })
+    Some(Env {
+        bin: var("CUDATRACE_BIN"),
+        standin: var("CUDATRACE_STANDIN_DIR"),
+    })
 }
 
 /// A unique shared-device file, so that each test has its own simulated GPU.

@@ -22,7 +22,10 @@ impl Sample {
 /// Parses `name{k="v",...} value` lines; comments and blank lines are skipped. Label values
 /// keep their escapes undone (`\"`, `\\`, `\n`).
 pub fn parse(text: &str) -> Vec<Sample> {
-    text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).filter_map(parse_line).collect()
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(parse_line)
+        .collect()
 }
 
 fn parse_line(line: &str) -> Option<Sample> {
@@ -57,12 +60,19 @@ fn parse_line(line: &str) -> Option<Sample> {
         }
     }
     let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some(Sample { name: name.to_owned(), labels, value })
+    Some(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+    })
 }
 
 /// The samples of one metric whose labels include every `(key, value)` of `with`.
 pub fn select<'a>(samples: &'a [Sample], name: &str, with: &[(&str, &str)]) -> Vec<&'a Sample> {
-    samples.iter().filter(|s| s.name == name && with.iter().all(|(k, v)| s.label(k) == *v)).collect()
+    samples
+        .iter()
+        .filter(|s| s.name == name && with.iter().all(|(k, v)| s.label(k) == *v))
+        .collect()
 }
 
 /// The sum of the samples of one metric whose labels include every `(key, value)` of `with`
@@ -73,10 +83,19 @@ pub fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
 
 /// Polls the daemon at `listen` (up to `limit`) until the launches counted for `pid` equal
 /// `want`; returns them then.
-pub fn wait_for_launches(listen: &str, pid: &str, want: f64, limit: std::time::Duration) -> Option<f64> {
+pub fn wait_for_launches(
+    listen: &str,
+    pid: &str,
+    want: f64,
+    limit: std::time::Duration,
+) -> Option<f64> {
     crate::poll(limit, || {
         let samples = parse(&crate::http::scrape(listen));
-        let n = sum(&samples, "cudatrace_calls_total", &[("pid", pid), ("api", "cuLaunchKernel")]);
+        let n = sum(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", pid), ("api", "cuLaunchKernel")],
+        );
         (n == want).then_some(n)
     })
 }
@@ -90,8 +109,19 @@ mod tests {
         let text = "# HELP x y\n# TYPE a counter\na_total{pid=\"7\",kernel=\"f(int, \\\"q\\\")\"} 12\nb 0.5\n\n";
         let s = parse(text);
         assert_eq!(s.len(), 2);
-        assert_eq!((s[0].name.as_str(), s[0].label("pid"), s[0].label("kernel"), s[0].value), ("a_total", "7", "f(int, \"q\")", 12.0));
-        assert_eq!((s[1].name.as_str(), s[1].labels.len(), s[1].value), ("b", 0, 0.5));
+        assert_eq!(
+            (
+                s[0].name.as_str(),
+                s[0].label("pid"),
+                s[0].label("kernel"),
+                s[0].value
+            ),
+            ("a_total", "7", "f(int, \"q\")", 12.0)
+        );
+        assert_eq!(
+            (s[1].name.as_str(), s[1].labels.len(), s[1].value),
+            ("b", 0, 0.5)
+        );
         assert_eq!(select(&s, "a_total", &[("pid", "7")]).len(), 1);
         assert!(select(&s, "a_total", &[("pid", "8")]).is_empty());
     }

@@ -46,7 +46,9 @@ impl TempDir {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).unwrap();
         }
-        fs::copy(file, &path).unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", file.display(), path.display()));
+        fs::copy(file, &path).unwrap_or_else(|e| {
+            panic!("cannot copy {} to {}: {e}", file.display(), path.display())
+        });
         path
     }
 }
@@ -106,7 +108,11 @@ pub struct Tmpfs(PathBuf);
 impl Tmpfs {
     /// Mounts an empty tmpfs at `dir`.
     pub fn over(dir: &Path) -> Tmpfs {
-        let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "cudatrace-test"]).arg(dir).status().is_ok_and(|s| s.success());
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "cudatrace-test"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
         assert!(ok, "cannot mount a tmpfs at {}", dir.display());
         Tmpfs(dir.to_path_buf())
     }
@@ -114,6 +120,9 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }

@@ -27,11 +27,21 @@ impl KubeApi {
         let want = format!("Bearer {token}");
         let (answer, expected) = (body.clone(), want.clone());
         let server = TlsServer::start(move |r: &Request| {
-            if r.header("authorization") == Some(expected.as_str()) { answer.lock().unwrap().clone() } else { (401, "{}".to_owned()) }
+            if r.header("authorization") == Some(expected.as_str()) {
+                answer.lock().unwrap().clone()
+            } else {
+                (401, "{}".to_owned())
+            }
         });
         let dir = TempDir::new("kube-token");
         dir.write("token", &format!("{token}\n"));
-        KubeApi { port: server.port, server, token: dir, body, want }
+        KubeApi {
+            port: server.port,
+            server,
+            token: dir,
+            body,
+            want,
+        }
     }
 
     /// From now on, answer `status` with `text` (to authorized requests).
@@ -41,7 +51,16 @@ impl KubeApi {
 
     /// The requests so far: path and query, and whether it bore the token.
     pub fn requests(&self) -> Vec<(String, bool)> {
-        self.server.requests().into_iter().map(|r| (r.target.clone(), r.header("authorization") == Some(self.want.as_str()))).collect()
+        self.server
+            .requests()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.target.clone(),
+                    r.header("authorization") == Some(self.want.as_str()),
+                )
+            })
+            .collect()
     }
 
     /// Its CA certificate (PEM) and token files.
@@ -51,7 +70,13 @@ impl KubeApi {
 }
 
 /// A `PodList` as the API server serves it: one running pod with one container.
-pub fn pod_list(namespace: &str, pod: &str, uid: &str, container: &str, container_id: &str) -> String {
+pub fn pod_list(
+    namespace: &str,
+    pod: &str,
+    uid: &str,
+    container: &str,
+    container_id: &str,
+) -> String {
     serde_json::json!({
         "kind": "PodList",
         "apiVersion": "v1",

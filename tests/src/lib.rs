@@ -17,9 +17,9 @@ mod workload;
 
 use std::time::{Duration, Instant};
 
-pub use cudatrace::{Cudatrace, Traced, cudatrace_processes, wait_for_background_detach};
-pub use env::{Env, device_file, env};
-pub use workload::{Running, Scenario, Workload, report};
+pub use cudatrace::{cudatrace_processes, wait_for_background_detach, Cudatrace, Traced};
+pub use env::{device_file, env, Env};
+pub use workload::{report, Running, Scenario, Workload};
 
 /// Detection fast enough for a test (a `[detect]` table): 1 s windows, a baseline after 5,
 /// pending after 2 breaching windows, firing after 3 s, resolved after 5 s without a breach.
@@ -41,5 +41,9 @@ pub fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

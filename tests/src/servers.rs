@@ -52,7 +52,11 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {program} ({e}): the Debian package {package} is needed; scripts/setup.sh installs it"));
-        Server { child, port, _dir: dir }
+        Server {
+            child,
+            port,
+            _dir: dir,
+        }
     }
 }
 
@@ -80,8 +84,14 @@ impl Prometheus {
     /// Starts it with these `scrape_configs`, evaluating the rules of `rule_file` every second,
     /// with `history` (OpenMetrics text with timestamps, `# EOF` at the end) backfilled into
     /// its storage by `promtool tsdb create-blocks-from openmetrics` first.
-    pub fn start_with(scrape_configs: &str, rule_file: Option<&Path>, history: Option<&str>) -> Prometheus {
-        let rules = rule_file.map(|f| format!("rule_files: ['{}']\n", f.display())).unwrap_or_default();
+    pub fn start_with(
+        scrape_configs: &str,
+        rule_file: Option<&Path>,
+        history: Option<&str>,
+    ) -> Prometheus {
+        let rules = rule_file
+            .map(|f| format!("rule_files: ['{}']\n", f.display()))
+            .unwrap_or_default();
         let config = format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n{rules}scrape_configs:\n{scrape_configs}");
         let prepare = |dir: &Path| {
             let Some(text) = history else { return };
@@ -93,15 +103,27 @@ impl Prometheus {
                 .arg(dir.join("data"))
                 .output()
                 .expect("promtool (Debian package prometheus) is needed");
-            assert!(out.status.success(), "promtool backfill: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "promtool backfill: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
-        Prometheus(Server::start_prepared("prometheus", "prometheus", "prometheus.yml", &config, prepare, |config, dir, port| {
-            vec![
-                format!("--config.file={}", config.display()),
-                format!("--storage.tsdb.path={}", dir.join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-            ]
-        }))
+        Prometheus(Server::start_prepared(
+            "prometheus",
+            "prometheus",
+            "prometheus.yml",
+            &config,
+            prepare,
+            |config, dir, port| {
+                vec![
+                    format!("--config.file={}", config.display()),
+                    format!("--storage.tsdb.path={}", dir.join("data").display()),
+                    format!("--web.listen-address=127.0.0.1:{port}"),
+                ]
+            },
+        ))
     }
 
     /// Its base URL.
@@ -112,16 +134,30 @@ impl Prometheus {
     /// The label sets of the series `selector` matches (`/api/v1/series`).
     pub fn series(&self, selector: &str) -> Vec<Value> {
         let url = format!("http://127.0.0.1:{}/api/v1/series", self.0.port);
-        http::post_form_json(&url, &[("match[]", selector)]).ok().and_then(|v| v["data"].as_array().cloned()).unwrap_or_default()
+        http::post_form_json(&url, &[("match[]", selector)])
+            .ok()
+            .and_then(|v| v["data"].as_array().cloned())
+            .unwrap_or_default()
     }
 
     /// Instant query; returns (labels, value) per sample (none while it does not answer).
     pub fn query(&self, promql: &str) -> Vec<(Value, f64)> {
         let url = format!("http://127.0.0.1:{}/api/v1/query", self.0.port);
-        let Ok(v) = http::post_form_json(&url, &[("query", promql)]) else { return Vec::new() };
+        let Ok(v) = http::post_form_json(&url, &[("query", promql)]) else {
+            return Vec::new();
+        };
         v["data"]["result"]
             .as_array()
-            .map(|r| r.iter().map(|s| (s["metric"].clone(), s["value"][1].as_str().unwrap().parse().unwrap())).collect())
+            .map(|r| {
+                r.iter()
+                    .map(|s| {
+                        (
+                            s["metric"].clone(),
+                            s["value"][1].as_str().unwrap().parse().unwrap(),
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -158,27 +194,46 @@ impl Alertmanager {
 
     /// Starts it with this configuration file's text, and waits until it answers.
     pub fn start_config(config: &str) -> Alertmanager {
-        let server = Server::start("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager.yml", config, |config, dir, port| {
-            vec![
-                format!("--config.file={}", config.display()),
-                format!("--storage.path={}", dir.join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--cluster.listen-address=".into(),
-            ]
-        });
-        let am = Alertmanager { server, secure: None };
-        assert!(poll(Duration::from_secs(30), || am.alerts()).is_some(), "Alertmanager did not answer within 30 s");
+        let server = Server::start(
+            "prometheus-alertmanager",
+            "prometheus-alertmanager",
+            "alertmanager.yml",
+            config,
+            |config, dir, port| {
+                vec![
+                    format!("--config.file={}", config.display()),
+                    format!("--storage.path={}", dir.join("data").display()),
+                    format!("--web.listen-address=127.0.0.1:{port}"),
+                    "--cluster.listen-address=".into(),
+                ]
+            },
+        );
+        let am = Alertmanager {
+            server,
+            secure: None,
+        };
+        assert!(
+            poll(Duration::from_secs(30), || am.alerts()).is_some(),
+            "Alertmanager did not answer within 30 s"
+        );
         am
     }
 
     /// Its alert groups (`/api/v2/alerts/groups`), as its route grouped them.
     pub fn groups(&self) -> Vec<Value> {
-        http::get_json(&format!("{}/api/v2/alerts/groups", self.url())).ok().and_then(|v| v.as_array().cloned()).unwrap_or_default()
+        http::get_json(&format!("{}/api/v2/alerts/groups", self.url()))
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
     }
 
     /// Starts it serving TLS with `cert` and asking basic auth of `user` with `password` (its
     /// `--web.config.file`, the exporter-toolkit format), and waits until it answers.
-    pub fn start_secure(cert: &crate::tls::Certificate, user: &str, password: &str) -> Alertmanager {
+    pub fn start_secure(
+        cert: &crate::tls::Certificate,
+        user: &str,
+        password: &str,
+    ) -> Alertmanager {
         let hash = bcrypt::hash(password, 10).expect("bcrypt");
         let web = format!(
             "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  {user}: '{hash}'\n",
@@ -186,30 +241,51 @@ impl Alertmanager {
             cert.key_pem().display()
         );
         let file = cert.dir.write("alertmanager-web.yml", &web);
-        Self::start_with(Some((file, (cert.pem(), user.to_owned(), password.to_owned()))))
+        Self::start_with(Some((
+            file,
+            (cert.pem(), user.to_owned(), password.to_owned()),
+        )))
     }
 
     fn start_with(secure: Option<(PathBuf, (PathBuf, String, String))>) -> Alertmanager {
         let config = "route:\n  receiver: none\n  group_wait: 1s\nreceivers:\n  - name: none\n";
-        let web = secure.as_ref().map(|(file, _)| format!("--web.config.file={}", file.display()));
-        let server = Server::start("prometheus-alertmanager", "prometheus-alertmanager", "alertmanager.yml", config, |config, dir, port| {
-            let mut args = vec![
-                format!("--config.file={}", config.display()),
-                format!("--storage.path={}", dir.join("data").display()),
-                format!("--web.listen-address=127.0.0.1:{port}"),
-                "--cluster.listen-address=".into(),
-            ];
-            args.extend(web.clone());
-            args
-        });
-        let am = Alertmanager { server, secure: secure.map(|(_, s)| s) };
-        assert!(poll(Duration::from_secs(30), || am.alerts()).is_some(), "Alertmanager did not answer within 30 s");
+        let web = secure
+            .as_ref()
+            .map(|(file, _)| format!("--web.config.file={}", file.display()));
+        let server = Server::start(
+            "prometheus-alertmanager",
+            "prometheus-alertmanager",
+            "alertmanager.yml",
+            config,
+            |config, dir, port| {
+                let mut args = vec![
+                    format!("--config.file={}", config.display()),
+                    format!("--storage.path={}", dir.join("data").display()),
+                    format!("--web.listen-address=127.0.0.1:{port}"),
+                    "--cluster.listen-address=".into(),
+                ];
+                args.extend(web.clone());
+                args
+            },
+        );
+        let am = Alertmanager {
+            server,
+            secure: secure.map(|(_, s)| s),
+        };
+        assert!(
+            poll(Duration::from_secs(30), || am.alerts()).is_some(),
+            "Alertmanager did not answer within 30 s"
+        );
         am
     }
 
     /// Its base URL.
     pub fn url(&self) -> String {
-        let scheme = if self.secure.is_some() { "https" } else { "http" };
+        let scheme = if self.secure.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://127.0.0.1:{}", self.server.port)
     }
 
@@ -275,9 +351,17 @@ fn serve_http(stream: std::net::TcpStream, bodies: &Mutex<Vec<Value>>) {
     let mut reader = BufReader::new(stream);
     while let Some(request) = crate::tls::read_request(&mut reader) {
         let body = &request.body;
-        let value = serde_json::from_slice(body).unwrap_or_else(|e| panic!("webhook body is not JSON ({e}): {}", String::from_utf8_lossy(body)));
+        let value = serde_json::from_slice(body).unwrap_or_else(|e| {
+            panic!(
+                "webhook body is not JSON ({e}): {}",
+                String::from_utf8_lossy(body)
+            )
+        });
         bodies.lock().unwrap().push(value);
-        if writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
+        if writer
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .is_err()
+        {
             return;
         }
     }

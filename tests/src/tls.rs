@@ -24,7 +24,10 @@ pub struct Request {
 impl Request {
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -41,11 +44,16 @@ pub struct Certificate {
 impl Certificate {
     /// A new self-signed certificate for 127.0.0.1.
     pub fn new() -> Certificate {
-        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("certificate");
+        let made =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("certificate");
         let dir = TempDir::new("tls");
         dir.write("cert.pem", &made.cert.pem());
         dir.write("key.pem", &made.signing_key.serialize_pem());
-        Certificate { dir, der: made.cert.der().clone(), key: made.signing_key.serialize_der() }
+        Certificate {
+            dir,
+            der: made.cert.der().clone(),
+            key: made.signing_key.serialize_der(),
+        }
     }
 
     /// The certificate's PEM file (also the CA a client trusts).
@@ -82,7 +90,12 @@ impl TlsServer {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let cert = Certificate::new();
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key.clone().into());
-        let config = Arc::new(rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![cert.der.clone()], key).expect("server config"));
+        let config = Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(vec![cert.der.clone()], key)
+                .expect("server config"),
+        );
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -92,9 +105,13 @@ impl TlsServer {
                 let (config, kept, answer) = (config.clone(), kept.clone(), answer.clone());
                 std::thread::spawn(move || {
                     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-                    let Ok(conn) = rustls::ServerConnection::new(config) else { return };
+                    let Ok(conn) = rustls::ServerConnection::new(config) else {
+                        return;
+                    };
                     let mut tls = BufReader::new(rustls::StreamOwned::new(conn, stream));
-                    let Some(request) = read_request(&mut tls) else { return };
+                    let Some(request) = read_request(&mut tls) else {
+                        return;
+                    };
                     let (status, text) = answer(&request);
                     kept.lock().unwrap().push(request);
                     let reply = format!(
@@ -108,7 +125,11 @@ impl TlsServer {
                 });
             }
         });
-        TlsServer { port, cert, requests }
+        TlsServer {
+            port,
+            cert,
+            requests,
+        }
     }
 
     /// The requests so far.
@@ -133,8 +154,16 @@ pub(crate) fn read_request(r: &mut impl std::io::BufRead) -> Option<Request> {
             headers.push((n.trim().to_ascii_lowercase(), v.trim().to_owned()));
         }
     }
-    let length: usize = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
     let mut body = vec![0; length.min(1 << 20)];
     r.read_exact(&mut body).ok()?;
-    Some(Request { target, headers, body })
+    Some(Request {
+        target,
+        headers,
+        body,
+    })
 }

@@ -70,10 +70,21 @@ pub enum Scenario {
 impl Scenario {
     fn args(&self) -> Vec<String> {
         match self {
-            Scenario::Basic { launches, copies } => vec!["basic".into(), launches.to_string(), copies.to_string()],
+            Scenario::Basic { launches, copies } => {
+                vec!["basic".into(), launches.to_string(), copies.to_string()]
+            }
             Scenario::Each(n) => vec!["each".into(), n.to_string()],
-            Scenario::Loop { seconds, grid, sync_every } => {
-                vec!["loop".into(), seconds.to_string(), grid.to_string(), sync_every.to_string()]
+            Scenario::Loop {
+                seconds,
+                grid,
+                sync_every,
+            } => {
+                vec![
+                    "loop".into(),
+                    seconds.to_string(),
+                    grid.to_string(),
+                    sync_every.to_string(),
+                ]
             }
             Scenario::DieInCall => vec!["die-in-call".into()],
             Scenario::UnpagedConfig(n) => vec!["unpaged-config".into(), n.to_string()],
@@ -83,9 +94,20 @@ impl Scenario {
             Scenario::Headless(seconds) => vec!["headless".into(), seconds.to_string()],
             Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
             Scenario::Rename(name, n) => vec!["rename".into(), name.clone(), n.to_string()],
-            Scenario::Handles { launches, hold_s } => vec!["handles".into(), launches.to_string(), hold_s.to_string()],
-            Scenario::Copies { seconds, bytes, gap_us } => {
-                vec!["copies".into(), seconds.to_string(), bytes.to_string(), gap_us.to_string()]
+            Scenario::Handles { launches, hold_s } => {
+                vec!["handles".into(), launches.to_string(), hold_s.to_string()]
+            }
+            Scenario::Copies {
+                seconds,
+                bytes,
+                gap_us,
+            } => {
+                vec![
+                    "copies".into(),
+                    seconds.to_string(),
+                    bytes.to_string(),
+                    gap_us.to_string(),
+                ]
             }
         }
     }
@@ -106,7 +128,16 @@ pub struct Workload {
 impl Workload {
     /// `scenario` against the stand-in libcuda.
     pub fn new(env: &Env, scenario: Scenario) -> Workload {
-        Workload { exe: env.workload(), lib: env.libcuda(), scenario, settle_ms: None, threads: None, uid: None, vars: Vec::new(), comm: None }
+        Workload {
+            exe: env.workload(),
+            lib: env.libcuda(),
+            scenario,
+            settle_ms: None,
+            threads: None,
+            uid: None,
+            vars: Vec::new(),
+            comm: None,
+        }
     }
 
     /// Loads this library instead.
@@ -128,7 +159,8 @@ impl Workload {
 
     /// Sets environment variables.
     pub fn vars(mut self, vars: &[(&str, &str)]) -> Workload {
-        self.vars.extend(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        self.vars
+            .extend(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
         self
     }
 
@@ -170,7 +202,12 @@ impl Workload {
         let mut cmd = match self.uid {
             Some(uid) => {
                 let mut c = Command::new("setpriv");
-                c.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into(), "--inh-caps=-all".into()]);
+                c.args([
+                    format!("--reuid={uid}"),
+                    format!("--regid={uid}"),
+                    "--clear-groups".into(),
+                    "--inh-caps=-all".into(),
+                ]);
                 c.arg(exe);
                 c
             }
@@ -189,7 +226,10 @@ impl Workload {
             .stdout(Stdio::piped())
             .spawn()
             .expect("cannot run cuda-workload");
-        Running { child: Some(child), _link_dir: link_dir }
+        Running {
+            child: Some(child),
+            _link_dir: link_dir,
+        }
     }
 
     /// Runs it to completion; returns its JSON report.
@@ -217,7 +257,9 @@ impl Running {
 
     /// Whether it has exited.
     pub fn exited(&mut self) -> bool {
-        self.child.as_mut().is_none_or(|c| c.try_wait().ok().flatten().is_some())
+        self.child
+            .as_mut()
+            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
     }
 }
 
@@ -236,5 +278,6 @@ pub fn report(child: Child) -> Value {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "workload failed: {}", out.status);
     let text = String::from_utf8(out.stdout).unwrap();
-    serde_json::from_str(text.lines().last().expect("workload printed nothing")).expect("workload JSON")
+    serde_json::from_str(text.lines().last().expect("workload printed nothing"))
+        .expect("workload JSON")
 }

@@ -1,8 +1,8 @@
 //! End-to-end: every entry point, kernel names, device memory, and a shared device.
 use std::collections::{BTreeMap, BTreeSet};
 
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env};
-use serde_json::{Value, json};
+use integration_tests::{device_file, env, Cudatrace, Scenario, Workload};
+use serde_json::{json, Value};
 
 const N: u64 = 50;
 
@@ -23,12 +23,15 @@ fn every_entry_point_exact() {
     // Counts per symbol, exactly as called.
     let mut want: BTreeMap<String, u64> = BTreeMap::new();
     for (api, n) in report["calls"].as_object().unwrap() {
-        *want.entry(api.trim_end_matches("(final)").to_owned()).or_default() += n.as_u64().unwrap();
+        *want
+            .entry(api.trim_end_matches("(final)").to_owned())
+            .or_default() += n.as_u64().unwrap();
     }
     assert_eq!(want.len(), 43, "the workload calls every entry point");
     let mut got: BTreeMap<String, u64> = BTreeMap::new();
     for e in &events {
-        *got.entry(e["api"].as_str().unwrap().to_owned()).or_default() += 1;
+        *got.entry(e["api"].as_str().unwrap().to_owned())
+            .or_default() += 1;
         assert_eq!(e["result"], 0, "{e}");
     }
     assert_eq!(got, want, "events per entry point");
@@ -41,9 +44,17 @@ fn every_entry_point_exact() {
         ("cuLaunchKernel", hidden_gemm, &report["function"]),
         ("cuLaunchKernel_ptsz", lib_axpy, &report["kernel_function"]),
         ("cuLaunchCooperativeKernel", lib_axpy, &report["kernel"]),
-        ("cuLaunchCooperativeKernel_ptsz", lib_axpy, &report["kernel"]),
+        (
+            "cuLaunchCooperativeKernel_ptsz",
+            lib_axpy,
+            &report["kernel"],
+        ),
         ("cuLaunchKernelEx", hidden_gemm, &report["function"]),
-        ("cuLaunchKernelEx_ptsz", lib_axpy, &report["kernel_function"]),
+        (
+            "cuLaunchKernelEx_ptsz",
+            lib_axpy,
+            &report["kernel_function"],
+        ),
     ] {
         let mut seen = BTreeSet::new();
         for e in by_api(api) {
@@ -54,30 +65,50 @@ fn every_entry_point_exact() {
             assert_eq!(e["shared_mem_bytes"], json!(7 + i), "{e}");
             assert_eq!(e["stream"], stream, "{e}");
             assert_eq!(&e["function"], function, "{e}");
-            assert_eq!((e["kernel"].as_str(), e["kernel_mangled"].as_str()), (Some(kernel.0), Some(kernel.1)), "{e}");
+            assert_eq!(
+                (e["kernel"].as_str(), e["kernel_mangled"].as_str()),
+                (Some(kernel.0), Some(kernel.1)),
+                "{e}"
+            );
             seen.insert(i);
         }
         assert_eq!(seen, (0..N).collect(), "{api} launches");
     }
     for api in ["cuGraphLaunch", "cuGraphLaunch_ptsz"] {
-        assert!(by_api(api).all(|e| e["kind"] == "graph_launch" && e["graph_exec"] == report["graph"] && e["stream"] == stream));
+        assert!(by_api(api).all(|e| e["kind"] == "graph_launch"
+            && e["graph_exec"] == report["graph"]
+            && e["stream"] == stream));
     }
     let directions = [
-        ("cuMemcpyHtoD_v2", "htod", false), ("cuMemcpyHtoD_v2_ptds", "htod", false),
-        ("cuMemcpyDtoH_v2", "dtoh", false), ("cuMemcpyDtoH_v2_ptds", "dtoh", false),
-        ("cuMemcpyDtoD_v2", "dtod", false), ("cuMemcpyDtoD_v2_ptds", "dtod", false),
-        ("cuMemcpyHtoDAsync_v2", "htod", true), ("cuMemcpyHtoDAsync_v2_ptsz", "htod", true),
-        ("cuMemcpyDtoHAsync_v2", "dtoh", true), ("cuMemcpyDtoHAsync_v2_ptsz", "dtoh", true),
-        ("cuMemcpyDtoDAsync_v2", "dtod", true), ("cuMemcpyDtoDAsync_v2_ptsz", "dtod", true),
-        ("cuMemcpy", "default", false), ("cuMemcpy_ptds", "default", false),
-        ("cuMemcpyAsync", "default", true), ("cuMemcpyAsync_ptsz", "default", true),
-        ("cuMemcpyPeer", "peer", false), ("cuMemcpyPeer_ptds", "peer", false),
-        ("cuMemcpyPeerAsync", "peer", true), ("cuMemcpyPeerAsync_ptsz", "peer", true),
+        ("cuMemcpyHtoD_v2", "htod", false),
+        ("cuMemcpyHtoD_v2_ptds", "htod", false),
+        ("cuMemcpyDtoH_v2", "dtoh", false),
+        ("cuMemcpyDtoH_v2_ptds", "dtoh", false),
+        ("cuMemcpyDtoD_v2", "dtod", false),
+        ("cuMemcpyDtoD_v2_ptds", "dtod", false),
+        ("cuMemcpyHtoDAsync_v2", "htod", true),
+        ("cuMemcpyHtoDAsync_v2_ptsz", "htod", true),
+        ("cuMemcpyDtoHAsync_v2", "dtoh", true),
+        ("cuMemcpyDtoHAsync_v2_ptsz", "dtoh", true),
+        ("cuMemcpyDtoDAsync_v2", "dtod", true),
+        ("cuMemcpyDtoDAsync_v2_ptsz", "dtod", true),
+        ("cuMemcpy", "default", false),
+        ("cuMemcpy_ptds", "default", false),
+        ("cuMemcpyAsync", "default", true),
+        ("cuMemcpyAsync_ptsz", "default", true),
+        ("cuMemcpyPeer", "peer", false),
+        ("cuMemcpyPeer_ptds", "peer", false),
+        ("cuMemcpyPeerAsync", "peer", true),
+        ("cuMemcpyPeerAsync_ptsz", "peer", true),
     ];
     for (api, dir, asynchronous) in directions {
         let bytes: BTreeSet<u64> = by_api(api)
             .inspect(|e| {
-                assert_eq!((e["kind"].as_str(), e["direction"].as_str()), (Some("memcpy"), Some(dir)), "{e}");
+                assert_eq!(
+                    (e["kind"].as_str(), e["direction"].as_str()),
+                    (Some("memcpy"), Some(dir)),
+                    "{e}"
+                );
                 assert_eq!(e.get("stream"), asynchronous.then_some(&stream), "{e}");
             })
             .filter_map(|e| e["bytes"].as_u64())
@@ -87,13 +118,16 @@ fn every_entry_point_exact() {
     assert!(by_api("cuStreamSynchronize").all(|e| e["kind"] == "sync" && e["stream"] == stream));
     assert!(by_api("cuStreamSynchronize_ptsz").all(|e| e["stream"] == 0));
     assert!(by_api("cuEventSynchronize").all(|e| e["event"] == report["event"]));
-    assert!(by_api("cuStreamWaitEvent_ptsz").all(|e| e["stream"] == stream && e["event"] == report["event"]));
+    assert!(by_api("cuStreamWaitEvent_ptsz")
+        .all(|e| e["stream"] == stream && e["event"] == report["event"]));
     assert!(by_api("cuModuleGetFunction").all(|e| e["kind"] == "lookup"
         && e["name"] == hidden_gemm.1
         && e["handle"] == report["function"]
         && e["kernel"] == hidden_gemm.0));
-    assert!(by_api("cuLibraryGetKernel").all(|e| e["name"] == lib_axpy.1 && e["handle"] == report["kernel"]));
-    assert!(by_api("cuKernelGetFunction").all(|e| e["handle"] == report["kernel_function"] && e["source"] == report["kernel"]));
+    assert!(by_api("cuLibraryGetKernel")
+        .all(|e| e["name"] == lib_axpy.1 && e["handle"] == report["kernel"]));
+    assert!(by_api("cuKernelGetFunction")
+        .all(|e| e["handle"] == report["kernel_function"] && e["source"] == report["kernel"]));
     for api in ["cuMemAllocAsync", "cuMemAllocAsync_ptsz"] {
         let sizes: BTreeSet<u64> = by_api(api).map(|e| e["bytes"].as_u64().unwrap()).collect();
         assert_eq!(sizes, (1..=N).map(|i| 4096 * i).collect(), "{api} sizes");
@@ -101,7 +135,11 @@ fn every_entry_point_exact() {
     }
 
     // Device memory: two 1 MiB buffers stay; the peak adds the N allocations of one phase.
-    let memory = traced.stderr.iter().find(|l| l.starts_with(&format!("memory: pid={pid} "))).expect("memory line");
+    let memory = traced
+        .stderr
+        .iter()
+        .find(|l| l.starts_with(&format!("memory: pid={pid} ")))
+        .expect("memory line");
     let peak = 2 * (1 << 20) + 4096 * N * (N + 1) / 2;
     let allocs = 2 + 3 * N;
     let frees = 3 * N;
@@ -112,7 +150,10 @@ fn every_entry_point_exact() {
     let summary = traced.summary();
     assert_eq!(summary["dropped"], 0);
     let launches = events.iter().filter(|e| e["kind"] == "launch").count();
-    let named = events.iter().filter(|e| e["kind"] == "launch" && e["kernel"].is_string()).count();
+    let named = events
+        .iter()
+        .filter(|e| e["kind"] == "launch" && e["kernel"].is_string())
+        .count();
     eprintln!(
         "e2e every_entry_point_exact: {} entry points, calls in={} events out={} launches named={named}/{launches} dropped=0",
         want.len(),
@@ -127,7 +168,10 @@ fn mean_wait(events: &[&Value], pid: u64) -> (f64, usize) {
         .filter(|e| e["pid"].as_u64() == Some(pid) && e["api"] == "cuStreamSynchronize")
         .map(|e| e["duration_ns"].as_u64().unwrap())
         .collect();
-    (waits.iter().sum::<u64>() as f64 / waits.len().max(1) as f64, waits.len())
+    (
+        waits.iter().sum::<u64>() as f64 / waits.len().max(1) as f64,
+        waits.len(),
+    )
 }
 
 /// Two processes on one simulated device: the measured wait of a light job rises while a heavy
@@ -137,12 +181,34 @@ fn waits_rise_under_a_busy_neighbour() {
     let Some(env) = env() else { return };
     let lib = env.libcuda();
     let dev = device_file("shared");
-    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000")];
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+    ];
     let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     // Light: 10-block kernels (10 us each), a wait after each.
-    let light = || Workload::new(&env, Scenario::Loop { seconds: 1.5, grid: 10, sync_every: 1 }).vars(&vars);
+    let light = || {
+        Workload::new(
+            &env,
+            Scenario::Loop {
+                seconds: 1.5,
+                grid: 10,
+                sync_every: 1,
+            },
+        )
+        .vars(&vars)
+    };
     let alone = light().run();
-    let heavy = Workload::new(&env, Scenario::Loop { seconds: 3.0, grid: 2000, sync_every: 4 }).vars(&vars).spawn();
+    let heavy = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 3.0,
+            grid: 2000,
+            sync_every: 4,
+        },
+    )
+    .vars(&vars)
+    .spawn();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let shared = light().run();
     let heavy = heavy.finish();
@@ -152,14 +218,19 @@ fn waits_rise_under_a_busy_neighbour() {
     let (shared_ns, shared_n) = mean_wait(&events, shared["pid"].as_u64().unwrap());
     assert_eq!(alone_n as u64, alone["syncs"].as_u64().unwrap());
     assert_eq!(shared_n as u64, shared["syncs"].as_u64().unwrap());
-    let heavy_launches =
-        events.iter().filter(|e| e["pid"] == heavy["pid"] && e["api"] == "cuLaunchKernel").count() as u64;
+    let heavy_launches = events
+        .iter()
+        .filter(|e| e["pid"] == heavy["pid"] && e["api"] == "cuLaunchKernel")
+        .count() as u64;
     assert_eq!(heavy_launches, heavy["launches"].as_u64().unwrap());
     eprintln!(
         "e2e waits_rise_under_a_busy_neighbour: mean wait alone={alone_ns:.0} ns ({alone_n} waits), \
          beside the heavy job={shared_ns:.0} ns ({shared_n} waits), ratio={:.1}",
         shared_ns / alone_ns
     );
-    assert!(shared_ns > 10.0 * alone_ns, "wait alone {alone_ns} ns, shared {shared_ns} ns");
+    assert!(
+        shared_ns > 10.0 * alone_ns,
+        "wait alone {alone_ns} ns, shared {shared_ns} ns"
+    );
     assert_eq!(traced.summary()["dropped"], 0);
 }

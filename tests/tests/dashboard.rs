@@ -11,19 +11,23 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, FAST_DETECTION, Scenario, Workload, device_file, env,
+    device_file, env,
     guards::TempDir,
     poll,
     servers::{Alertmanager, Prometheus, Webhook},
+    Cudatrace, Scenario, Workload, FAST_DETECTION,
 };
 use serde_json::Value;
 
 fn deploy(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(path)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(path)
 }
 
 fn dashboard() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(deploy("grafana/cudatrace.json")).unwrap()).expect("the dashboard is JSON")
+    serde_json::from_str(&std::fs::read_to_string(deploy("grafana/cudatrace.json")).unwrap())
+        .expect("the dashboard is JSON")
 }
 
 /// Every panel, rows' nested panels included.
@@ -41,11 +45,27 @@ fn queries(d: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for p in panels(d).into_iter().filter(|p| p["type"] != "row") {
         for t in p["targets"].as_array().unwrap() {
-            out.push((format!("panel {} {:?} {}", p["id"], p["title"].as_str().unwrap(), t["refId"].as_str().unwrap()), t["expr"].as_str().unwrap().to_owned()));
+            out.push((
+                format!(
+                    "panel {} {:?} {}",
+                    p["id"],
+                    p["title"].as_str().unwrap(),
+                    t["refId"].as_str().unwrap()
+                ),
+                t["expr"].as_str().unwrap().to_owned(),
+            ));
         }
     }
-    for a in d["annotations"]["list"].as_array().unwrap().iter().filter(|a| a["expr"].is_string()) {
-        out.push((format!("annotation {:?}", a["name"].as_str().unwrap()), a["expr"].as_str().unwrap().to_owned()));
+    for a in d["annotations"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["expr"].is_string())
+    {
+        out.push((
+            format!("annotation {:?}", a["name"].as_str().unwrap()),
+            a["expr"].as_str().unwrap().to_owned(),
+        ));
     }
     out
 }
@@ -53,35 +73,72 @@ fn queries(d: &Value) -> Vec<(String, String)> {
 #[test]
 fn the_dashboard_is_well_formed() {
     let d = dashboard();
-    assert!(d["schemaVersion"].as_i64().unwrap() >= 38, "Grafana 10's JSON model");
-    let names: Vec<&str> = d["templating"]["list"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["datasource", "instance", "gpu", "namespace", "pod", "process", "api"]);
+    assert!(
+        d["schemaVersion"].as_i64().unwrap() >= 38,
+        "Grafana 10's JSON model"
+    );
+    let names: Vec<&str> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "datasource",
+            "instance",
+            "gpu",
+            "namespace",
+            "pod",
+            "process",
+            "api"
+        ]
+    );
     let ds = &d["templating"]["list"][0];
-    assert_eq!((ds["type"].as_str(), ds["query"].as_str()), (Some("datasource"), Some("prometheus")));
+    assert_eq!(
+        (ds["type"].as_str(), ds["query"].as_str()),
+        (Some("datasource"), Some("prometheus"))
+    );
     let all = panels(&d);
     let mut ids = HashSet::new();
     for p in &all {
-        assert!(ids.insert(p["id"].as_i64().unwrap()), "panel id {} twice", p["id"]);
+        assert!(
+            ids.insert(p["id"].as_i64().unwrap()),
+            "panel id {} twice",
+            p["id"]
+        );
     }
     // Grid: inside 24 columns, no two panels overlapping.
     let rects: Vec<(i64, i64, i64, i64, &str)> = all
         .iter()
         .map(|p| {
             let g = &p["gridPos"];
-            (g["x"].as_i64().unwrap(), g["y"].as_i64().unwrap(), g["w"].as_i64().unwrap(), g["h"].as_i64().unwrap(), p["title"].as_str().unwrap())
+            (
+                g["x"].as_i64().unwrap(),
+                g["y"].as_i64().unwrap(),
+                g["w"].as_i64().unwrap(),
+                g["h"].as_i64().unwrap(),
+                p["title"].as_str().unwrap(),
+            )
         })
         .collect();
     for (i, a) in rects.iter().enumerate() {
         assert!(a.0 >= 0 && a.0 + a.2 <= 24 && a.2 > 0 && a.3 > 0, "{a:?}");
         for b in &rects[i + 1..] {
-            let apart = a.0 + a.2 <= b.0 || b.0 + b.2 <= a.0 || a.1 + a.3 <= b.1 || b.1 + b.3 <= a.1;
+            let apart =
+                a.0 + a.2 <= b.0 || b.0 + b.2 <= a.0 || a.1 + a.3 <= b.1 || b.1 + b.3 <= a.1;
             assert!(apart, "{a:?} overlaps {b:?}");
         }
     }
     // A datasource and a query on every panel; every variable used exists.
     let known: HashSet<&str> = names.iter().copied().chain(["__rate_interval"]).collect();
     for p in all.iter().filter(|p| p["type"] != "row") {
-        assert_eq!(p["datasource"]["uid"], "${datasource}", "panel {}", p["title"]);
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "panel {}",
+            p["title"]
+        );
         let targets = p["targets"].as_array().unwrap();
         assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
         for t in targets {
@@ -89,13 +146,28 @@ fn the_dashboard_is_well_formed() {
             let expr = t["expr"].as_str().unwrap();
             assert!(!expr.trim().is_empty());
             for var in expr.split('$').skip(1) {
-                let name: String = var.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                assert!(known.contains(name.as_str()), "panel {}: ${name} is not a variable", p["title"]);
+                let name: String = var
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    known.contains(name.as_str()),
+                    "panel {}: ${name} is not a variable",
+                    p["title"]
+                );
             }
         }
-        assert!(p["description"].as_str().is_some_and(|s| !s.is_empty()), "panel {} says what it shows", p["title"]);
+        assert!(
+            p["description"].as_str().is_some_and(|s| !s.is_empty()),
+            "panel {} says what it shows",
+            p["title"]
+        );
     }
-    eprintln!("dashboard: {} panels, {} queries, ids unique, grid without overlaps", all.len(), queries(&d).len());
+    eprintln!(
+        "dashboard: {} panels, {} queries, ids unique, grid without overlaps",
+        all.len(),
+        queries(&d).len()
+    );
 }
 
 /// Two GPUs, neither throttled; NVML lists no process (placement from CUDA_VISIBLE_DEVICES).
@@ -113,11 +185,19 @@ fn history(instance: &str, comm: &str, now: f64) -> String {
         let start = now - ago - 1200.0;
         for (le, per) in buckets {
             for k in 0..=160 {
-                text.push_str(&format!("cudatrace_call_duration_seconds_bucket{{{labels},le=\"{le}\"}} {} {:.3}\n", per * f64::from(k), start + 15.0 * f64::from(k)));
+                text.push_str(&format!(
+                    "cudatrace_call_duration_seconds_bucket{{{labels},le=\"{le}\"}} {} {:.3}\n",
+                    per * f64::from(k),
+                    start + 15.0 * f64::from(k)
+                ));
             }
         }
         for k in 0..=160 {
-            text.push_str(&format!("cudatrace_call_duration_seconds_count{{{labels}}} {} {:.3}\n", 1000.0 * f64::from(k), start + 15.0 * f64::from(k)));
+            text.push_str(&format!(
+                "cudatrace_call_duration_seconds_count{{{labels}}} {} {:.3}\n",
+                1000.0 * f64::from(k),
+                start + 15.0 * f64::from(k)
+            ));
         }
     }
     text.push_str("# EOF\n");
@@ -147,7 +227,17 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     let hook_url = format!("http://127.0.0.1:{}/notify", hook.port);
     // The shipped route, its receivers pointed at the test's webhook.
     let shipped = std::fs::read_to_string(deploy("alertmanager/alertmanager.yml")).unwrap();
-    let am = Alertmanager::start_config(&shipped.replace("http://alert-receiver.monitoring.svc:8080/cudatrace-tickets", &hook_url).replace("http://alert-receiver.monitoring.svc:8080/cudatrace", &hook_url));
+    let am = Alertmanager::start_config(
+        &shipped
+            .replace(
+                "http://alert-receiver.monitoring.svc:8080/cudatrace-tickets",
+                &hook_url,
+            )
+            .replace(
+                "http://alert-receiver.monitoring.svc:8080/cudatrace",
+                &hook_url,
+            ),
+    );
     let dir = TempDir::new("dashboard");
     let scenario = dir.write("nvml.txt", NVML);
     // cudatrace's own webhook, grouping each incident's changes of 10 s into one body.
@@ -159,27 +249,84 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     let nvml = env.libnvml();
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
         &env,
-        &["--nvml-lib", nvml.to_str().unwrap(), "--config", config.to_str().unwrap(), "--alertmanager", &am.url()],
+        &[
+            "--nvml-lib",
+            nvml.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--alertmanager",
+            &am.url(),
+        ],
         &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
     );
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
-    let scrape = format!("  - job_name: cudatrace\n    static_configs:\n      - targets: ['{listen}']\n");
-    let prom = Prometheus::start_with(&scrape, Some(&deploy("prometheus/rules.yml")), Some(&history(&listen, "model-server-a", now)));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let scrape =
+        format!("  - job_name: cudatrace\n    static_configs:\n      - targets: ['{listen}']\n");
+    let prom = Prometheus::start_with(
+        &scrape,
+        Some(&deploy("prometheus/rules.yml")),
+        Some(&history(&listen, "model-server-a", now)),
+    );
     // Scraping before the jobs start, so that their first waits are in its counters' increase.
-    assert_eq!(prom.wait_for("up{job=\"cudatrace\"}", 1.0), 1.0, "Prometheus does not scrape cudatrace");
+    assert_eq!(
+        prom.wait_for("up{job=\"cudatrace\"}", 1.0),
+        1.0,
+        "Prometheus does not scrape cudatrace"
+    );
 
     let (dev0, dev1) = (device_file("dashboard-gpu0"), device_file("dashboard-gpu1"));
-    let gpu0 = [("CUDA_STANDIN_DEVICE", dev0.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
-    let gpu1 = [("CUDA_STANDIN_DEVICE", dev1.as_str()), ("CUDA_VISIBLE_DEVICES", "1")];
-    let looping = |seconds, grid, sync_every| Workload::new(&env, Scenario::Loop { seconds, grid, sync_every });
-    let a = looping(120.0, 1000, 1).comm("model-server-a").vars(&gpu0).spawn();
-    let b = looping(120.0, 1000, 1).comm("model-server-b").vars(&gpu0).spawn();
-    let loader = Workload::new(&env, Scenario::Copies { seconds: 120.0, bytes: 4_194_304, gap_us: 1000 }).comm("data-loader").vars(&gpu1).spawn();
+    let gpu0 = [
+        ("CUDA_STANDIN_DEVICE", dev0.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ];
+    let gpu1 = [
+        ("CUDA_STANDIN_DEVICE", dev1.as_str()),
+        ("CUDA_VISIBLE_DEVICES", "1"),
+    ];
+    let looping = |seconds, grid, sync_every| {
+        Workload::new(
+            &env,
+            Scenario::Loop {
+                seconds,
+                grid,
+                sync_every,
+            },
+        )
+    };
+    let a = looping(120.0, 1000, 1)
+        .comm("model-server-a")
+        .vars(&gpu0)
+        .spawn();
+    let b = looping(120.0, 1000, 1)
+        .comm("model-server-b")
+        .vars(&gpu0)
+        .spawn();
+    let loader = Workload::new(
+        &env,
+        Scenario::Copies {
+            seconds: 120.0,
+            bytes: 4_194_304,
+            gap_us: 1000,
+        },
+    )
+    .comm("data-loader")
+    .vars(&gpu1)
+    .spawn();
     let (a_pid, b_pid) = (a.pid(), b.pid());
     for pid in [a_pid, b_pid] {
         let prefix = format!("baseline: pid={pid} ");
-        let learned = daemon.wait_stderr(Duration::from_secs(60), |l| l.starts_with(&prefix) && l.contains(" signal=wait_per_launch "));
-        assert!(learned.is_some(), "no baseline for pid {pid} within 60 s: {:?}", daemon.stderr_now());
+        let learned = daemon.wait_stderr(Duration::from_secs(60), |l| {
+            l.starts_with(&prefix) && l.contains(" signal=wait_per_launch ")
+        });
+        assert!(
+            learned.is_some(),
+            "no baseline for pid {pid} within 60 s: {:?}",
+            daemon.stderr_now()
+        );
     }
     let trainer_start = Instant::now();
     let trainer = looping(70.0, 4000, 2).comm("trainer").vars(&gpu0).spawn();
@@ -187,10 +334,20 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
 
     // Both victims firing, as Prometheus sees them, and the rule's ALERTS.
     let firing = format!("cudatrace_alert_active{{state=\"firing\",signal=\"wait_per_launch\",pid=~\"{a_pid}|{b_pid}\"}}");
-    let both = poll(Duration::from_secs(60), || (prom.query(&firing).len() == 2).then_some(()));
+    let both = poll(Duration::from_secs(60), || {
+        (prom.query(&firing).len() == 2).then_some(())
+    });
     let fired_after = trainer_start.elapsed();
-    assert!(both.is_some(), "both victims not firing in Prometheus within 60 s: {:?}", prom.query("cudatrace_alert_active"));
-    assert!(poll(Duration::from_secs(20), || (!prom.query("ALERTS{alertname=\"CudatraceDetectorAlert\"}").is_empty()).then_some(())).is_some());
+    assert!(
+        both.is_some(),
+        "both victims not firing in Prometheus within 60 s: {:?}",
+        prom.query("cudatrace_alert_active")
+    );
+    assert!(poll(Duration::from_secs(20), || (!prom
+        .query("ALERTS{alertname=\"CudatraceDetectorAlert\"}")
+        .is_empty())
+    .then_some(()))
+    .is_some());
 
     // Every query of the dashboard, the variables filled as a user would for this run.
     let vars: BTreeMap<&str, String> = [
@@ -198,8 +355,14 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
         ("gpu", "0|1".into()),
         ("namespace", String::new()),
         ("pod", String::new()),
-        ("process", "model-server-a|model-server-b|trainer|data-loader".into()),
-        ("api", "cuLaunchKernel|cuStreamSynchronize|cuMemcpyHtoD_v2".into()),
+        (
+            "process",
+            "model-server-a|model-server-b|trainer|data-loader".into(),
+        ),
+        (
+            "api",
+            "cuLaunchKernel|cuStreamSynchronize|cuMemcpyHtoD_v2".into(),
+        ),
     ]
     .into_iter()
     .collect();
@@ -208,16 +371,28 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     let mut counted = 0;
     for (place, expr) in queries(&d) {
         let q = fill(&expr, &vars);
-        let got = poll(Duration::from_secs(20), || Some(prom.query(&q)).filter(|r| !r.is_empty())).unwrap_or_default();
+        let got = poll(Duration::from_secs(20), || {
+            Some(prom.query(&q)).filter(|r| !r.is_empty())
+        })
+        .unwrap_or_default();
         counted += 1;
         if got.is_empty() {
             empty.push(format!("{place}: {q}"));
         }
     }
     // Variables: Grafana's label_values, through Prometheus's series API.
-    for v in d["templating"]["list"].as_array().unwrap().iter().filter(|v| v["type"] == "query") {
+    for v in d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+    {
         let def = fill(v["definition"].as_str().unwrap(), &vars);
-        let (selector, name) = def.trim_start_matches("label_values(").trim_end_matches(')').rsplit_once(", ").unwrap();
+        let (selector, name) = def
+            .trim_start_matches("label_values(")
+            .trim_end_matches(')')
+            .rsplit_once(", ")
+            .unwrap();
         let series = prom.series(selector);
         let values: HashSet<String> = series.iter().map(|s| label(s, name)).collect();
         let want = match v["name"].as_str().unwrap() {
@@ -227,7 +402,11 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
             "api" => "cuStreamSynchronize".into(),
             _ => String::new(),
         };
-        assert!(values.contains(&want), "variable {}: {values:?} lacks {want:?}", v["name"]);
+        assert!(
+            values.contains(&want),
+            "variable {}: {values:?} lacks {want:?}",
+            v["name"]
+        );
     }
 
     // The heatmap of model-server-a's waits: every wait in a finite bucket, and the buckets
@@ -236,15 +415,38 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
         "sum by (le) (increase(cudatrace_call_duration_seconds_bucket{instance=~\"$instance\", comm=\"model-server-a\", api=\"cuStreamSynchronize\"}[60s]))",
         &vars,
     );
-    let mut buckets: Vec<(f64, f64)> = prom.query(&heat).iter().map(|(m, v)| (label(m, "le").parse::<f64>().unwrap(), *v)).collect();
+    let mut buckets: Vec<(f64, f64)> = prom
+        .query(&heat)
+        .iter()
+        .map(|(m, v)| (label(m, "le").parse::<f64>().unwrap(), *v))
+        .collect();
     buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
     let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
-    let finite = buckets.iter().rev().find(|b| b.0.is_finite()).copied().unwrap_or_default();
-    let first_full = buckets.iter().find(|b| b.1 >= total).map(|b| b.0).unwrap_or(f64::NAN);
-    let first_any = buckets.iter().find(|b| b.1 > 0.0).map(|b| b.0).unwrap_or(f64::NAN);
+    let finite = buckets
+        .iter()
+        .rev()
+        .find(|b| b.0.is_finite())
+        .copied()
+        .unwrap_or_default();
+    let first_full = buckets
+        .iter()
+        .find(|b| b.1 >= total)
+        .map(|b| b.0)
+        .unwrap_or(f64::NAN);
+    let first_any = buckets
+        .iter()
+        .find(|b| b.1 > 0.0)
+        .map(|b| b.0)
+        .unwrap_or(f64::NAN);
 
     // The incident timeline: both victims at 2 (firing), with the trainer as the aggressor set.
-    let timeline = panels(&d).into_iter().find(|p| p["title"] == "Incident timeline").unwrap()["targets"][0]["expr"].as_str().unwrap().to_owned();
+    let timeline = panels(&d)
+        .into_iter()
+        .find(|p| p["title"] == "Incident timeline")
+        .unwrap()["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let rows = prom.query(&fill(&timeline, &vars));
 
     // Alertmanager: one group for the trainer's incident on GPU 0, holding both victims; the
@@ -252,7 +454,9 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     let want_group = format!("{t_pid}:trainer");
     let groups = poll(Duration::from_secs(20), || {
         let g = am.groups();
-        g.iter().any(|g| g["alerts"].as_array().is_some_and(|a| a.len() >= 2)).then_some(g)
+        g.iter()
+            .any(|g| g["alerts"].as_array().is_some_and(|a| a.len() >= 2))
+            .then_some(g)
     })
     .unwrap_or_else(|| am.groups());
     let notified = hook.wait_for(Duration::from_secs(45), |n| n["alerts"].is_array());
@@ -273,36 +477,86 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
         groups.iter().map(|g| (g["labels"].clone(), g["alerts"].as_array().map_or(0, Vec::len))).collect::<Vec<_>>(),
         notify_after.as_secs_f64()
     );
-    assert!(empty.is_empty(), "queries without series:\n{}", empty.join("\n"));
-    assert!(total > 100.0 && finite.1 == total, "waits beyond the largest finite bucket: {buckets:?}");
+    assert!(
+        empty.is_empty(),
+        "queries without series:\n{}",
+        empty.join("\n")
+    );
+    assert!(
+        total > 100.0 && finite.1 == total,
+        "waits beyond the largest finite bucket: {buckets:?}"
+    );
     assert!((0.0005..=0.0025).contains(&first_any), "{buckets:?}");
     assert!(first_full > 0.0025 && first_full <= 0.1, "{buckets:?}");
-    let mut timeline_rows: Vec<(String, String, f64)> =
-        rows.iter().filter(|(m, _)| label(m, "signal") == "wait_per_launch").map(|(m, v)| (label(m, "pid"), label(m, "incident_aggressors"), *v)).collect();
+    let mut timeline_rows: Vec<(String, String, f64)> = rows
+        .iter()
+        .filter(|(m, _)| label(m, "signal") == "wait_per_launch")
+        .map(|(m, v)| (label(m, "pid"), label(m, "incident_aggressors"), *v))
+        .collect();
     timeline_rows.sort_by(|x, y| x.0.cmp(&y.0));
-    let mut want_rows = vec![(a_pid.to_string(), want_group.clone(), 2.0), (b_pid.to_string(), want_group.clone(), 2.0)];
+    let mut want_rows = vec![
+        (a_pid.to_string(), want_group.clone(), 2.0),
+        (b_pid.to_string(), want_group.clone(), 2.0),
+    ];
     want_rows.sort_by(|x, y| x.0.cmp(&y.0));
     assert_eq!(timeline_rows, want_rows);
-    let ours: Vec<&Value> = groups.iter().filter(|g| g["labels"]["cause"] == "compute_contention").collect();
+    let ours: Vec<&Value> = groups
+        .iter()
+        .filter(|g| g["labels"]["cause"] == "compute_contention")
+        .collect();
     assert_eq!(ours.len(), 1, "one group: {groups:?}");
-    assert_eq!((ours[0]["labels"]["aggressors"].as_str(), ours[0]["labels"]["gpu"].as_str()), (Some(want_group.as_str()), Some("0")));
-    let mut victims: Vec<String> = ours[0]["alerts"].as_array().unwrap().iter().map(|a| label(&a["labels"], "pid")).collect();
+    assert_eq!(
+        (
+            ours[0]["labels"]["aggressors"].as_str(),
+            ours[0]["labels"]["gpu"].as_str()
+        ),
+        (Some(want_group.as_str()), Some("0"))
+    );
+    let mut victims: Vec<String> = ours[0]["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| label(&a["labels"], "pid"))
+        .collect();
     victims.sort();
     victims.dedup();
     let mut want_victims = vec![a_pid.to_string(), b_pid.to_string()];
     want_victims.sort();
     assert_eq!(victims, want_victims);
-    let notified = notified.unwrap_or_else(|| panic!("no notification within 45 s: {:?}", hook.received()));
-    let mut paged: Vec<String> = notified["alerts"].as_array().unwrap().iter().map(|a| label(&a["labels"], "pid")).collect();
+    let notified =
+        notified.unwrap_or_else(|| panic!("no notification within 45 s: {:?}", hook.received()));
+    let mut paged: Vec<String> = notified["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| label(&a["labels"], "pid"))
+        .collect();
     paged.sort();
     paged.dedup();
-    assert_eq!(paged, want_victims, "the first page names both victims: {notified}");
-    assert_eq!(notified["groupLabels"]["aggressors"].as_str(), Some(want_group.as_str()));
+    assert_eq!(
+        paged, want_victims,
+        "the first page names both victims: {notified}"
+    );
+    assert_eq!(
+        notified["groupLabels"]["aggressors"].as_str(),
+        Some(want_group.as_str())
+    );
     // cudatrace's grouped webhook: its first body is the incident, both victims in it.
     let first_group = first_group.unwrap_or_else(|| panic!("the grouped webhook got nothing"));
     eprintln!("e2e every_panel_returns_series_and_one_trainer_makes_one_incident: first grouped webhook body: {}", first_group["summary"]);
-    assert_eq!((first_group["incident"]["aggressors"].as_str(), first_group["incident"]["gpu"].as_str()), (Some(want_group.as_str()), Some("0")));
-    let mut in_body: Vec<String> = first_group["victims"].as_array().unwrap().iter().map(|v| v["victim"]["pid"].as_u64().unwrap().to_string()).collect();
+    assert_eq!(
+        (
+            first_group["incident"]["aggressors"].as_str(),
+            first_group["incident"]["gpu"].as_str()
+        ),
+        (Some(want_group.as_str()), Some("0"))
+    );
+    let mut in_body: Vec<String> = first_group["victims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["victim"]["pid"].as_u64().unwrap().to_string())
+        .collect();
     in_body.sort();
     in_body.dedup();
     assert_eq!(in_body, want_victims, "{first_group}");

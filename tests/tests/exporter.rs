@@ -7,7 +7,8 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, Scenario, Workload, device_file, env, exposition, free_port, guards::TempDir, http, servers::Prometheus,
+    device_file, env, exposition, free_port, guards::TempDir, http, servers::Prometheus, Cudatrace,
+    Scenario, Workload,
 };
 
 const SCENARIO: &str = "\
@@ -31,22 +32,51 @@ fn prometheus_scrapes_exact_counts() {
     let config = dir.write("cudatrace.toml", "nvml_period_ms = 200\ntop_kernels = 5\n");
     let daemon = Cudatrace::start_daemon(
         &env,
-        &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", nvml.to_str().unwrap(), "--config", config.to_str().unwrap()],
+        &[
+            "--lib",
+            lib.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--nvml-lib",
+            nvml.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
         &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
     );
     let prom = Prometheus::start(port);
     let dev = device_file("prom");
     // 20 µs of driver time in every call.
-    let report = Workload::new(&env, Scenario::Basic { launches: 3000, copies: 400 })
-        .device(&dev)
-        .vars(&[("CUDA_STANDIN_CALL_NS", "20000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1")])
-        .run();
+    let report = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 3000,
+            copies: 400,
+        },
+    )
+    .device(&dev)
+    .vars(&[
+        ("CUDA_STANDIN_CALL_NS", "20000"),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1"),
+    ])
+    .run();
     let pid = report["pid"].as_u64().unwrap();
 
-    let launches = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"), 3000.0);
-    let htod = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuMemcpyHtoD_v2\"}}"), 200.0);
-    let dtoh = prom.wait_for(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuMemcpyDtoH_v2\"}}"), 200.0);
-    let bytes = prom.query(&format!("sum(cudatrace_memcpy_bytes_total{{pid=\"{pid}\",direction=\"htod\"}})"));
+    let launches = prom.wait_for(
+        &format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"),
+        3000.0,
+    );
+    let htod = prom.wait_for(
+        &format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuMemcpyHtoD_v2\"}}"),
+        200.0,
+    );
+    let dtoh = prom.wait_for(
+        &format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuMemcpyDtoH_v2\"}}"),
+        200.0,
+    );
+    let bytes = prom.query(&format!(
+        "sum(cudatrace_memcpy_bytes_total{{pid=\"{pid}\",direction=\"htod\"}})"
+    ));
     let p99 = prom.query(&format!(
         "histogram_quantile(0.99, sum by (le) (cudatrace_call_duration_seconds_bucket{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}))"
     ));
@@ -56,7 +86,9 @@ fn prometheus_scrapes_exact_counts() {
     let sketch_p50 = prom.query(&format!(
         "cudatrace_call_duration_quantile_seconds{{pid=\"{pid}\",api=\"cuLaunchKernel\",window=\"1m\",q=\"0.5\"}}"
     ));
-    let kernel = prom.query(&format!("cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"));
+    let kernel = prom.query(&format!(
+        "cudatrace_calls_total{{pid=\"{pid}\",api=\"cuLaunchKernel\"}}"
+    ));
     eprintln!(
         "e2e prometheus_scrapes_exact_counts: launches in=3000 promql={launches} htod in=200 promql={htod} dtoh in=200 promql={dtoh} \
          p99(histogram)={:?} p99(sketch)={:?} p50(sketch,1m)={:?}",
@@ -66,17 +98,29 @@ fn prometheus_scrapes_exact_counts() {
     );
     assert_eq!((launches, htod, dtoh), (3000.0, 200.0, 200.0));
     // Copy j of the one thread moves 1024 + 16 j bytes, host to device when j is even.
-    let want_bytes: u64 = (0..400u64).filter(|j| j % 2 == 0).map(|j| 1024 + 16 * j).sum();
+    let want_bytes: u64 = (0..400u64)
+        .filter(|j| j % 2 == 0)
+        .map(|j| 1024 + 16 * j)
+        .sum();
     assert_eq!(bytes[0].1, want_bytes as f64);
     // Every call spins 20 µs in the library: no quantile can be below that. The median sits just
     // above it; the tail carries the probes and, on 2 cores, preemption by the tracer and
     // Prometheus, so p99 is bounded by the 250 µs bucket rather than pinned.
     let p99 = p99[0].1;
-    assert!((20e-6..=250e-6).contains(&p99), "histogram p99 {p99} s for 20 µs calls");
+    assert!(
+        (20e-6..=250e-6).contains(&p99),
+        "histogram p99 {p99} s for 20 µs calls"
+    );
     let sketch_p99 = sketch_p99[0].1;
-    assert!((20e-6..=250e-6).contains(&sketch_p99), "sketch p99 {sketch_p99} s for 20 µs calls");
+    assert!(
+        (20e-6..=250e-6).contains(&sketch_p99),
+        "sketch p99 {sketch_p99} s for 20 µs calls"
+    );
     let p50 = sketch_p50[0].1;
-    assert!((20e-6..=40e-6).contains(&p50), "sketch p50 {p50} s for 20 µs calls");
+    assert!(
+        (20e-6..=40e-6).contains(&p50),
+        "sketch p50 {p50} s for 20 µs calls"
+    );
     assert!(p50 <= sketch_p99);
     assert_eq!(kernel[0].0["kernel"], "hidden_gemm(float*, float*, int)");
 
@@ -102,13 +146,37 @@ fn prometheus_scrapes_exact_counts() {
 
     // The exposition itself: promtool is clean, OpenMetrics on request.
     let text = http::scrape(&listen);
-    let mut check = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    check.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let mut check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = check.wait_with_output().unwrap();
-    let lint = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && lint.trim().is_empty(), "promtool check metrics: {lint}");
-    let om = http::get(&format!("http://{listen}/metrics"), Some("application/openmetrics-text; version=1.0.0"));
-    assert!(om.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
+    let lint = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && lint.trim().is_empty(),
+        "promtool check metrics: {lint}"
+    );
+    let om = http::get(
+        &format!("http://{listen}/metrics"),
+        Some("application/openmetrics-text; version=1.0.0"),
+    );
+    assert!(
+        om.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF"
+    );
     assert!(!text.contains("# EOF"));
 
     drop(prom);
@@ -125,54 +193,133 @@ fn runs_without_nvml_and_reports_bad_input() {
     let listen = format!("127.0.0.1:{port}");
     let lib = env.libcuda();
     let missing = env.standin.join("no-such-libnvidia-ml.so.1");
-    let daemon = Cudatrace::start_daemon(&env, &["--lib", lib.to_str().unwrap(), "--listen", &listen, "--nvml-lib", missing.to_str().unwrap()], &[]);
+    let daemon = Cudatrace::start_daemon(
+        &env,
+        &[
+            "--lib",
+            lib.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--nvml-lib",
+            missing.to_str().unwrap(),
+        ],
+        &[],
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let text = http::scrape(&listen);
     let samples = exposition::parse(&text);
-    let nvml_up: Vec<f64> = exposition::select(&samples, "cudatrace_nvml_up", &[]).iter().map(|s| s.value).collect();
+    let nvml_up: Vec<f64> = exposition::select(&samples, "cudatrace_nvml_up", &[])
+        .iter()
+        .map(|s| s.value)
+        .collect();
     assert_eq!(nvml_up, vec![0.0], "{text}");
     assert!(exposition::select(&samples, "cudatrace_gpu_utilization_ratio", &[]).is_empty());
-    assert_eq!(exposition::select(&samples, "cudatrace_probe_attached", &[("symbol", "cuLaunchKernel")]).len(), 1, "{text}");
+    assert_eq!(
+        exposition::select(
+            &samples,
+            "cudatrace_probe_attached",
+            &[("symbol", "cuLaunchKernel")]
+        )
+        .len(),
+        1,
+        "{text}"
+    );
 
     // Same port again: one line, before anything is loaded.
-    let out = Command::new(&env.bin).args(["run", "--lib", lib.to_str().unwrap(), "--listen", &listen]).output().unwrap();
+    let out = Command::new(&env.bin)
+        .args(["run", "--lib", lib.to_str().unwrap(), "--listen", &listen])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(&format!("port in use: {listen}")), "{err}");
     let traced = daemon.stop();
-    let nvml_lines = traced.stderr.iter().filter(|l| l.contains("NVML unavailable")).count();
+    let nvml_lines = traced
+        .stderr
+        .iter()
+        .filter(|l| l.contains("NVML unavailable"))
+        .count();
     assert_eq!(nvml_lines, 1, "{:?}", traced.stderr);
 
     let dir = TempDir::new("bad-config");
     let bad = dir.write("bad.toml", "top_kernels = 0\n");
-    let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(&env.bin)
+        .args(["run", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("bad config") && err.contains("top_kernels = 0"), "{err}");
+    assert!(
+        err.contains("bad config") && err.contains("top_kernels = 0"),
+        "{err}"
+    );
 
     // Alert settings: a bad detector table and a sink URL it cannot use, one line each.
     std::fs::write(&bad, "[detect]\nwarning = 0.5\n").unwrap();
-    let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(&env.bin)
+        .args(["run", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("bad config") && err.contains("0 < warning < critical < page"), "{err}");
+    assert!(
+        err.contains("bad config") && err.contains("0 < warning < critical < page"),
+        "{err}"
+    );
     // A library over max_library_mib is refused unread, in one line.
     let big = dir.join("libcuda.so.1");
-    std::fs::File::create(&big).unwrap().set_len(3 << 20).unwrap();
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(3 << 20)
+        .unwrap();
     std::fs::write(&bad, "max_library_mib = 2\n").unwrap();
-    let out = Command::new(&env.bin).args(["run", "--config", bad.to_str().unwrap(), "--lib", big.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(&env.bin)
+        .args([
+            "run",
+            "--config",
+            bad.to_str().unwrap(),
+            "--lib",
+            big.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
-    assert!(err.contains("is 3145728 bytes, over the 2097152 byte limit"), "{err}");
+    assert_eq!(
+        (out.status.code(), err.lines().count()),
+        (Some(1), 1),
+        "{err}"
+    );
+    assert!(
+        err.contains("is 3145728 bytes, over the 2097152 byte limit"),
+        "{err}"
+    );
     for (flag, url, want) in [
-        ("--alertmanager", "ftp://am.example:9093", "not an http or https URL: give http[s]://HOST[:PORT][/PATH]"),
-        ("--webhook", "hooks.example/x", "not a URL: give http[s]://HOST[:PORT][/PATH]"),
+        (
+            "--alertmanager",
+            "ftp://am.example:9093",
+            "not an http or https URL: give http[s]://HOST[:PORT][/PATH]",
+        ),
+        (
+            "--webhook",
+            "hooks.example/x",
+            "not a URL: give http[s]://HOST[:PORT][/PATH]",
+        ),
     ] {
-        let out = Command::new(&env.bin).args(["run", flag, url]).output().unwrap();
+        let out = Command::new(&env.bin)
+            .args(["run", flag, url])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
-        assert!(err.starts_with(&format!("cudatrace: {flag} {url}: {want}")), "{err}");
+        assert_eq!(
+            (out.status.code(), err.lines().count()),
+            (Some(1), 1),
+            "{err}"
+        );
+        assert!(
+            err.starts_with(&format!("cudatrace: {flag} {url}: {want}")),
+            "{err}"
+        );
     }
 }
 
@@ -191,18 +338,49 @@ fn prometheus_scrapes_over_tls_with_basic_auth() {
         "web.yml",
         &format!("tls_server_config:\n  cert_file: cert.pem\n  key_file: key.pem\nbasic_auth_users:\n  prometheus: '{hash}'\n"),
     );
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--web-config-file", web.to_str().unwrap()], &[]);
-    assert!(daemon.stderr_now().iter().any(|l| l.ends_with(&format!("metrics at https://{listen}/metrics"))), "{:?}", daemon.stderr_now());
-    let job = |name: &str, extra: &str| format!("  - job_name: {name}\n{extra}    static_configs:\n      - targets: ['{listen}']\n");
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &["--web-config-file", web.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        daemon
+            .stderr_now()
+            .iter()
+            .any(|l| l.ends_with(&format!("metrics at https://{listen}/metrics"))),
+        "{:?}",
+        daemon.stderr_now()
+    );
+    let job = |name: &str, extra: &str| {
+        format!("  - job_name: {name}\n{extra}    static_configs:\n      - targets: ['{listen}']\n")
+    };
     let tls = |password: &str| {
         format!("    scheme: https\n    tls_config:\n      ca_file: {}\n    basic_auth:\n      username: prometheus\n      password: {password}\n", ca.display())
     };
-    let prometheus = Prometheus::start_scraping(&(job("good", &tls("scrape-s3cret")) + &job("wrong", &tls("not-it")) + &job("plain", "")));
+    let prometheus = Prometheus::start_scraping(
+        &(job("good", &tls("scrape-s3cret")) + &job("wrong", &tls("not-it")) + &job("plain", "")),
+    );
     let dev = device_file("tls");
-    let report = Workload::new(&env, Scenario::Basic { launches: 1500, copies: 0 }).device(&dev).run();
+    let report = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 1500,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .run();
     let pid = report["pid"].as_u64().unwrap();
-    let counted = prometheus.wait_for(&format!("sum(cudatrace_calls_total{{job=\"good\",pid=\"{pid}\",api=\"cuLaunchKernel\"}})"), 1500.0);
-    let up = |job: &str| prometheus.wait_for(&format!("up{{job=\"{job}\"}}"), if job == "good" { 1.0 } else { 0.0 });
+    let counted = prometheus.wait_for(
+        &format!("sum(cudatrace_calls_total{{job=\"good\",pid=\"{pid}\",api=\"cuLaunchKernel\"}})"),
+        1500.0,
+    );
+    let up = |job: &str| {
+        prometheus.wait_for(
+            &format!("up{{job=\"{job}\"}}"),
+            if job == "good" { 1.0 } else { 0.0 },
+        )
+    };
     let (good, wrong, plain) = (up("good"), up("wrong"), up("plain"));
     let plain_get = http::try_get(&format!("http://{listen}/metrics"), None);
     let traced = daemon.stop();

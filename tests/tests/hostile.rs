@@ -7,14 +7,22 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, Scenario, Workload, device_file, env, exposition, free_port,
+    device_file, env, exposition, free_port,
     guards::{TempDir, Tmpfs},
-    http, report,
+    http, report, Cudatrace, Scenario, Workload,
 };
 
 fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: f64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .trim()
+        .parse()
+        .unwrap();
     kb / 1024.0
 }
 
@@ -26,11 +34,24 @@ fn rss_mib(pid: u32) -> f64 {
 fn a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("hostile-libs");
-    let (fifo, zero) = (dir.copy(&env.libcuda(), "fifo/libcuda.so.1"), dir.copy(&env.libcuda(), "zero/libcuda.so.1"));
+    let (fifo, zero) = (
+        dir.copy(&env.libcuda(), "fifo/libcuda.so.1"),
+        dir.copy(&env.libcuda(), "zero/libcuda.so.1"),
+    );
     let dev = device_file("hostile");
     // Both map their library, then sleep before their first call.
     let sleepy = |lib: &std::path::Path| {
-        Workload::new(&env, Scenario::Basic { launches: 10, copies: 0 }).lib(lib).device(&dev).settle_ms(60_000).spawn()
+        Workload::new(
+            &env,
+            Scenario::Basic {
+                launches: 10,
+                copies: 0,
+            },
+        )
+        .lib(lib)
+        .device(&dev)
+        .settle_ms(60_000)
+        .spawn()
     };
     let (_a, _b) = (sleepy(&fifo), sleepy(&zero));
     std::thread::sleep(Duration::from_millis(500));
@@ -55,7 +76,11 @@ fn a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts() {
     }
     let traced = daemon.stop();
     let refused = |p: &std::path::Path| {
-        traced.stderr.iter().filter(|l| l.contains(&p.display().to_string()) && l.contains("is not a regular file")).count()
+        traced
+            .stderr
+            .iter()
+            .filter(|l| l.contains(&p.display().to_string()) && l.contains("is not a regular file"))
+            .count()
     };
     eprintln!(
         "e2e a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts: ready after {:.0} ms, slowest scrape {:.0} ms, \
@@ -65,9 +90,17 @@ fn a_fifo_or_dev_zero_at_a_library_path_neither_hangs_nor_exhausts() {
         refused(&fifo),
         refused(&zero)
     );
-    assert!(slowest < Duration::from_secs(2), "a scrape took {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "a scrape took {slowest:?}"
+    );
     assert!(rss < 100.0, "RSS {rss} MiB");
-    assert_eq!((refused(&fifo), refused(&zero)), (1, 1), "{:?}", traced.stderr);
+    assert_eq!(
+        (refused(&fifo), refused(&zero)),
+        (1, 1),
+        "{:?}",
+        traced.stderr
+    );
     let _ = std::fs::remove_file(&dev);
 }
 
@@ -77,15 +110,20 @@ fn failed_huge_copies_add_no_bytes() {
     let Some(env) = env() else { return };
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let dev = device_file("huge");
-    let job = Workload::new(&env, Scenario::HugeCopies(2)).device(&dev).run();
+    let job = Workload::new(&env, Scenario::HugeCopies(2))
+        .device(&dev)
+        .run();
     assert_eq!(job["failed"], 2, "{job}");
     let pid = job["pid"].as_u64().unwrap().to_string();
     let sum = |name: &str| -> Option<f64> {
         let samples = exposition::parse(&http::scrape(&listen));
-        let found = exposition::select(&samples, name, &[("pid", &pid), ("api", "cuMemcpyHtoD_v2")]);
+        let found =
+            exposition::select(&samples, name, &[("pid", &pid), ("api", "cuMemcpyHtoD_v2")]);
         (!found.is_empty()).then(|| found.iter().map(|s| s.value).sum())
     };
-    let errors = integration_tests::poll(Duration::from_secs(5), || sum("cudatrace_call_errors_total").filter(|e| *e == 2.0));
+    let errors = integration_tests::poll(Duration::from_secs(5), || {
+        sum("cudatrace_call_errors_total").filter(|e| *e == 2.0)
+    });
     let bytes = sum("cudatrace_memcpy_bytes_total");
     let _ = daemon.stop();
     let _ = std::fs::remove_file(&dev);
@@ -112,18 +150,31 @@ fn command_lines_stay_private_unless_asked() {
             env.workload().display(),
             lib.display()
         );
-        let child = Command::new("bash").args(["-c", &script]).env("CUDA_STANDIN_DEVICE", &dev).env("CUDA_STANDIN_NS_PER_BLOCK", "1000000").stdout(Stdio::piped()).spawn().unwrap();
+        let child = Command::new("bash")
+            .args(["-c", &script])
+            .env("CUDA_STANDIN_DEVICE", &dev)
+            .env("CUDA_STANDIN_NS_PER_BLOCK", "1000000")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let job = report(child);
         let traced = tracer.stop();
         let pid = job["pid"].as_u64().unwrap();
         let events = traced.of_pid(pid);
-        let everything = format!("{:?}{}", traced.stderr, serde_json::to_string(&traced.events).unwrap());
+        let everything = format!(
+            "{:?}{}",
+            traced.stderr,
+            serde_json::to_string(&traced.events).unwrap()
+        );
         eprintln!(
             "e2e command_lines_stay_private_unless_asked: {flag:?}: events={} token shown={}",
             events.len(),
             everything.contains(token)
         );
-        let launches = events.iter().filter(|e| e["api"] == "cuLaunchKernel").count() as u64;
+        let launches = events
+            .iter()
+            .filter(|e| e["api"] == "cuLaunchKernel")
+            .count() as u64;
         assert_eq!(Some(launches), job["launches"].as_u64());
         assert_eq!(everything.contains(token), shown, "{flag:?}");
     }
@@ -138,22 +189,39 @@ fn a_demangling_bomb_gets_a_short_label() {
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let dev = device_file("bomb");
     let name = integration_tests::hostile::demangling_bomb(24);
-    let job = Workload::new(&env, Scenario::Lookup(name.clone())).device(&dev).run();
+    let job = Workload::new(&env, Scenario::Lookup(name.clone()))
+        .device(&dev)
+        .run();
     let pid = job["pid"].as_u64().unwrap().to_string();
     let label = integration_tests::poll(Duration::from_secs(5), || {
         let t = Instant::now();
         let samples = exposition::parse(&http::scrape(&listen));
-        assert!(t.elapsed() < Duration::from_secs(2), "a scrape took {:?}", t.elapsed());
-        exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
-            .first()
-            .map(|s| s.label("kernel").to_owned())
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "a scrape took {:?}",
+            t.elapsed()
+        );
+        exposition::select(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", &pid), ("api", "cuLaunchKernel")],
+        )
+        .first()
+        .map(|s| s.label("kernel").to_owned())
     });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     let label = label.unwrap_or_else(|| panic!("no launch series: {:?}", traced.stderr));
-    eprintln!("e2e a_demangling_bomb_gets_a_short_label: name {} bytes, label {} bytes", name.len(), label.len());
+    eprintln!(
+        "e2e a_demangling_bomb_gets_a_short_label: name {} bytes, label {} bytes",
+        name.len(),
+        label.len()
+    );
     assert_eq!(name.len(), 234);
-    assert!(label.len() <= 1024 && label.ends_with("...") && label.starts_with("f(A, A<A, A>"), "{label}");
+    assert!(
+        label.len() <= 1024 && label.ends_with("...") && label.starts_with("f(A, A<A, A>"),
+        "{label}"
+    );
     assert_eq!(traced.code, Some(0));
 }
 
@@ -166,11 +234,18 @@ fn a_headless_process_stays_traced() {
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let dev = device_file("headless");
     // 1 ms kernels, a wait after each: about 1,000 launches a second for 3 s.
-    let job = Workload::new(&env, Scenario::Headless(3.0)).device(&dev).var("CUDA_STANDIN_NS_PER_BLOCK", "1000000").spawn();
+    let job = Workload::new(&env, Scenario::Headless(3.0))
+        .device(&dev)
+        .var("CUDA_STANDIN_NS_PER_BLOCK", "1000000")
+        .spawn();
     let pid = job.pid().to_string();
     let launches = || -> f64 {
         let samples = exposition::parse(&http::scrape(&listen));
-        exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
+        exposition::sum(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", &pid), ("api", "cuLaunchKernel")],
+        )
     };
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -179,18 +254,28 @@ fn a_headless_process_stays_traced() {
     }
     let report = job.finish();
     let want = report["launches"].as_f64().unwrap();
-    let total = integration_tests::poll(Duration::from_secs(5), || Some(launches()).filter(|n| *n == want));
+    let total = integration_tests::poll(Duration::from_secs(5), || {
+        Some(launches()).filter(|n| *n == want)
+    });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     eprintln!("e2e a_headless_process_stays_traced: counts while running {seen:?}, launches in={want} counted={total:?}");
-    assert!(seen[0] > 0.0 && seen[0] < seen[1] && seen[1] < seen[2], "{seen:?}");
+    assert!(
+        seen[0] > 0.0 && seen[0] < seen[1] && seen[1] < seen[2],
+        "{seen:?}"
+    );
     assert_eq!(total, Some(want), "{:?}", traced.stderr);
 }
 
 /// CPU seconds a process has used (user and system).
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / hz
@@ -206,14 +291,33 @@ fn a_flood_of_kernel_handles_is_counted_exactly() {
     let Some(env) = env() else { return };
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let agent = daemon.pid();
-    let job = Workload::new(&env, Scenario::Handles { launches: 150_000, hold_s: 12.0 }).spawn();
+    let job = Workload::new(
+        &env,
+        Scenario::Handles {
+            launches: 150_000,
+            hold_s: 12.0,
+        },
+    )
+    .spawn();
     let pid = job.pid().to_string();
     let launches = || -> (f64, usize) {
         let samples = exposition::parse(&http::scrape(&listen));
-        let mine = exposition::select(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")]);
-        (mine.iter().map(|s| s.value).sum(), mine.iter().map(|s| s.label("kernel")).collect::<std::collections::HashSet<_>>().len())
+        let mine = exposition::select(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", &pid), ("api", "cuLaunchKernel")],
+        );
+        (
+            mine.iter().map(|s| s.value).sum(),
+            mine.iter()
+                .map(|s| s.label("kernel"))
+                .collect::<std::collections::HashSet<_>>()
+                .len(),
+        )
     };
-    let counted = integration_tests::poll(Duration::from_secs(20), || Some(launches()).filter(|(n, _)| *n == 150_000.0));
+    let counted = integration_tests::poll(Duration::from_secs(20), || {
+        Some(launches()).filter(|(n, _)| *n == 150_000.0)
+    });
     // The cells stay while the tenant lives: the agent's CPU over 5 s of that.
     // Meanwhile scrapes (each one reads every cell first) answer: the slowest of ten, 0.5 s apart.
     let (before, t0) = (cpu_seconds(agent), Instant::now());
@@ -234,13 +338,24 @@ fn a_flood_of_kernel_handles_is_counted_exactly() {
          slowest of 10 scrapes meanwhile: {slowest:?}",
         report["launches"], summary["launches_counted"], summary["launch_samples"], summary["events"], summary["dropped"], share * 100.0
     );
-    let (n, labels) = counted.unwrap_or_else(|| panic!("not all 150,000 launches counted: {:?}", launches()));
+    let (n, labels) =
+        counted.unwrap_or_else(|| panic!("not all 150,000 launches counted: {:?}", launches()));
     assert_eq!(n, 150_000.0);
     assert!(labels <= 21, "{labels} kernel labels");
-    assert_eq!(summary["launches_counted"], 131_072, "the map holds 131,072 cells");
+    assert_eq!(
+        summary["launches_counted"], 131_072,
+        "the map holds 131,072 cells"
+    );
     assert_eq!(summary["dropped"], 0);
-    assert!(share < 0.5, "the agent used {:.0}% of a core reading the cells", share * 100.0);
-    assert!(slowest < Duration::from_secs(2), "a scrape took {slowest:?}");
+    assert!(
+        share < 0.5,
+        "the agent used {:.0}% of a core reading the cells",
+        share * 100.0
+    );
+    assert!(
+        slowest < Duration::from_secs(2),
+        "a scrape took {slowest:?}"
+    );
 }
 
 /// 2,000 idle connections to the metrics port do not keep a scrape out: a new one answers
@@ -251,14 +366,18 @@ fn idle_connections_do_not_block_a_scrape() {
     use std::io::{Read as _, Write as _};
     let Some(env) = env() else { return };
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
-    let idle: Vec<std::net::TcpStream> = (0..2000).map(|_| std::net::TcpStream::connect(&listen).expect("connect")).collect();
+    let idle: Vec<std::net::TcpStream> = (0..2000)
+        .map(|_| std::net::TcpStream::connect(&listen).expect("connect"))
+        .collect();
     let mut slow = std::net::TcpStream::connect(&listen).unwrap();
-    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
     let opened = Instant::now();
     let t = Instant::now();
     let text = http::try_get(&format!("http://{listen}/metrics"), None);
     let scrape = t.elapsed();
-    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut buf = [0u8; 1];
     let closed = slow.read(&mut buf);
     let closed_after = opened.elapsed();
@@ -269,10 +388,19 @@ fn idle_connections_do_not_block_a_scrape() {
         scrape.as_secs_f64() * 1e3,
         closed_after.as_secs_f64()
     );
-    assert!(text.is_ok_and(|t| t.contains("cudatrace_events_total")), "scrape failed");
+    assert!(
+        text.is_ok_and(|t| t.contains("cudatrace_events_total")),
+        "scrape failed"
+    );
     assert!(scrape < Duration::from_secs(1), "{scrape:?}");
-    assert!(matches!(closed, Ok(0)), "the half request's connection was not closed: {closed:?}");
-    assert!((Duration::from_secs(4)..Duration::from_secs(8)).contains(&closed_after), "{closed_after:?}");
+    assert!(
+        matches!(closed, Ok(0)),
+        "the half request's connection was not closed: {closed:?}"
+    );
+    assert!(
+        (Duration::from_secs(4)..Duration::from_secs(8)).contains(&closed_after),
+        "{closed_after:?}"
+    );
     assert_eq!(traced.code, Some(0));
 }
 
@@ -284,25 +412,51 @@ fn libraries_past_the_cap_are_refused_and_counted() {
     let dir = TempDir::new("many-libs");
     let config = dir.write("cudatrace.toml", "max_libraries = 2\nrescan_ms = 100\n");
     let dev = device_file("many-libs");
-    let libs: Vec<_> = (0..3).map(|k| dir.copy(&env.libcuda(), &format!("{k}/libcuda.so.1"))).collect();
+    let libs: Vec<_> = (0..3)
+        .map(|k| dir.copy(&env.libcuda(), &format!("{k}/libcuda.so.1")))
+        .collect();
     let listen = format!("127.0.0.1:{}", free_port());
-    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen, "--config", config.to_str().unwrap()], &[]);
+    let daemon = Cudatrace::start_daemon(
+        &env,
+        &["--listen", &listen, "--config", config.to_str().unwrap()],
+        &[],
+    );
     let _jobs: Vec<_> = libs
         .iter()
-        .map(|lib| Workload::new(&env, Scenario::Basic { launches: 10, copies: 0 }).lib(lib).device(&dev).settle_ms(60_000).spawn())
+        .map(|lib| {
+            Workload::new(
+                &env,
+                Scenario::Basic {
+                    launches: 10,
+                    copies: 0,
+                },
+            )
+            .lib(lib)
+            .device(&dev)
+            .settle_ms(60_000)
+            .spawn()
+        })
         .collect();
     let counts = integration_tests::poll(Duration::from_secs(10), || {
         let samples = exposition::parse(&http::scrape(&listen));
         let refused: f64 = exposition::sum(&samples, "cudatrace_libraries_refused_total", &[]);
-        let attached: std::collections::BTreeSet<String> = exposition::select(&samples, "cudatrace_probe_attached", &[("symbol", "cuLaunchKernel")])
-            .iter()
-            .map(|s| s.label("library").to_owned())
-            .collect();
+        let attached: std::collections::BTreeSet<String> = exposition::select(
+            &samples,
+            "cudatrace_probe_attached",
+            &[("symbol", "cuLaunchKernel")],
+        )
+        .iter()
+        .map(|s| s.label("library").to_owned())
+        .collect();
         (refused == 1.0).then_some((attached.len(), refused))
     });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    let said = traced.stderr.iter().filter(|l| l.contains("distinct libraries are attached already (max_libraries)")).count();
+    let said = traced
+        .stderr
+        .iter()
+        .filter(|l| l.contains("distinct libraries are attached already (max_libraries)"))
+        .count();
     eprintln!("e2e libraries_past_the_cap_are_refused_and_counted: 3 distinct libraries, max 2: (attached, refused) {counts:?}, lines {said}");
     assert_eq!(counts, Some((2, 1.0)), "{:?}", traced.stderr);
     assert_eq!(said, 1);
@@ -321,24 +475,57 @@ fn lib_allow_attaches_only_the_hosts_files() {
     let listen = format!("127.0.0.1:{}", free_port());
     let allow = lib.display().to_string();
     let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen, "--lib-allow", &allow], &[]);
-    let basic = |lib: &std::path::Path| Workload::new(&env, Scenario::Basic { launches: 300, copies: 0 }).lib(lib).device(&dev).settle_ms(1500);
+    let basic = |lib: &std::path::Path| {
+        Workload::new(
+            &env,
+            Scenario::Basic {
+                launches: 300,
+                copies: 0,
+            },
+        )
+        .lib(lib)
+        .device(&dev)
+        .settle_ms(1500)
+    };
     let (real, fake) = (basic(&lib).spawn(), basic(&copy).spawn());
     let (real, fake) = (real.finish(), fake.finish());
     let count = |pid: &serde_json::Value| -> f64 {
         let samples = exposition::parse(&http::scrape(&listen));
         let pid = pid.to_string();
-        exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuLaunchKernel")])
+        exposition::sum(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", &pid), ("api", "cuLaunchKernel")],
+        )
     };
-    let counted = integration_tests::poll(Duration::from_secs(5), || Some(count(&real["pid"])).filter(|n| *n == 300.0));
+    let counted = integration_tests::poll(Duration::from_secs(5), || {
+        Some(count(&real["pid"])).filter(|n| *n == 300.0)
+    });
     let fake_counted = count(&fake["pid"]);
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    let refused = traced.stderr.iter().filter(|l| l.contains(&copy.display().to_string()) && l.contains("--lib-allow")).count();
+    let refused = traced
+        .stderr
+        .iter()
+        .filter(|l| l.contains(&copy.display().to_string()) && l.contains("--lib-allow"))
+        .count();
     eprintln!("e2e lib_allow_attaches_only_the_hosts_files: allowed file in=300 counted={counted:?}; copy in=300 counted={fake_counted}; refusal lines {refused}");
-    assert_eq!((counted, fake_counted, refused), (Some(300.0), 0.0, 1), "{:?}", traced.stderr);
-    let out = Command::new(&env.bin).args(["trace", "--lib-allow", "libcuda.so.*"]).output().unwrap();
+    assert_eq!(
+        (counted, fake_counted, refused),
+        (Some(300.0), 0.0, 1),
+        "{:?}",
+        traced.stderr
+    );
+    let out = Command::new(&env.bin)
+        .args(["trace", "--lib-allow", "libcuda.so.*"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!((out.status.code(), err.lines().count()), (Some(1), 1), "{err}");
+    assert_eq!(
+        (out.status.code(), err.lines().count()),
+        (Some(1), 1),
+        "{err}"
+    );
     assert!(err.contains("give an absolute path or glob"), "{err}");
 }
 
@@ -350,26 +537,41 @@ fn the_process_that_filled_the_ring_buffer_is_named() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("ring");
     let config = dir.write("cudatrace.toml", "ringbuf_mib = 1\n");
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let (daemon, listen) =
+        Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
     let dev = device_file("ring");
     // SAFETY: plain kill(2) on the daemon's pid.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGSTOP) };
-    let job = Workload::new(&env, Scenario::CopyCalls(50_000)).device(&dev).run();
+    let job = Workload::new(&env, Scenario::CopyCalls(50_000))
+        .device(&dev)
+        .run();
     // SAFETY: as above.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGCONT) };
     let pid = job["pid"].as_u64().unwrap().to_string();
     let figures = integration_tests::poll(Duration::from_secs(5), || {
         let samples = exposition::parse(&http::scrape(&listen));
         let total: f64 = exposition::sum(&samples, "cudatrace_events_dropped_total", &[]);
-        let mine: f64 = exposition::sum(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &pid)]);
-        let counted: f64 = exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &pid), ("api", "cuMemcpyHtoD_v2")]);
+        let mine: f64 = exposition::sum(
+            &samples,
+            "cudatrace_events_dropped_by_process_total",
+            &[("pid", &pid)],
+        );
+        let counted: f64 = exposition::sum(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", &pid), ("api", "cuMemcpyHtoD_v2")],
+        );
         (total > 0.0 && mine == total).then_some((total, counted))
     });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     eprintln!("e2e the_process_that_filled_the_ring_buffer_is_named: copies in=50000 (dropped, counted) {figures:?}");
-    let (dropped, counted) = figures.unwrap_or_else(|| panic!("drops not attributed: {:?}", traced.stderr));
-    assert!(dropped > 30_000.0 && counted > 0.0 && counted + dropped <= 50_004.0, "{dropped} {counted}");
+    let (dropped, counted) =
+        figures.unwrap_or_else(|| panic!("drops not attributed: {:?}", traced.stderr));
+    assert!(
+        dropped > 30_000.0 && counted > 0.0 && counted + dropped <= 50_004.0,
+        "{dropped} {counted}"
+    );
 }
 
 /// Two workloads in a container (own mount namespace and root) map their libcuda; then, inside that root, one
@@ -385,7 +587,11 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
     for d in ["usr", "standin", "old", "proc", "dev"] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
-    for (link, to) in [("lib", "usr/lib"), ("lib64", "usr/lib64"), ("bin", "usr/bin")] {
+    for (link, to) in [
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+        ("bin", "usr/bin"),
+    ] {
         std::os::unix::fs::symlink(to, root.join(link)).unwrap();
     }
     let decoy = format!("/tmp/cudatrace-decoy-{}", std::process::id());
@@ -398,7 +604,12 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
     let host_decoy = host.copy(&env.libcuda(), "libcuda.so.1");
     use std::os::unix::fs::MetadataExt as _;
     let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
-    let (deleted_ino, covered_ino, inside_ino, host_ino) = (ino(&deleted), ino(&covered), ino(&inside_decoy), ino(&host_decoy));
+    let (deleted_ino, covered_ino, inside_ino, host_ino) = (
+        ino(&deleted),
+        ino(&covered),
+        ino(&inside_decoy),
+        ino(&host_decoy),
+    );
     let r = root.path().display().to_string();
     // A container as runtimes make one: its own mount namespace, pivoted into its root.
     let script = format!(
@@ -421,30 +632,76 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let pids = integration_tests::poll(Duration::from_secs(10), || std::fs::read_to_string(root.join("swapped")).ok().filter(|s| s.ends_with('\n')));
-    let pids: Vec<u64> = pids.expect("the container set up").split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let pids = integration_tests::poll(Duration::from_secs(10), || {
+        std::fs::read_to_string(root.join("swapped"))
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+    });
+    let pids: Vec<u64> = pids
+        .expect("the container set up")
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
     let tracer = Cudatrace::start(&env, &["--json", "--rescan-ms", "100"]);
     drop(container.stdin.take());
     let out = container.wait_with_output().unwrap();
     let traced = tracer.stop();
     let _ = std::fs::remove_file(&decoy);
-    let reports = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with('{')).count();
-    let launches = |pid: u64| traced.of_pid(pid).iter().filter(|e| e["api"] == "cuLaunchKernel").count();
-    let lines_with = |s: &str| traced.stderr.iter().filter(|l| l.contains(s)).cloned().collect::<Vec<_>>();
+    let reports = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .count();
+    let launches = |pid: u64| {
+        traced
+            .of_pid(pid)
+            .iter()
+            .filter(|e| e["api"] == "cuLaunchKernel")
+            .count()
+    };
+    let lines_with = |s: &str| {
+        traced
+            .stderr
+            .iter()
+            .filter(|l| l.contains(s))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let attached = lines_with("attached 43 of 43");
-    let refused = lines_with(&format!("inode {inside_ino} there, {covered_ino} in its maps"));
+    let refused = lines_with(&format!(
+        "inode {inside_ino} there, {covered_ino} in its maps"
+    ));
     eprintln!(
         "e2e absolute_symlinks_in_a_container_never_reach_host_files: deleted file (inode {deleted_ino}) launches in=300 out={}; \
          covered file (inode {covered_ino}) launches in=200 out={}; attached {attached:?}; refused {refused:?}; host decoy inode {host_ino}",
         launches(pids[0]),
         launches(pids[1])
     );
-    assert_eq!(reports, 2, "both workloads ran: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        reports,
+        2,
+        "both workloads ran: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(attached.len(), 1, "{:?}", traced.stderr);
-    assert!(attached[0].contains(&format!("(inode {deleted_ino} on device")), "{}", attached[0]);
-    assert!(attached[0].starts_with(&format!("/proc/{}/root/mnt/drv/libcuda.so.1:", pids[0])), "{}", attached[0]);
+    assert!(
+        attached[0].contains(&format!("(inode {deleted_ino} on device")),
+        "{}",
+        attached[0]
+    );
+    assert!(
+        attached[0].starts_with(&format!("/proc/{}/root/mnt/drv/libcuda.so.1:", pids[0])),
+        "{}",
+        attached[0]
+    );
     assert_eq!(refused.len(), 1, "{:?}", traced.stderr);
-    assert!(traced.stderr.iter().all(|l| !l.contains(&format!("inode {host_ino} "))), "the host's file: {:?}", traced.stderr);
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .all(|l| !l.contains(&format!("inode {host_ino} "))),
+        "the host's file: {:?}",
+        traced.stderr
+    );
     assert_eq!((launches(pids[0]), launches(pids[1])), (300, 0));
 }
 
@@ -456,20 +713,55 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
 fn a_record_rate_limit_caps_one_process_and_counts_the_rest() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("rate-limit");
-    let config = dir.write("cudatrace.toml", "record_rate_limit = 1000\n[launches]\naggregate = false\n");
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let config = dir.write(
+        "cudatrace.toml",
+        "record_rate_limit = 1000\n[launches]\naggregate = false\n",
+    );
+    let (daemon, listen) =
+        Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
     let dev = device_file("rate");
     // Short simulated kernels: the final wait returns within the same one-second window.
-    let job = |launches| Workload::new(&env, Scenario::Basic { launches, copies: 0 }).device(&dev).var("CUDA_STANDIN_NS_PER_BLOCK", "1").run();
+    let job = |launches| {
+        Workload::new(
+            &env,
+            Scenario::Basic {
+                launches,
+                copies: 0,
+            },
+        )
+        .device(&dev)
+        .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
+        .run()
+    };
     let (quiet, loud) = (job(300), job(5000));
-    let (q, l) = (quiet["pid"].as_u64().unwrap().to_string(), loud["pid"].as_u64().unwrap().to_string());
+    let (q, l) = (
+        quiet["pid"].as_u64().unwrap().to_string(),
+        loud["pid"].as_u64().unwrap().to_string(),
+    );
     let totals = integration_tests::poll(Duration::from_secs(10), || {
         let samples = exposition::parse(&http::scrape(&listen));
         let calls = |pid: &str| exposition::sum(&samples, "cudatrace_calls_total", &[("pid", pid)]);
-        let limited = exposition::sum(&samples, "cudatrace_events_dropped_by_process_total", &[("pid", &l), ("reason", "rate_limit")]);
-        let all_limited = exposition::sum(&samples, "cudatrace_events_dropped_total", &[("reason", "rate_limit")]);
-        let launches = exposition::sum(&samples, "cudatrace_calls_total", &[("pid", &q), ("api", "cuLaunchKernel")]);
-        (calls(&l) == 1000.0 && launches == 300.0).then_some((calls(&q), calls(&l), limited, all_limited))
+        let limited = exposition::sum(
+            &samples,
+            "cudatrace_events_dropped_by_process_total",
+            &[("pid", &l), ("reason", "rate_limit")],
+        );
+        let all_limited = exposition::sum(
+            &samples,
+            "cudatrace_events_dropped_total",
+            &[("reason", "rate_limit")],
+        );
+        let launches = exposition::sum(
+            &samples,
+            "cudatrace_calls_total",
+            &[("pid", &q), ("api", "cuLaunchKernel")],
+        );
+        (calls(&l) == 1000.0 && launches == 300.0).then_some((
+            calls(&q),
+            calls(&l),
+            limited,
+            all_limited,
+        ))
     });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
@@ -480,5 +772,12 @@ fn a_record_rate_limit_caps_one_process_and_counts_the_rest() {
     // The loud process made the quiet one's calls plus 4,700 more launches.
     assert_eq!(loud_calls + limited, quiet_calls + 4700.0);
     assert_eq!((loud_calls, all_limited), (1000.0, limited));
-    assert!(traced.stderr.iter().any(|l| l.starts_with("summary:") && l.contains(&format!(" rate_limited={limited} "))), "{:?}", traced.stderr);
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l.starts_with("summary:") && l.contains(&format!(" rate_limited={limited} "))),
+        "{:?}",
+        traced.stderr
+    );
 }

@@ -3,14 +3,22 @@
 //! openers and the waits.
 use std::time::{Duration, Instant};
 
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, exposition, guards::TempDir, http};
+use integration_tests::{
+    device_file, env, exposition, guards::TempDir, http, Cudatrace, Scenario, Workload,
+};
 
 /// `(batches, gpu_ns_estimate)` of the `gpu-time estimate:` line of `pid`'s stream `stream`.
 fn stream_line(stderr: &[String], pid: u64, stream: u64) -> (u64, u64) {
     let prefix = format!("gpu-time estimate: pid={pid} stream={stream:#x} ");
-    let line = stderr.iter().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no line {prefix:?} in {stderr:?}"));
+    let line = stderr
+        .iter()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in {stderr:?}"));
     let field = |name: &str| -> u64 {
-        let v = line.split_whitespace().find_map(|f| f.strip_prefix(&format!("{name}="))).expect("field");
+        let v = line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            .expect("field");
         v.parse().expect("number")
     };
     (field("batches"), field("gpu_ns_estimate"))
@@ -23,15 +31,25 @@ fn stream_line(stderr: &[String], pid: u64, stream: u64) -> (u64, u64) {
 fn launches_are_counted_in_the_kernel_and_sampled() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("launches");
-    let config = dir.write("cudatrace.toml", "record_rate_limit = 1000\n[launches]\nslow_us = 0\n");
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let config = dir.write(
+        "cudatrace.toml",
+        "record_rate_limit = 1000\n[launches]\nslow_us = 0\n",
+    );
+    let (daemon, listen) =
+        Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
     let dev = device_file("launches");
     let began = Instant::now();
-    let report = Workload::new(&env, Scenario::Basic { launches: 20_000, copies: 0 })
-        .threads(2)
-        .device(&dev)
-        .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
-        .run();
+    let report = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 20_000,
+            copies: 0,
+        },
+    )
+    .threads(2)
+    .device(&dev)
+    .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
+    .run();
     let seconds = began.elapsed().as_secs() + 1;
     let pid = report["pid"].as_u64().unwrap().to_string();
     let counts = integration_tests::poll(Duration::from_secs(10), || {
@@ -39,7 +57,11 @@ fn launches_are_counted_in_the_kernel_and_sampled() {
         let with = [("pid", pid.as_str()), ("api", "cuLaunchKernel")];
         let calls = exposition::sum(&samples, "cudatrace_calls_total", &with);
         let observed = exposition::sum(&samples, "cudatrace_call_duration_seconds_count", &with);
-        let limited = exposition::sum(&samples, "cudatrace_events_dropped_total", &[("reason", "rate_limit")]);
+        let limited = exposition::sum(
+            &samples,
+            "cudatrace_events_dropped_total",
+            &[("reason", "rate_limit")],
+        );
         (calls == 20_000.0).then_some((calls, observed, limited))
     });
     let traced = daemon.stop();
@@ -54,10 +76,20 @@ fn launches_are_counted_in_the_kernel_and_sampled() {
     assert_eq!(summary["launches_counted"], 20_000);
     // The first 10 of each second, then 1 in 100; the two batch openers are among the first.
     let samples = summary["launch_samples"];
-    assert!((200 - 2 * seconds..=200 + 10 * seconds + 2).contains(&samples), "{samples} samples in {seconds} s");
+    assert!(
+        (200 - 2 * seconds..=200 + 10 * seconds + 2).contains(&samples),
+        "{samples} samples in {seconds} s"
+    );
     for stream in report["streams"].as_array().unwrap() {
-        let (batches, estimate) = stream_line(&traced.stderr, report["pid"].as_u64().unwrap(), stream.as_u64().unwrap());
-        assert_eq!(batches, 1, "one batch per thread's stream, closed by cuCtxSynchronize");
+        let (batches, estimate) = stream_line(
+            &traced.stderr,
+            report["pid"].as_u64().unwrap(),
+            stream.as_u64().unwrap(),
+        );
+        assert_eq!(
+            batches, 1,
+            "one batch per thread's stream, closed by cuCtxSynchronize"
+        );
         assert!(estimate > 0);
     }
 }
@@ -69,16 +101,30 @@ fn launches_are_counted_in_the_kernel_and_sampled() {
 fn only_batch_openers_are_written_when_sampling_is_off() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("openers");
-    let config = dir.write("cudatrace.toml", "[launches]\nsample_first_per_second = 0\nsample_one_in = 0\nslow_us = 0\n");
-    let (daemon, _listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
+    let config = dir.write(
+        "cudatrace.toml",
+        "[launches]\nsample_first_per_second = 0\nsample_one_in = 0\nslow_us = 0\n",
+    );
+    let (daemon, _listen) =
+        Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
     let dev = device_file("openers");
-    let report = Workload::new(&env, Scenario::Loop { seconds: 1.0, grid: 1, sync_every: 10 })
-        .device(&dev)
-        .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
-        .run();
+    let report = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 1.0,
+            grid: 1,
+            sync_every: 10,
+        },
+    )
+    .device(&dev)
+    .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
+    .run();
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    let (pid, launches) = (report["pid"].as_u64().unwrap(), report["launches"].as_u64().unwrap());
+    let (pid, launches) = (
+        report["pid"].as_u64().unwrap(),
+        report["launches"].as_u64().unwrap(),
+    );
     let summary = traced.summary();
     let (batches, estimate) = stream_line(&traced.stderr, pid, report["stream"].as_u64().unwrap());
     eprintln!(

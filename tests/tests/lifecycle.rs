@@ -2,14 +2,18 @@
 use std::process::{Command, Stdio};
 
 use integration_tests::{
-    Cudatrace, Scenario, Traced, Workload, device_file, env,
+    device_file, env,
     guards::{Cgroup, TempDir},
-    report,
+    report, Cudatrace, Scenario, Traced, Workload,
 };
 use serde_json::Value;
 
 fn count(traced: &Traced, pid: u64, api: &str) -> usize {
-    traced.of_pid(pid).iter().filter(|e| e["api"] == api).count()
+    traced
+        .of_pid(pid)
+        .iter()
+        .filter(|e| e["api"] == api)
+        .count()
 }
 
 /// Two copies of the library at unconfigured paths, first mapped after the tracer started:
@@ -19,12 +23,28 @@ fn libraries_mapped_later_are_traced() {
     let Some(env) = env() else { return };
     // Copies of the stand-in library at paths no one configured (their own inodes).
     let dir = TempDir::new("late");
-    let (a, b) = (dir.copy(&env.libcuda(), "a/libcuda.so.1"), dir.copy(&env.libcuda(), "b/libcuda.so.1"));
+    let (a, b) = (
+        dir.copy(&env.libcuda(), "a/libcuda.so.1"),
+        dir.copy(&env.libcuda(), "b/libcuda.so.1"),
+    );
     let tracer = Cudatrace::start(&env, &["--json", "--rescan-ms", "100"]);
     let dev = device_file("late");
-    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1")];
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1"),
+    ];
     let late = |lib: &std::path::Path| {
-        Workload::new(&env, Scenario::Basic { launches: 1000, copies: 100 }).lib(lib).vars(&vars).settle_ms(1000).spawn()
+        Workload::new(
+            &env,
+            Scenario::Basic {
+                launches: 1000,
+                copies: 100,
+            },
+        )
+        .lib(lib)
+        .vars(&vars)
+        .settle_ms(1000)
+        .spawn()
     };
     let (wa, wb) = (late(&a), late(&b));
     let (ra, rb) = (wa.finish(), wb.finish());
@@ -32,20 +52,43 @@ fn libraries_mapped_later_are_traced() {
     for (report, lib) in [(&ra, &a), (&rb, &b)] {
         let pid = report["pid"].as_u64().unwrap();
         let needle = format!("/proc/{pid}/root{}", lib.display());
-        let found: Vec<&String> = traced.stderr.iter().filter(|l| l.starts_with("discovered: ")).collect();
+        let found: Vec<&String> = traced
+            .stderr
+            .iter()
+            .filter(|l| l.starts_with("discovered: "))
+            .collect();
         let line = found
             .iter()
             .find(|l| l.contains(&needle) || l.contains(&lib.display().to_string()))
             .unwrap_or_else(|| panic!("{} not discovered: {:?}", lib.display(), traced.stderr));
         let at: u64 = line.rsplit_once("at_ns=").unwrap().1.parse().unwrap();
         let delay_ms = (at as f64 - report["loaded_ns"].as_u64().unwrap() as f64) / 1e6;
-        assert_eq!(count(&traced, pid, "cuLaunchKernel"), 1000, "{}", lib.display());
-        assert_eq!(count(&traced, pid, "cuMemcpyHtoD_v2") + count(&traced, pid, "cuMemcpyDtoH_v2"), 100);
+        assert_eq!(
+            count(&traced, pid, "cuLaunchKernel"),
+            1000,
+            "{}",
+            lib.display()
+        );
+        assert_eq!(
+            count(&traced, pid, "cuMemcpyHtoD_v2") + count(&traced, pid, "cuMemcpyDtoH_v2"),
+            100
+        );
         eprintln!("e2e libraries_mapped_later_are_traced: {} discovered {delay_ms:.0} ms after dlopen; launches in=1000 out=1000", lib.display());
-        assert!(delay_ms < 1000.0, "discovered {delay_ms} ms after being mapped");
+        assert!(
+            delay_ms < 1000.0,
+            "discovered {delay_ms} ms after being mapped"
+        );
     }
-    let probes_line = traced.stderr.iter().filter(|l| l.contains("attached 43 of 43")).count();
-    assert_eq!(probes_line, 2, "each copy attached once: {:?}", traced.stderr);
+    let probes_line = traced
+        .stderr
+        .iter()
+        .filter(|l| l.contains("attached 43 of 43"))
+        .count();
+    assert_eq!(
+        probes_line, 2,
+        "each copy attached once: {:?}",
+        traced.stderr
+    );
 }
 
 /// A process in its own mount namespace, the library bind-mounted at a container-like path, in
@@ -56,13 +99,24 @@ fn container_process_traced_and_labelled() {
     let Some(env) = env() else { return };
     let container = "3f1c0a6e9b2d4c8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e";
     let pod = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
-    let cgroup = Cgroup::new(&format!("kubepods/pod{pod}/cri-containerd-{container}.scope"));
+    let cgroup = Cgroup::new(&format!(
+        "kubepods/pod{pod}/cri-containerd-{container}.scope"
+    ));
     let cg = cgroup.path();
     let dev = device_file("ctr");
     // Its own copy (own inode), reachable only through the namespace's mount.
     let image = TempDir::new("ctr-image");
     let image_lib = image.copy(&env.libcuda(), "libcuda.so.1");
-    let tracer = Cudatrace::start(&env, &["--json", "--rescan-ms", "100", "--cgroup", cg.to_str().unwrap()]);
+    let tracer = Cudatrace::start(
+        &env,
+        &[
+            "--json",
+            "--rescan-ms",
+            "100",
+            "--cgroup",
+            cg.to_str().unwrap(),
+        ],
+    );
     let script = format!(
         "echo $$ > {procs} && exec unshare --mount --propagation private sh -c '\
          mount -t tmpfs none /mnt && mkdir -p /mnt/usr/lib/x86_64-linux-gnu && \
@@ -81,7 +135,16 @@ fn container_process_traced_and_labelled() {
         .spawn()
         .unwrap();
     // A process outside the cgroup, same library: filtered out in the kernel.
-    let outside = Workload::new(&env, Scenario::Basic { launches: 300, copies: 0 }).device(&dev).settle_ms(1000).spawn();
+    let outside = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 300,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .settle_ms(1000)
+    .spawn();
     let report = report(inside);
     let other = outside.finish();
     let traced = tracer.stop();
@@ -89,20 +152,36 @@ fn container_process_traced_and_labelled() {
     let pid = report["pid"].as_u64().unwrap();
     let inside_path = format!("/proc/{pid}/root/mnt/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     assert!(
-        traced.stderr.iter().any(|l| l.starts_with(&format!("discovered: {inside_path} "))),
+        traced
+            .stderr
+            .iter()
+            .any(|l| l.starts_with(&format!("discovered: {inside_path} "))),
         "{inside_path} not discovered: {:?}",
         traced.stderr
     );
-    let launches: Vec<&Value> = traced.of_pid(pid).into_iter().filter(|e| e["api"] == "cuLaunchKernel").collect();
+    let launches: Vec<&Value> = traced
+        .of_pid(pid)
+        .into_iter()
+        .filter(|e| e["api"] == "cuLaunchKernel")
+        .collect();
     assert_eq!(launches.len(), 500);
     let process = &launches[0]["process"];
     assert_eq!(process["container_id"], container, "{process}");
     assert_eq!(process["pod_uid"], pod, "{process}");
     assert_eq!(process["cuda_visible_devices"], "GPU-test-0", "{process}");
-    assert!(process["cgroup"].as_str().unwrap().ends_with(&format!("cri-containerd-{container}.scope")));
-    assert!(process["exe"].as_str().unwrap().ends_with("cuda-workload"), "{process}");
+    assert!(process["cgroup"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("cri-containerd-{container}.scope")));
+    assert!(
+        process["exe"].as_str().unwrap().ends_with("cuda-workload"),
+        "{process}"
+    );
     assert!(process["start_time"].as_u64().unwrap() > 0);
-    assert!(traced.of_pid(other["pid"].as_u64().unwrap()).is_empty(), "--cgroup let another process through");
+    assert!(
+        traced.of_pid(other["pid"].as_u64().unwrap()).is_empty(),
+        "--cgroup let another process through"
+    );
     eprintln!("e2e container_process_traced_and_labelled: launches in=500 out=500, outside the cgroup in=300 out=0, container={}", &container[..12]);
 }
 
@@ -113,13 +192,37 @@ fn comm_filter_exact() {
     let dev = device_file("comm");
     let lib = env.libcuda();
     // Same binary under another name.
-    let tracer = Cudatrace::start(&env, &["--json", "--comm", "cuda-workload", "--lib", lib.to_str().unwrap()]);
-    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1")];
-    let basic = || Workload::new(&env, Scenario::Basic { launches: 400, copies: 0 }).vars(&vars);
+    let tracer = Cudatrace::start(
+        &env,
+        &[
+            "--json",
+            "--comm",
+            "cuda-workload",
+            "--lib",
+            lib.to_str().unwrap(),
+        ],
+    );
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1"),
+    ];
+    let basic = || {
+        Workload::new(
+            &env,
+            Scenario::Basic {
+                launches: 400,
+                copies: 0,
+            },
+        )
+        .vars(&vars)
+    };
     let mine = basic().run();
     let other = basic().comm("other-job").run();
     let traced = tracer.stop();
-    assert_eq!(count(&traced, mine["pid"].as_u64().unwrap(), "cuLaunchKernel"), 400);
+    assert_eq!(
+        count(&traced, mine["pid"].as_u64().unwrap(), "cuLaunchKernel"),
+        400
+    );
     assert!(traced.of_pid(other["pid"].as_u64().unwrap()).is_empty());
     assert!(traced.events.iter().all(|e| e["comm"] == "cuda-workload"));
 }
@@ -138,12 +241,21 @@ fn short_lived_processes_leave_no_state() {
             .map(|k| {
                 if k < 2 && batch % 5 == 0 {
                     // 10 s of queued work on this process's stream: the waiter is mid-call at exit.
-                    Workload::new(&env, Scenario::DieInCall).device(&dev).var("CUDA_STANDIN_NS_PER_BLOCK", "10000000000").spawn()
-                } else {
-                    Workload::new(&env, Scenario::Basic { launches: 20, copies: 4 })
-                        .device(&format!("{dev}-{k}"))
-                        .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
+                    Workload::new(&env, Scenario::DieInCall)
+                        .device(&dev)
+                        .var("CUDA_STANDIN_NS_PER_BLOCK", "10000000000")
                         .spawn()
+                } else {
+                    Workload::new(
+                        &env,
+                        Scenario::Basic {
+                            launches: 20,
+                            copies: 4,
+                        },
+                    )
+                    .device(&format!("{dev}-{k}"))
+                    .var("CUDA_STANDIN_NS_PER_BLOCK", "1")
+                    .spawn()
                 }
             })
             .collect();
@@ -158,15 +270,25 @@ fn short_lived_processes_leave_no_state() {
     }
     let _ = std::fs::remove_file(&dev);
     assert_eq!(pids.len(), 200);
-    let traced_pids: std::collections::BTreeSet<u64> = traced.events.iter().filter_map(|e| e["pid"].as_u64()).collect();
-    assert!(pids.iter().all(|p| traced_pids.contains(p)), "every process was traced");
+    let traced_pids: std::collections::BTreeSet<u64> = traced
+        .events
+        .iter()
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert!(
+        pids.iter().all(|p| traced_pids.contains(p)),
+        "every process was traced"
+    );
     let s = traced.summary();
     eprintln!(
         "e2e short_lived_processes_leave_no_state: processes=200 exits={} live_processes={} inflight_entries={} tracked_processes={} dropped={}",
         s["exits"], s["live_processes"], s["inflight_entries"], s["tracked_processes"], s["dropped"]
     );
     assert_eq!(s["live_processes"], 0);
-    assert_eq!(s["inflight_entries"], 0, "entry state of threads that died in a call");
+    assert_eq!(
+        s["inflight_entries"], 0,
+        "entry state of threads that died in a call"
+    );
     assert_eq!(s["tracked_processes"], 0);
     assert_eq!(s["dropped"], 0);
 }
@@ -178,15 +300,26 @@ fn killed_tracer_leaves_programs_running() {
     let dev = device_file("kill");
     let lib = env.libcuda();
     let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
-    let job = Workload::new(&env, Scenario::Loop { seconds: 2.0, grid: 10, sync_every: 1 })
-        .device(&dev)
-        .var("CUDA_STANDIN_NS_PER_BLOCK", "100")
-        .spawn();
+    let job = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 2.0,
+            grid: 10,
+            sync_every: 1,
+        },
+    )
+    .device(&dev)
+    .var("CUDA_STANDIN_NS_PER_BLOCK", "100")
+    .spawn();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let traced = tracer.kill();
     assert_eq!(traced.code, None, "killed by a signal");
     let report = job.finish();
     let _ = std::fs::remove_file(&dev);
     assert!(report["launches"].as_u64().unwrap() > 1000, "{report}");
-    assert_eq!(report["launches"], report["syncs"].as_u64().map(|s| s - 1).unwrap_or(0), "every launch was synchronized");
+    assert_eq!(
+        report["launches"],
+        report["syncs"].as_u64().map(|s| s - 1).unwrap_or(0),
+        "every launch was synchronized"
+    );
 }

@@ -8,9 +8,9 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, device_file, env, exposition, free_port,
+    device_file, env, exposition, free_port,
     guards::{Cgroup, TempDir},
-    http, kube, poll, report,
+    http, kube, poll, report, Cudatrace,
 };
 
 const UID: &str = "7d1e6c2a-90b4-4f3e-8a51-2c6b0d9e4f17";
@@ -20,10 +20,19 @@ const LAUNCHES: u64 = 1000;
 /// The labels of the launch series of `pid` now, and their count.
 fn launch_labels(listen: &str, pid: &str) -> Option<(String, String, String, f64)> {
     let samples = exposition::parse(&http::scrape(listen));
-    let rows = exposition::select(&samples, "cudatrace_calls_total", &[("pid", pid), ("api", "cuLaunchKernel")]);
+    let rows = exposition::select(
+        &samples,
+        "cudatrace_calls_total",
+        &[("pid", pid), ("api", "cuLaunchKernel")],
+    );
     let first = rows.first()?;
     let n = rows.iter().map(|s| s.value).sum();
-    Some((first.label("namespace").to_owned(), first.label("pod").to_owned(), first.label("container").to_owned(), n))
+    Some((
+        first.label("namespace").to_owned(),
+        first.label("pod").to_owned(),
+        first.label("container").to_owned(),
+        n,
+    ))
 }
 
 #[test]
@@ -40,10 +49,21 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
     let listen = format!("127.0.0.1:{}", free_port());
     let port = api.port.to_string();
     let lib = env.libcuda();
-    let vars = [("KUBERNETES_SERVICE_HOST", "127.0.0.1"), ("KUBERNETES_SERVICE_PORT", port.as_str()), ("NODE_NAME", "gpu-node-7")];
+    let vars = [
+        ("KUBERNETES_SERVICE_HOST", "127.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", port.as_str()),
+        ("NODE_NAME", "gpu-node-7"),
+    ];
     let daemon = Cudatrace::start_daemon(
         &env,
-        &["--config", config.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--listen", &listen],
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--lib",
+            lib.to_str().unwrap(),
+            "--listen",
+            &listen,
+        ],
         &vars,
     );
     let denied = daemon.wait_stderr(Duration::from_secs(10), |l| l.contains("answered 403"));
@@ -57,20 +77,40 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
         workload = env.workload().display(),
         lib = lib.display(),
     );
-    let child = Command::new("sh").args(["-c", &script]).env("CUDA_STANDIN_DEVICE", &dev).stdout(Stdio::piped()).spawn().unwrap();
+    let child = Command::new("sh")
+        .args(["-c", &script])
+        .env("CUDA_STANDIN_DEVICE", &dev)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = report(child)["pid"].as_u64().unwrap().to_string();
     drop(cgroup);
-    let counted = exposition::wait_for_launches(&listen, &pid, LAUNCHES as f64, Duration::from_secs(10));
+    let counted =
+        exposition::wait_for_launches(&listen, &pid, LAUNCHES as f64, Duration::from_secs(10));
     assert_eq!(counted, Some(LAUNCHES as f64), "{:?}", daemon.stderr_now());
     let before = launch_labels(&listen, &pid).unwrap();
-    assert_eq!(before, (String::new(), UID.to_owned(), CID.to_owned(), LAUNCHES as f64), "without access: UID and id");
+    assert_eq!(
+        before,
+        (
+            String::new(),
+            UID.to_owned(),
+            CID.to_owned(),
+            LAUNCHES as f64
+        ),
+        "without access: UID and id"
+    );
     // A pod list too large to read: refused, said once, nothing lost.
-    api.answer(200, &format!(r#"{{"items":[],"pad":"{}"}}"#, "x".repeat(17 << 20)));
+    api.answer(
+        200,
+        &format!(r#"{{"items":[],"pad":"{}"}}"#, "x".repeat(17 << 20)),
+    );
     let too_big = daemon.wait_stderr(Duration::from_secs(15), |l| l.contains("at most 16 MiB"));
     assert!(too_big.is_some(), "{:?}", daemon.stderr_now());
     // Access granted: the names arrive.
     api.answer(200, &kube::pod_list("serving", "llm-0", UID, "server", CID));
-    let named = poll(Duration::from_secs(20), || launch_labels(&listen, &pid).filter(|l| l.1 == "llm-0"));
+    let named = poll(Duration::from_secs(20), || {
+        launch_labels(&listen, &pid).filter(|l| l.1 == "llm-0")
+    });
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     let requests = api.requests();
@@ -80,15 +120,38 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
         requests.len(),
         traced.stderr.iter().filter(|l| l.contains("pod names")).collect::<Vec<_>>()
     );
-    assert_eq!(named, Some(("serving".into(), "llm-0".into(), "server".into(), LAUNCHES as f64)));
+    assert_eq!(
+        named,
+        Some((
+            "serving".into(),
+            "llm-0".into(),
+            "server".into(),
+            LAUNCHES as f64
+        ))
+    );
     assert!(requests.len() >= 3, "{requests:?}");
     for (target, authorized) in &requests {
         assert!(authorized, "{target}");
-        assert_eq!(target, "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-7");
+        assert_eq!(
+            target,
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-7"
+        );
     }
     let lines = |s: &str| traced.stderr.iter().filter(|l| l.contains(s)).count();
-    assert_eq!(lines("answered 403 Forbidden: the service account needs `list` on pods"), 1, "{:?}", traced.stderr);
+    assert_eq!(
+        lines("answered 403 Forbidden: the service account needs `list` on pods"),
+        1,
+        "{:?}",
+        traced.stderr
+    );
     assert_eq!(lines("at most 16 MiB"), 1, "{:?}", traced.stderr);
-    assert_eq!(lines(&format!("pod names: 1 pods from https://127.0.0.1:{port}/api/v1/pods")), 1, "{:?}", traced.stderr);
+    assert_eq!(
+        lines(&format!(
+            "pod names: 1 pods from https://127.0.0.1:{port}/api/v1/pods"
+        )),
+        1,
+        "{:?}",
+        traced.stderr
+    );
     assert_eq!(traced.code, Some(0));
 }

@@ -4,12 +4,12 @@
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    Cudatrace, FAST_DETECTION, Scenario, Workload, device_file, env, exposition,
+    device_file, env, exposition,
     guards::TempDir,
     http, poll,
     servers::{Alertmanager, Webhook},
+    Cudatrace, Scenario, Workload, FAST_DETECTION,
 };
-
 
 #[test]
 fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
@@ -25,22 +25,63 @@ fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
             hook.port
         ),
     );
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap(), "--alertmanager", &am.url()], &[]);
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--alertmanager",
+            &am.url(),
+        ],
+        &[],
+    );
     let dev = device_file("quiet");
-    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
-    let looping = |seconds, grid, sync_every| Workload::new(&env, Scenario::Loop { seconds, grid, sync_every });
-    let victim = looping(60.0, 1000, 1).comm("model-server").vars(&vars).spawn();
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ];
+    let looping = |seconds, grid, sync_every| {
+        Workload::new(
+            &env,
+            Scenario::Loop {
+                seconds,
+                grid,
+                sync_every,
+            },
+        )
+    };
+    let victim = looping(60.0, 1000, 1)
+        .comm("model-server")
+        .vars(&vars)
+        .spawn();
     let victim_pid = victim.pid();
     let prefix = format!("baseline: pid={victim_pid} ");
-    let learned = daemon.wait_stderr(Duration::from_secs(60), |l| l.starts_with(&prefix) && l.contains(" signal=wait_per_launch "));
-    assert!(learned.is_some(), "no baseline within 60 s: {:?}", daemon.stderr_now());
+    let learned = daemon.wait_stderr(Duration::from_secs(60), |l| {
+        l.starts_with(&prefix) && l.contains(" signal=wait_per_launch ")
+    });
+    assert!(
+        learned.is_some(),
+        "no baseline within 60 s: {:?}",
+        daemon.stderr_now()
+    );
     let trainer = looping(40.0, 4000, 2).comm("trainer").vars(&vars).spawn();
     let started = Instant::now();
     // Firing in the metrics, marked quiet.
     let pid = victim_pid.to_string();
     let active = poll(Duration::from_secs(40), || {
         let samples = exposition::parse(&http::scrape(&listen));
-        exposition::select(&samples, "cudatrace_alert_active", &[("pid", &pid), ("signal", "wait_per_launch"), ("state", "firing")]).first().map(|s| (*s).clone())
+        exposition::select(
+            &samples,
+            "cudatrace_alert_active",
+            &[
+                ("pid", &pid),
+                ("signal", "wait_per_launch"),
+                ("state", "firing"),
+            ],
+        )
+        .first()
+        .map(|s| (*s).clone())
     });
     let fired_after = started.elapsed();
     // Alertmanager would have the alert within a resend period (1 s) if it were sent: give it 10.
@@ -49,7 +90,11 @@ fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
     drop((victim, trainer));
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    let waits: Vec<&serde_json::Value> = traced.events.iter().filter(|e| e["evidence"]["signal"] == "wait_per_launch").collect();
+    let waits: Vec<&serde_json::Value> = traced
+        .events
+        .iter()
+        .filter(|e| e["evidence"]["signal"] == "wait_per_launch")
+        .collect();
     eprintln!(
         "e2e a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert: fired {:.1} s after the trainer started; stdout states {:?}; \
          Alertmanager lists {} alerts 10 s later; webhook got {} bodies",
@@ -58,26 +103,57 @@ fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
         listed.len(),
         hook.received().len()
     );
-    let active = active.unwrap_or_else(|| panic!("no firing alert within 40 s: {:?}", traced.stderr));
-    assert_eq!((active.label("quiet"), active.label("alert")), ("true", "CudatraceComputeContention"));
-    assert_eq!(listed, Vec::<serde_json::Value>::new(), "Alertmanager got a quiet alert");
-    assert_eq!(hook.received(), Vec::<serde_json::Value>::new(), "the webhook got a quiet alert");
+    let active =
+        active.unwrap_or_else(|| panic!("no firing alert within 40 s: {:?}", traced.stderr));
+    assert_eq!(
+        (active.label("quiet"), active.label("alert")),
+        ("true", "CudatraceComputeContention")
+    );
+    assert_eq!(
+        listed,
+        Vec::<serde_json::Value>::new(),
+        "Alertmanager got a quiet alert"
+    );
+    assert_eq!(
+        hook.received(),
+        Vec::<serde_json::Value>::new(),
+        "the webhook got a quiet alert"
+    );
     let states: Vec<&str> = waits.iter().map(|e| e["state"].as_str().unwrap()).collect();
     assert_eq!(&states[..2], ["pending", "firing"], "{waits:?}");
-    assert!(waits.iter().all(|e| e["quiet"] == "nightly-batch" && e["alert"] == "CudatraceComputeContention"), "{waits:?}");
+    assert!(
+        waits
+            .iter()
+            .all(|e| e["quiet"] == "nightly-batch" && e["alert"] == "CudatraceComputeContention"),
+        "{waits:?}"
+    );
 }
 
 #[test]
 fn a_bad_policy_is_one_line_before_anything_is_traced() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("bad-policy");
-    let config = dir.write("cudatrace.toml", "[[detect.schedule]]\nname = \"sale\"\ndates = \"2026-11-27..2026-11-31\"\npage = 0.2\n");
+    let config = dir.write(
+        "cudatrace.toml",
+        "[[detect.schedule]]\nname = \"sale\"\ndates = \"2026-11-27..2026-11-31\"\npage = 0.2\n",
+    );
     let out = std::process::Command::new(&env.bin)
-        .args(["run", "--lib", env.libcuda().to_str().unwrap(), "--listen", "127.0.0.1:0", "--config", config.to_str().unwrap()])
+        .args([
+            "run",
+            "--lib",
+            env.libcuda().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    eprintln!("e2e a_bad_policy_is_one_line_before_anything_is_traced: exit {:?}: {said}", out.status.code());
+    eprintln!(
+        "e2e a_bad_policy_is_one_line_before_anything_is_traced: exit {:?}: {said}",
+        out.status.code()
+    );
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         said.trim_end(),

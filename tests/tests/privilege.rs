@@ -9,15 +9,18 @@ use std::{
 };
 
 use integration_tests::{
-    Cudatrace, Scenario, Workload, chart,
-    container::{DEFAULT_SECCOMP, podman_run, seccomp_with_bpf},
-    device_file, env, exposition, free_port,
+    chart,
+    container::{podman_run, seccomp_with_bpf, DEFAULT_SECCOMP},
+    device_file, env, exposition, free_port, Cudatrace, Scenario, Workload,
 };
 
 /// `setpriv` arguments giving uid/gid 65534 exactly `caps` (lower-case names, no `CAP_`), as
 /// ambient capabilities, as systemd's `AmbientCapabilities=` would.
 fn as_nobody_with(caps: &[String]) -> Vec<String> {
-    let list: String = caps.iter().map(|c| format!(",+{}", c.to_lowercase())).collect();
+    let list: String = caps
+        .iter()
+        .map(|c| format!(",+{}", c.to_lowercase()))
+        .collect();
     vec![
         "--reuid=65534".into(),
         "--regid=65534".into(),
@@ -31,7 +34,9 @@ fn as_nobody_with(caps: &[String]) -> Vec<String> {
 fn cap_eff(pid: u32) -> (u64, bool) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let eff = tracer_common::caps::effective_from_status(&status).unwrap();
-    let nnp = status.lines().any(|l| l.starts_with("NoNewPrivs:") && l.trim_end().ends_with('1'));
+    let nnp = status
+        .lines()
+        .any(|l| l.starts_with("NoNewPrivs:") && l.trim_end().ends_with('1'));
     (eff, nnp)
 }
 
@@ -54,12 +59,21 @@ fn bit(name: &str) -> u64 {
 fn least_privilege_daemon_traces_another_users_process() {
     let Some(env) = env() else { return };
     let caps = chart::daemonset_capabilities();
-    assert_eq!(caps, ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"], "the set this test proves");
+    assert_eq!(
+        caps,
+        ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"],
+        "the set this test proves"
+    );
     let dir = integration_tests::guards::TempDir::new("chart-config");
     let config = dir.write("config.toml", &chart::config_toml());
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_nobody_with(&caps);
-    args.extend([env.bin.display().to_string(), "run".into(), "--config".into(), config.display().to_string()]);
+    args.extend([
+        env.bin.display().to_string(),
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ]);
     args.extend(["--listen".into(), listen.clone()]);
     let daemon = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
     let (eff, nnp) = cap_eff(daemon.pid());
@@ -67,11 +81,17 @@ fn least_privilege_daemon_traces_another_users_process() {
     assert_eq!((eff, nnp), (want, true), "CapEff {eff:#x} while watching");
     // Another user's process: uid 1000, its own simulated device.
     let dev = device_file("nobody");
-    let job = Workload::new(&env, Scenario::Basic { launches: 2000, copies: 0 })
-        .device(&dev)
-        .settle_ms(2000)
-        .as_user(1000)
-        .run();
+    let job = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 2000,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .settle_ms(2000)
+    .as_user(1000)
+    .run();
     let pid = job["pid"].as_u64().unwrap().to_string();
     let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
     let traced = daemon.stop();
@@ -81,7 +101,14 @@ fn least_privilege_daemon_traces_another_users_process() {
          CapEff {eff:#x} NoNewPrivs {nnp}"
     );
     assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
-    assert!(traced.stderr.iter().any(|l| l.starts_with("discovered: /proc/")), "{:?}", traced.stderr);
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l.starts_with("discovered: /proc/")),
+        "{:?}",
+        traced.stderr
+    );
     assert_eq!(traced.code, Some(0));
 }
 
@@ -100,10 +127,17 @@ fn each_missing_capability_is_named() {
             .output()
             .expect("setpriv (util-linux) is needed");
         let err = String::from_utf8_lossy(&out.stderr);
-        eprintln!("e2e each_missing_capability_is_named: without {missing}: exit {:?}: {}", out.status.code(), err.trim());
+        eprintln!(
+            "e2e each_missing_capability_is_named: without {missing}: exit {:?}: {}",
+            out.status.code(),
+            err.trim()
+        );
         assert_eq!(out.status.code(), Some(1), "without {missing}: {err}");
         assert_eq!(err.lines().count(), 1, "without {missing}: {err}");
-        assert!(err.contains(&format!("CAP_{missing}")), "without {missing}: {err}");
+        assert!(
+            err.contains(&format!("CAP_{missing}")),
+            "without {missing}: {err}"
+        );
     }
 }
 
@@ -117,7 +151,11 @@ fn attached_once_it_drops_the_rest_and_detaches_at_once() {
     let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     let attach = started.elapsed();
     let (eff, nnp) = cap_eff(tracer.pid());
-    assert_eq!((eff, nnp), (bit("SYS_PTRACE") + bit("DAC_READ_SEARCH"), true), "CapEff {eff:#x}");
+    assert_eq!(
+        (eff, nnp),
+        (bit("SYS_PTRACE") + bit("DAC_READ_SEARCH"), true),
+        "CapEff {eff:#x}"
+    );
     let dev = device_file("detach");
     let report = Workload::new(&env, Scenario::Each(3)).device(&dev).run();
     let stopping = Instant::now();
@@ -142,18 +180,41 @@ fn attached_once_it_drops_the_rest_and_detaches_at_once() {
 fn classic_uprobes_still_trace_exactly() {
     let Some(env) = env() else { return };
     let lib = env.libcuda();
-    let tracer = Cudatrace::start_with(&env, &["--json", "--lib", lib.to_str().unwrap()], &[("CUDATRACE_ATTACH", "classic")]);
+    let tracer = Cudatrace::start_with(
+        &env,
+        &["--json", "--lib", lib.to_str().unwrap()],
+        &[("CUDATRACE_ATTACH", "classic")],
+    );
     let dev = device_file("classic");
-    let report = Workload::new(&env, Scenario::Basic { launches: 500, copies: 50 }).device(&dev).run();
+    let report = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 500,
+            copies: 50,
+        },
+    )
+    .device(&dev)
+    .run();
     let traced = tracer.stop();
     let _ = std::fs::remove_file(&dev);
     let mine = traced.of_pid(report["pid"].as_u64().unwrap());
-    let count = |apis: &[&str]| mine.iter().filter(|e| apis.iter().any(|a| e["api"] == *a)).count();
+    let count = |apis: &[&str]| {
+        mine.iter()
+            .filter(|e| apis.iter().any(|a| e["api"] == *a))
+            .count()
+    };
     let launches = count(&["cuLaunchKernel"]);
     let copies = count(&["cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"]);
     eprintln!("e2e classic_uprobes_still_trace_exactly: launches in=500 out={launches}, copies in=50 out={copies}");
     assert_eq!((launches, copies), (500, 50));
-    assert!(traced.stderr.iter().any(|l| l == "ready: 86 probes attached"), "{:?}", traced.stderr);
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l == "ready: 86 probes attached"),
+        "{:?}",
+        traced.stderr
+    );
 }
 
 /// The image, run by podman as the DaemonSet runs it (host pids, the DaemonSet's capabilities
@@ -170,17 +231,32 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     // As the runtime ships it: one line, the first map refused.
     let mut args = podman_run(&caps, std::path::Path::new(DEFAULT_SECCOMP), &name);
     args.extend(["trace".into(), "--duration".into(), "1".into()]);
-    let out = Command::new("podman").args(&args).output().expect("podman (Debian package) is needed");
+    let out = Command::new("podman")
+        .args(&args)
+        .output()
+        .expect("podman (Debian package) is needed");
     let err = String::from_utf8_lossy(&out.stderr);
     eprintln!("e2e image_traces_a_host_process_with_the_daemonset_security_context: default seccomp: exit {:?}: {}", out.status.code(), err.trim());
-    assert!(err.contains("Operation not permitted") && err.contains("failed to create map"), "{err}");
+    assert!(
+        err.contains("Operation not permitted") && err.contains("failed to create map"),
+        "{err}"
+    );
     // With bpf(2) allowed under CAP_BPF.
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = podman_run(&caps, &seccomp_with_bpf(&dir), &name);
     args.extend(["run".into(), "--listen".into(), listen.clone()]);
     let daemon = Cudatrace::start_wrapped(&env, "podman", &args, &[]);
     let dev = device_file("image");
-    let job = Workload::new(&env, Scenario::Basic { launches: 2000, copies: 0 }).device(&dev).settle_ms(2000).run();
+    let job = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 2000,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .settle_ms(2000)
+    .run();
     let pid = job["pid"].as_u64().unwrap().to_string();
     let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
     let traced = daemon.stop();

@@ -3,7 +3,7 @@
 //! stand-in NVML, and a cut that the file and the summary line both report.
 use std::{collections::HashMap, io::Read as _, path::Path};
 
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, guards::TempDir};
+use integration_tests::{device_file, env, guards::TempDir, Cudatrace, Scenario, Workload};
 use serde_json::Value;
 
 const SCENARIO: &str = "gpu 0 uuid=GPU-11111111-2222-3333-4444-555555555555 sm=75 mem=40 total=85899345920 used=4294967296 \
@@ -14,7 +14,9 @@ fn read(path: &Path) -> Value {
     let bytes = std::fs::read(path).expect("timeline written");
     let text = if path.extension().is_some_and(|e| e == "gz") {
         let mut s = String::new();
-        flate2::read::GzDecoder::new(&bytes[..]).read_to_string(&mut s).expect("gzip");
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .expect("gzip");
         s
     } else {
         String::from_utf8(bytes).expect("utf-8")
@@ -58,12 +60,28 @@ fn record_holds_one_slice_per_launch() {
     let recorder = Cudatrace::try_start_command(
         &env,
         "record",
-        &["-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--nvml-lib", nvml.to_str().unwrap()],
+        &[
+            "-o",
+            out.to_str().unwrap(),
+            "--lib",
+            lib.to_str().unwrap(),
+            "--nvml-lib",
+            nvml.to_str().unwrap(),
+        ],
         &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
     )
     .unwrap_or_else(|t| panic!("record did not start: {:?}", t.stderr));
     let dev = device_file("record");
-    let report = Workload::new(&env, Scenario::Basic { launches: 3000, copies: 100 }).threads(2).device(&dev).run();
+    let report = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 3000,
+            copies: 100,
+        },
+    )
+    .threads(2)
+    .device(&dev)
+    .run();
     std::thread::sleep(std::time::Duration::from_millis(1200));
     let traced = recorder.stop();
     let _ = std::fs::remove_file(&dev);
@@ -72,11 +90,28 @@ fn record_holds_one_slice_per_launch() {
     let doc = read(&out);
     let events = doc["traceEvents"].as_array().expect("traceEvents");
     check_format(events);
-    let launches: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X" && e["cat"] == "launch" && e["pid"] == pid).collect();
-    let tids: std::collections::HashSet<u64> = launches.iter().map(|e| e["tid"].as_u64().unwrap()).collect();
-    let batches = events.iter().filter(|e| e["cat"] == "gpu_estimate" && e["pid"] == pid).count();
-    let util = events.iter().filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %").count();
-    let summary = traced.stderr.iter().find(|l| l.starts_with("record:")).cloned().unwrap_or_default();
+    let launches: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "launch" && e["pid"] == pid)
+        .collect();
+    let tids: std::collections::HashSet<u64> = launches
+        .iter()
+        .map(|e| e["tid"].as_u64().unwrap())
+        .collect();
+    let batches = events
+        .iter()
+        .filter(|e| e["cat"] == "gpu_estimate" && e["pid"] == pid)
+        .count();
+    let util = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %")
+        .count();
+    let summary = traced
+        .stderr
+        .iter()
+        .find(|l| l.starts_with("record:"))
+        .cloned()
+        .unwrap_or_default();
     eprintln!(
         "e2e record_holds_one_slice_per_launch: launches in=3000 slices={} threads={} batches={batches} utilization counters={util}; {summary}",
         launches.len(),
@@ -85,16 +120,45 @@ fn record_holds_one_slice_per_launch() {
     assert_eq!(launches.len(), 3000);
     assert_eq!(tids.len(), 2);
     assert!(tids.iter().all(|t| *t != pid && *t > 0));
-    assert!(launches.iter().all(|e| e["name"] == "hidden_gemm(float*, float*, int)" && e["args"]["api"] == "cuLaunchKernel"));
-    let named = events.iter().find(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid).expect("process named");
+    assert!(launches
+        .iter()
+        .all(|e| e["name"] == "hidden_gemm(float*, float*, int)"
+            && e["args"]["api"] == "cuLaunchKernel"));
+    let named = events
+        .iter()
+        .find(|e| e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == pid)
+        .expect("process named");
     assert_eq!(named["args"]["name"], format!("cuda-workload (pid {pid})"));
-    assert!(batches >= 1, "the final cuCtxSynchronize closes the batches");
-    let track = |name: &str| events.iter().any(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == pid && e["args"]["name"] == name);
-    assert!(track("GPU-time estimate: every stream"), "the context-wide wait's track");
+    assert!(
+        batches >= 1,
+        "the final cuCtxSynchronize closes the batches"
+    );
+    let track = |name: &str| {
+        events.iter().any(|e| {
+            e["ph"] == "M"
+                && e["name"] == "thread_name"
+                && e["pid"] == pid
+                && e["args"]["name"] == name
+        })
+    };
+    assert!(
+        track("GPU-time estimate: every stream"),
+        "the context-wide wait's track"
+    );
     assert!(util >= 1);
-    assert_eq!(events.iter().filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %").next().unwrap()["args"]["sm"], 75);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %")
+            .next()
+            .unwrap()["args"]["sm"],
+        75
+    );
     assert_eq!(doc["otherData"]["events_left_out"], 0);
-    assert!(summary.ends_with("; 0 left out past --max-events"), "{summary}");
+    assert!(
+        summary.ends_with("; 0 left out past --max-events"),
+        "{summary}"
+    );
 }
 
 /// `--max-events 100` on a gzip file: exactly 100 events written, the rest counted, and both
@@ -105,26 +169,64 @@ fn record_cut_by_max_events_says_so() {
     let dir = TempDir::new("record-cut");
     let out = dir.join("trace.json.gz");
     let lib = env.libcuda();
-    let recorder = Cudatrace::try_start_command(&env, "record", &["-o", out.to_str().unwrap(), "--lib", lib.to_str().unwrap(), "--max-events", "100"], &[])
-        .unwrap_or_else(|t| panic!("record did not start: {:?}", t.stderr));
+    let recorder = Cudatrace::try_start_command(
+        &env,
+        "record",
+        &[
+            "-o",
+            out.to_str().unwrap(),
+            "--lib",
+            lib.to_str().unwrap(),
+            "--max-events",
+            "100",
+        ],
+        &[],
+    )
+    .unwrap_or_else(|t| panic!("record did not start: {:?}", t.stderr));
     let dev = device_file("record-cut");
-    Workload::new(&env, Scenario::Basic { launches: 1000, copies: 0 }).device(&dev).run();
+    Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 1000,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .run();
     std::thread::sleep(std::time::Duration::from_millis(500));
     let traced = recorder.stop();
     let _ = std::fs::remove_file(&dev);
     let doc = read(&out);
     let events = doc["traceEvents"].as_array().expect("traceEvents");
     check_format(events);
-    let written = events.iter().filter(|e| e["ph"] != "M" && e["cat"] != "cudatrace").count() as u64;
+    let written = events
+        .iter()
+        .filter(|e| e["ph"] != "M" && e["cat"] != "cudatrace")
+        .count() as u64;
     let left_out = doc["otherData"]["events_left_out"].as_u64().unwrap();
-    let summary = traced.stderr.iter().find(|l| l.starts_with("record:")).cloned().unwrap_or_default();
-    eprintln!("e2e record_cut_by_max_events_says_so: written={written} left_out={left_out}; {summary}");
+    let summary = traced
+        .stderr
+        .iter()
+        .find(|l| l.starts_with("record:"))
+        .cloned()
+        .unwrap_or_default();
+    eprintln!(
+        "e2e record_cut_by_max_events_says_so: written={written} left_out={left_out}; {summary}"
+    );
     assert_eq!(written, 100);
     assert_eq!(doc["otherData"]["events"], 100);
     // 1,000 launches plus the set-up calls and the final wait's batch: more than 1,000 in all.
     assert!(written + left_out > 1000, "{left_out}");
-    assert!(events.iter().any(|e| e["cat"] == "cudatrace" && e["name"].as_str().unwrap().contains(&format!("{left_out} events left out"))));
-    assert!(summary.starts_with("record: 100 events written") && summary.contains(&format!("; {left_out} left out")), "{summary}");
+    assert!(events.iter().any(|e| e["cat"] == "cudatrace"
+        && e["name"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{left_out} events left out"))));
+    assert!(
+        summary.starts_with("record: 100 events written")
+            && summary.contains(&format!("; {left_out} left out")),
+        "{summary}"
+    );
 }
 
 /// A path that cannot be written is one line, before anything is attached.
@@ -132,11 +234,23 @@ fn record_cut_by_max_events_says_so() {
 fn record_to_an_unwritable_path_is_one_line() {
     let Some(env) = env() else { return };
     let lib = env.libcuda();
-    let Err(traced) = Cudatrace::try_start_command(&env, "record", &["-o", "/nonexistent-dir/trace.json", "--lib", lib.to_str().unwrap()], &[])
-    else {
+    let Err(traced) = Cudatrace::try_start_command(
+        &env,
+        "record",
+        &[
+            "-o",
+            "/nonexistent-dir/trace.json",
+            "--lib",
+            lib.to_str().unwrap(),
+        ],
+        &[],
+    ) else {
         panic!("record became ready with an unwritable path");
     };
-    eprintln!("e2e record_to_an_unwritable_path_is_one_line: {:?}", traced.stderr);
+    eprintln!(
+        "e2e record_to_an_unwritable_path_is_one_line: {:?}",
+        traced.stderr
+    );
     assert_eq!(traced.code, Some(1));
     assert_eq!(traced.stderr.len(), 1, "{:?}", traced.stderr);
     assert!(traced.stderr[0].starts_with("cudatrace: cannot create the timeline /nonexistent-dir/trace.json (give a writable path with -o): "), "{:?}", traced.stderr);
@@ -148,12 +262,26 @@ fn record_with_a_missing_library_leaves_no_file() {
     let Some(env) = env() else { return };
     let dir = integration_tests::guards::TempDir::new("record-nolib");
     let out = dir.join("trace.json");
-    let Err(traced) = Cudatrace::try_start_command(&env, "record", &["-o", out.to_str().unwrap(), "--lib", "/nope/libcuda.so.1"], &[]) else {
+    let Err(traced) = Cudatrace::try_start_command(
+        &env,
+        "record",
+        &["-o", out.to_str().unwrap(), "--lib", "/nope/libcuda.so.1"],
+        &[],
+    ) else {
         panic!("record became ready without a library");
     };
-    eprintln!("e2e record_with_a_missing_library_leaves_no_file: {:?}; {} exists: {}", traced.stderr, out.display(), out.exists());
+    eprintln!(
+        "e2e record_with_a_missing_library_leaves_no_file: {:?}; {} exists: {}",
+        traced.stderr,
+        out.display(),
+        out.exists()
+    );
     assert_eq!(traced.code, Some(1));
     assert_eq!(traced.stderr.len(), 1, "{:?}", traced.stderr);
-    assert!(traced.stderr[0].starts_with("cudatrace: library not found: /nope/libcuda.so.1"), "{:?}", traced.stderr);
+    assert!(
+        traced.stderr[0].starts_with("cudatrace: library not found: /nope/libcuda.so.1"),
+        "{:?}",
+        traced.stderr
+    );
     assert!(!out.exists(), "the timeline file was left behind");
 }

@@ -1,6 +1,6 @@
 //! End-to-end: `cudatrace top -b` prints plain-text snapshots of the daemon's aggregation: the
 //! workload's row, named, with its launch rate.
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env};
+use integration_tests::{device_file, env, Cudatrace, Scenario, Workload};
 
 /// The screens of `top -b` output: each starts with its `cudatrace top -` line.
 fn screens(lines: &[String]) -> Vec<Vec<&str>> {
@@ -23,10 +23,24 @@ fn screens(lines: &[String]) -> Vec<Vec<&str>> {
 fn top_batch_prints_the_workloads_row_and_rate() {
     let Some(env) = env() else { return };
     let lib = env.libcuda();
-    let top = Cudatrace::try_start_command(&env, "top", &["-b", "-n", "6", "-d", "1", "--lib", lib.to_str().unwrap()], &[])
-        .unwrap_or_else(|t| panic!("top did not start: {:?}", t.stderr));
+    let top = Cudatrace::try_start_command(
+        &env,
+        "top",
+        &["-b", "-n", "6", "-d", "1", "--lib", lib.to_str().unwrap()],
+        &[],
+    )
+    .unwrap_or_else(|t| panic!("top did not start: {:?}", t.stderr));
     let dev = device_file("top");
-    let report = Workload::new(&env, Scenario::Loop { seconds: 5.0, grid: 1, sync_every: 10 }).device(&dev).run();
+    let report = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 5.0,
+            grid: 1,
+            sync_every: 10,
+        },
+    )
+    .device(&dev)
+    .run();
     let traced = top.wait();
     let _ = std::fs::remove_file(&dev);
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
@@ -34,7 +48,10 @@ fn top_batch_prints_the_workloads_row_and_rate() {
     let workload_rate = report["launches"].as_f64().unwrap() / 5.0;
     let shown = screens(&traced.stdout);
     let row = |screen: &[&str]| -> Option<Vec<String>> {
-        screen.iter().find(|l| l.split_whitespace().next() == Some(pid.as_str())).map(|l| l.split_whitespace().map(str::to_owned).collect())
+        screen
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(pid.as_str()))
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
     };
     let third = row(&shown[2]).unwrap_or_else(|| panic!("no row for {pid}: {:?}", shown[2]));
     let rate: f64 = third[4].parse().expect("LAUNCH/S");
@@ -45,7 +62,10 @@ fn top_batch_prints_the_workloads_row_and_rate() {
         assert!(s[2].trim_start().starts_with("PID COMM"), "{s:?}");
     }
     assert_eq!(third[1], "cuda-workload");
-    assert!((rate - workload_rate).abs() <= 0.2 * workload_rate, "top {rate} against {workload_rate}");
+    assert!(
+        (rate - workload_rate).abs() <= 0.2 * workload_rate,
+        "top {rate} against {workload_rate}"
+    );
     // p50 and p99 of launch latency in microseconds, p50 first.
     let (p50, p99): (f64, f64) = (third[5].parse().unwrap(), third[6].parse().unwrap());
     assert!(p50 > 0.0 && p50 <= p99, "{third:?}");
@@ -60,48 +80,80 @@ struct Pane {
 impl Pane {
     fn start(env: &integration_tests::Env, cols: u16, rows: u16, extra: &str) -> Pane {
         let name = format!("cudatrace-top-{}-{cols}x{rows}", std::process::id());
-        let cmd = format!("{} top --lib {} {extra}; sleep 120", env.bin.display(), env.libcuda().display());
+        let cmd = format!(
+            "{} top --lib {} {extra}; sleep 120",
+            env.bin.display(),
+            env.libcuda().display()
+        );
         let ok = std::process::Command::new("tmux")
-            .args(["new-session", "-d", "-s", &name, "-x", &cols.to_string(), "-y", &rows.to_string(), &cmd])
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &cols.to_string(),
+                "-y",
+                &rows.to_string(),
+                &cmd,
+            ])
             .status()
             .expect("tmux (scripts/setup.sh installs it)")
             .success();
         assert!(ok, "tmux new-session failed");
         let pane = Pane { name };
-        integration_tests::poll(std::time::Duration::from_secs(30), || pane.screen().contains("cudatrace top -").then_some(()))
-            .unwrap_or_else(|| panic!("top did not draw: {}", pane.screen()));
+        integration_tests::poll(std::time::Duration::from_secs(30), || {
+            pane.screen().contains("cudatrace top -").then_some(())
+        })
+        .unwrap_or_else(|| panic!("top did not draw: {}", pane.screen()));
         pane
     }
 
     fn screen(&self) -> String {
-        let out = std::process::Command::new("tmux").args(["capture-pane", "-p", "-t", &self.name]).output().expect("tmux");
+        let out = std::process::Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.name])
+            .output()
+            .expect("tmux");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     fn keys(&self, keys: &[&str]) {
         for k in keys {
-            std::process::Command::new("tmux").args(["send-keys", "-t", &self.name, k]).status().expect("tmux");
+            std::process::Command::new("tmux")
+                .args(["send-keys", "-t", &self.name, k])
+                .status()
+                .expect("tmux");
         }
         std::thread::sleep(std::time::Duration::from_millis(400));
     }
 
     /// The row of `pid`, split on whitespace.
     fn row(&self, pid: &str) -> Option<Vec<String>> {
-        self.screen().lines().find(|l| l.split_whitespace().next() == Some(pid)).map(|l| l.split_whitespace().map(str::to_owned).collect())
+        self.screen()
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(pid))
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
     }
 
     /// The pids of the table's rows, top to bottom.
     fn pids(&self) -> Vec<String> {
         self.screen()
             .lines()
-            .filter_map(|l| l.split_whitespace().next().filter(|f| f.parse::<u32>().is_ok()).map(str::to_owned))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()
+                    .filter(|f| f.parse::<u32>().is_ok())
+                    .map(str::to_owned)
+            })
             .collect()
     }
 }
 
 impl Drop for Pane {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("tmux").args(["kill-session", "-t", &self.name]).status();
+        let _ = std::process::Command::new("tmux")
+            .args(["kill-session", "-t", &self.name])
+            .status();
         integration_tests::wait_for_background_detach();
     }
 }
@@ -117,8 +169,26 @@ fn top_screen_sorts_filters_and_quits_cleanly() {
     for (cols, rows) in [(120u16, 40u16), (80, 24)] {
         let pane = Pane::start(&env, cols, rows, "");
         let dev = device_file("top-screen");
-        let slow = Workload::new(&env, Scenario::Loop { seconds: 4.0, grid: 1, sync_every: 1 }).device(&dev).spawn();
-        let fast = Workload::new(&env, Scenario::Loop { seconds: 4.0, grid: 1, sync_every: 100 }).device(&dev).spawn();
+        let slow = Workload::new(
+            &env,
+            Scenario::Loop {
+                seconds: 4.0,
+                grid: 1,
+                sync_every: 1,
+            },
+        )
+        .device(&dev)
+        .spawn();
+        let fast = Workload::new(
+            &env,
+            Scenario::Loop {
+                seconds: 4.0,
+                grid: 1,
+                sync_every: 100,
+            },
+        )
+        .device(&dev)
+        .spawn();
         let (s, f) = (slow.pid().to_string(), fast.pid().to_string());
         std::thread::sleep(std::time::Duration::from_millis(2500));
         let (slow_row, fast_row) = (pane.row(&s), pane.row(&f));
@@ -146,15 +216,24 @@ fn top_screen_sorts_filters_and_quits_cleanly() {
         for (row, report) in [(&slow_row, &slow_report), (&fast_row, &fast_report)] {
             let row = row.as_ref().expect("the workload's row");
             assert_eq!(row[1], "cuda-workload");
-            let shown: f64 = row[2].parse().expect("LAUNCH/S is the third column on every width");
-            assert!((shown - rate(report)).abs() <= 0.2 * rate(report), "{shown} against {}", rate(report));
+            let shown: f64 = row[2]
+                .parse()
+                .expect("LAUNCH/S is the third column on every width");
+            assert!(
+                (shown - rate(report)).abs() <= 0.2 * rate(report),
+                "{shown} against {}",
+                rate(report)
+            );
         }
         assert_eq!(order, vec![f.clone(), s.clone()], "busiest first");
         assert_eq!(reversed, vec![s.clone(), f.clone()]);
         assert!(filtered.is_empty(), "{filtered:?}");
         assert_eq!(unfiltered.len(), 2);
         let after = after.expect("top quit and printed its summary");
-        assert!(!after.contains("q quit"), "the alternate screen is gone: {after}");
+        assert!(
+            !after.contains("q quit"),
+            "the alternate screen is gone: {after}"
+        );
     }
 }
 
@@ -169,13 +248,41 @@ fn top_screen_shows_the_victims_firing_alert() {
     let config = dir.write("fast.toml", integration_tests::FAST_DETECTION);
     let pane = Pane::start(&env, 200, 40, &format!("--config {}", config.display()));
     let dev = device_file("top-alert");
-    let vars = [("CUDA_STANDIN_NS_PER_BLOCK", "1000"), ("CUDA_VISIBLE_DEVICES", "0")];
-    let server = Workload::new(&env, Scenario::Loop { seconds: 40.0, grid: 1000, sync_every: 1 }).comm("model-server").device(&dev).vars(&vars).spawn();
+    let vars = [
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ];
+    let server = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 40.0,
+            grid: 1000,
+            sync_every: 1,
+        },
+    )
+    .comm("model-server")
+    .device(&dev)
+    .vars(&vars)
+    .spawn();
     std::thread::sleep(std::time::Duration::from_secs(8));
-    let trainer = Workload::new(&env, Scenario::Loop { seconds: 30.0, grid: 4000, sync_every: 2 }).comm("trainer").device(&dev).vars(&vars).spawn();
+    let trainer = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 30.0,
+            grid: 4000,
+            sync_every: 2,
+        },
+    )
+    .comm("trainer")
+    .device(&dev)
+    .vars(&vars)
+    .spawn();
     let (sp, tp) = (server.pid().to_string(), trainer.pid().to_string());
     let row = integration_tests::poll(std::time::Duration::from_secs(40), || {
-        pane.screen().lines().find(|l| l.split_whitespace().next() == Some(sp.as_str()) && l.contains("firing:")).map(str::to_owned)
+        pane.screen()
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(sp.as_str()) && l.contains("firing:"))
+            .map(str::to_owned)
     });
     // Only the model server's row, then its detail pane.
     pane.keys(&["/", "m", "o", "d", "e", "l", "Enter", "Enter"]);
@@ -186,8 +293,24 @@ fn top_screen_shows_the_victims_firing_alert() {
     eprintln!("e2e top_screen_shows_the_victims_firing_alert: victim row {row:?}");
     let row = row.unwrap_or_else(|| panic!("no firing alert on the model server's row:\n{detail}"));
     assert!(row.contains("model-server"), "{row}");
-    assert!(row.contains(&format!("firing:compute_contention by trainer (pid {tp})")), "{row}");
-    assert!(detail.contains(&format!(" pid {sp} ")) && detail.contains("hidden_gemm(float*, float*, int)"), "{detail}");
-    assert!(detail.contains("CudatraceComputeContention firing"), "{detail}");
-    assert!(detail.contains("streams: batches") && detail.lines().any(|l| l.contains(" batches, ") && l.contains("wait ")), "{detail}");
+    assert!(
+        row.contains(&format!("firing:compute_contention by trainer (pid {tp})")),
+        "{row}"
+    );
+    assert!(
+        detail.contains(&format!(" pid {sp} "))
+            && detail.contains("hidden_gemm(float*, float*, int)"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("CudatraceComputeContention firing"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("streams: batches")
+            && detail
+                .lines()
+                .any(|l| l.contains(" batches, ") && l.contains("wait ")),
+        "{detail}"
+    );
 }

@@ -1,7 +1,9 @@
 //! End-to-end: `cudatrace trace` against the stand-in libcuda, as root.
 use std::{collections::HashSet, process::Command};
 
-use integration_tests::{Cudatrace, Scenario, Workload, device_file, env, report as workload_report};
+use integration_tests::{
+    device_file, env, report as workload_report, Cudatrace, Scenario, Workload,
+};
 
 /// 10,000 launches and 2,000 copies from 2 threads: exactly as many events, with exact
 /// arguments, durations at least the simulated call time, nothing dropped.
@@ -11,16 +13,30 @@ fn launches_and_copies_exact() {
     let lib = env.libcuda();
     let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     let dev = device_file("basic");
-    let report = Workload::new(&env, Scenario::Basic { launches: 10_000, copies: 2000 })
-        .threads(2)
-        .device(&dev)
-        .vars(&[("CUDA_STANDIN_CALL_NS", "2000"), ("CUDA_STANDIN_NS_PER_BLOCK", "1")])
-        .run();
+    let report = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 10_000,
+            copies: 2000,
+        },
+    )
+    .threads(2)
+    .device(&dev)
+    .vars(&[
+        ("CUDA_STANDIN_CALL_NS", "2000"),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1"),
+    ])
+    .run();
     let traced = tracer.stop();
     assert_eq!(traced.code, Some(0), "stderr: {:?}", traced.stderr);
     let pid = report["pid"].as_u64().unwrap();
     let function = report["function"].as_u64().unwrap();
-    let streams: Vec<u64> = report["streams"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let streams: Vec<u64> = report["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
     let events = traced.of_pid(pid);
 
     let mut launches = HashSet::new();
@@ -32,10 +48,17 @@ fn launches_and_copies_exact() {
             "cuLaunchKernel" => {
                 assert_eq!(e["kind"], "launch");
                 assert!(e["duration_ns"].as_u64().unwrap() >= 2000, "{e}");
-                let t = streams.iter().position(|s| Some(*s) == e["stream"].as_u64()).expect("known stream") as u64;
+                let t = streams
+                    .iter()
+                    .position(|s| Some(*s) == e["stream"].as_u64())
+                    .expect("known stream") as u64;
                 let i = e["shared_mem_bytes"].as_u64().unwrap();
                 assert_eq!(e["function"].as_u64(), Some(function));
-                assert_eq!(e["grid"], serde_json::json!([1 + i % 1000, 2 + t, 3]), "{e}");
+                assert_eq!(
+                    e["grid"],
+                    serde_json::json!([1 + i % 1000, 2 + t, 3]),
+                    "{e}"
+                );
                 assert_eq!(e["block"], serde_json::json!([32, 1 + i % 8, 2]), "{e}");
                 assert!(launches.insert((t, i)), "launch {t}/{i} traced twice");
             }
@@ -47,8 +70,16 @@ fn launches_and_copies_exact() {
                     continue;
                 }
                 let (j, t) = ((bytes - 1024) / 16, (bytes - 1024) % 16);
-                let (want_api, dir) = if j % 2 == 0 { ("cuMemcpyHtoD_v2", "htod") } else { ("cuMemcpyDtoH_v2", "dtoh") };
-                assert_eq!((api, e["direction"].as_str().unwrap()), (want_api, dir), "{e}");
+                let (want_api, dir) = if j % 2 == 0 {
+                    ("cuMemcpyHtoD_v2", "htod")
+                } else {
+                    ("cuMemcpyDtoH_v2", "dtoh")
+                };
+                assert_eq!(
+                    (api, e["direction"].as_str().unwrap()),
+                    (want_api, dir),
+                    "{e}"
+                );
                 assert!(copies.insert((t, j)), "copy {t}/{j} traced twice");
             }
             _ => {}
@@ -57,8 +88,14 @@ fn launches_and_copies_exact() {
     assert_eq!(launches.len(), 10_000, "launch events");
     assert_eq!(copies.len(), 2_000, "copy events");
     for t in 0..2 {
-        assert!((0..5000).all(|i| launches.contains(&(t, i))), "thread {t} launches incomplete");
-        assert!((0..1000).all(|j| copies.contains(&(t, j))), "thread {t} copies incomplete");
+        assert!(
+            (0..5000).all(|i| launches.contains(&(t, i))),
+            "thread {t} launches incomplete"
+        );
+        assert!(
+            (0..1000).all(|j| copies.contains(&(t, j))),
+            "thread {t} copies incomplete"
+        );
     }
     let summary = traced.summary();
     assert_eq!(summary["dropped"], 0);
@@ -77,7 +114,10 @@ fn launches_and_copies_exact() {
 fn duration_and_pid_filter() {
     let Some(env) = env() else { return };
     let dev = device_file("pid");
-    let vars = [("CUDA_STANDIN_DEVICE", dev.as_str()), ("CUDA_STANDIN_NS_PER_BLOCK", "1")];
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1"),
+    ];
     // A workload that waits on stdin before loading the library, so its pid is known first.
     let mut target = Command::new(env.workload())
         .arg("--lib")
@@ -90,17 +130,48 @@ fn duration_and_pid_filter() {
         .unwrap();
     let pid = target.id().to_string();
     let lib = env.libcuda();
-    let tracer = Cudatrace::start(&env, &["--json", "--duration", "3", "--pid", &pid, "--lib", lib.to_str().unwrap()]);
-    let other = Workload::new(&env, Scenario::Basic { launches: 200, copies: 0 }).vars(&vars).run();
+    let tracer = Cudatrace::start(
+        &env,
+        &[
+            "--json",
+            "--duration",
+            "3",
+            "--pid",
+            &pid,
+            "--lib",
+            lib.to_str().unwrap(),
+        ],
+    );
+    let other = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 200,
+            copies: 0,
+        },
+    )
+    .vars(&vars)
+    .run();
     drop(target.stdin.take());
     workload_report(target);
     let traced = tracer.wait();
     assert_eq!(traced.code, Some(0));
-    let launches: Vec<_> = traced.events.iter().filter(|e| e["api"] == "cuLaunchKernel").collect();
+    let launches: Vec<_> = traced
+        .events
+        .iter()
+        .filter(|e| e["api"] == "cuLaunchKernel")
+        .collect();
     assert_eq!(launches.len(), 300, "launches of the --pid process");
-    assert!(launches.iter().all(|e| e["pid"].as_u64().unwrap().to_string() == pid));
-    assert!(traced.of_pid(other["pid"].as_u64().unwrap()).is_empty(), "the other process was traced");
-    eprintln!("e2e duration_and_pid_filter: target launches in=300 out={} other out=0", launches.len());
+    assert!(launches
+        .iter()
+        .all(|e| e["pid"].as_u64().unwrap().to_string() == pid));
+    assert!(
+        traced.of_pid(other["pid"].as_u64().unwrap()).is_empty(),
+        "the other process was traced"
+    );
+    eprintln!(
+        "e2e duration_and_pid_filter: target launches in=300 out={} other out=0",
+        launches.len()
+    );
 }
 
 /// A library missing some entry points: it says which, attaches the rest, and traces them.
@@ -110,11 +181,25 @@ fn partial_library_reports_symbols() {
     let partial = env.standin.join("libpartial.so");
     let tracer = Cudatrace::start(&env, &["--json", "--lib", partial.to_str().unwrap()]);
     let traced = tracer.stop();
-    let line = traced.stderr.iter().find(|l| l.contains("libpartial.so: attached")).expect("attach report");
+    let line = traced
+        .stderr
+        .iter()
+        .find(|l| l.contains("libpartial.so: attached"))
+        .expect("attach report");
     assert!(line.contains("attached 2 of 43 entry points"), "{line}");
     assert!(line.contains("not exported: cuLaunchKernel_ptsz"), "{line}");
-    assert!(!line.contains(" cuLaunchKernel ") && !line.contains(" cuMemcpyHtoD_v2 "), "{line}");
-    assert!(traced.stderr.iter().any(|l| l == "ready: 4 probes attached"), "{:?}", traced.stderr);
+    assert!(
+        !line.contains(" cuLaunchKernel ") && !line.contains(" cuMemcpyHtoD_v2 "),
+        "{line}"
+    );
+    assert!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l == "ready: 4 probes attached"),
+        "{:?}",
+        traced.stderr
+    );
     assert_eq!(traced.code, Some(0));
 }
 
@@ -124,12 +209,18 @@ fn bad_input_one_line() {
     let Some(env) = env() else { return };
     let run = |args: &[&str]| {
         let out = Command::new(&env.bin).args(args).output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (code, err) = run(&["trace", "--lib", "/nonexistent/libcuda.so.1"]);
     assert_eq!(code, Some(1));
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("cudatrace: library not found: /nonexistent/libcuda.so.1"), "{err}");
+    assert!(
+        err.starts_with("cudatrace: library not found: /nonexistent/libcuda.so.1"),
+        "{err}"
+    );
 
     let (code, err) = run(&["trace", "--lib", "/etc/hostname"]);
     assert_eq!(code, Some(1));
@@ -138,7 +229,12 @@ fn bad_input_one_line() {
 
     // As an unprivileged user (setpriv drops root and every capability).
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(&env.bin)
         .args(["trace", "--lib", "/nonexistent"])
         .output()
@@ -146,8 +242,14 @@ fn bad_input_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("needs root or CAP_BPF and CAP_PERFMON"), "{err}");
-    assert!(err.contains("not root and without CAP_BPF and CAP_PERFMON"), "{err}");
+    assert!(
+        err.contains("needs root or CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
+    assert!(
+        err.contains("not root and without CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
 }
 
 /// The eBPF programs report rare conditions through aya-log: a `CUlaunchConfig` the probe cannot
@@ -161,22 +263,70 @@ fn ebpf_log_reports_rare_conditions() {
     let dev = device_file("ebpf-log");
     let warning = "cudatrace: ebpf warn: cuLaunchKernelEx: cannot read its CUlaunchConfig";
     for (level, warnings) in [("warn", 3), ("off", 0)] {
-        let tracer = Cudatrace::start(&env, &["--json", "--log-level", level, "--lib", lib.to_str().unwrap()]);
-        let report = Workload::new(&env, Scenario::UnpagedConfig(3)).device(&dev).run();
+        let tracer = Cudatrace::start(
+            &env,
+            &[
+                "--json",
+                "--log-level",
+                level,
+                "--lib",
+                lib.to_str().unwrap(),
+            ],
+        );
+        let report = Workload::new(&env, Scenario::UnpagedConfig(3))
+            .device(&dev)
+            .run();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let traced = tracer.stop();
-        let launches: Vec<_> =
-            traced.of_pid(report["pid"].as_u64().unwrap()).into_iter().filter(|e| e["api"] == "cuLaunchKernelEx").collect();
+        let launches: Vec<_> = traced
+            .of_pid(report["pid"].as_u64().unwrap())
+            .into_iter()
+            .filter(|e| e["api"] == "cuLaunchKernelEx")
+            .collect();
         assert_eq!(launches.len(), 3, "--log-level {level}");
-        assert!(launches.iter().all(|e| e["grid"] == serde_json::json!([0, 0, 0])), "{launches:?}");
-        let said = traced.stderr.iter().filter(|l| l.starts_with(warning)).count();
+        assert!(
+            launches
+                .iter()
+                .all(|e| e["grid"] == serde_json::json!([0, 0, 0])),
+            "{launches:?}"
+        );
+        let said = traced
+            .stderr
+            .iter()
+            .filter(|l| l.starts_with(warning))
+            .count();
         assert_eq!(said, warnings, "--log-level {level}: {:?}", traced.stderr);
-        assert!(!traced.stderr.iter().any(|l| l.starts_with("cudatrace: ebpf debug:")), "{:?}", traced.stderr);
+        assert!(
+            !traced
+                .stderr
+                .iter()
+                .any(|l| l.starts_with("cudatrace: ebpf debug:")),
+            "{:?}",
+            traced.stderr
+        );
         eprintln!("e2e ebpf_log_reports_rare_conditions: --log-level {level}: unreadable configs in=3 launches out=3 warnings={said}");
     }
     // Debug: a process that lives long enough to be tracked reports its exit.
-    let tracer = Cudatrace::start(&env, &["--json", "--log-level", "debug", "--lib", lib.to_str().unwrap()]);
-    let report = Workload::new(&env, Scenario::Loop { seconds: 1.0, grid: 1, sync_every: 1 }).device(&dev).run();
+    let tracer = Cudatrace::start(
+        &env,
+        &[
+            "--json",
+            "--log-level",
+            "debug",
+            "--lib",
+            lib.to_str().unwrap(),
+        ],
+    );
+    let report = Workload::new(
+        &env,
+        Scenario::Loop {
+            seconds: 1.0,
+            grid: 1,
+            sync_every: 1,
+        },
+    )
+    .device(&dev)
+    .run();
     let pid = report["pid"].as_u64().unwrap();
     let exited = format!("cudatrace: ebpf debug: tracked process {pid} exited");
     let line = tracer.wait_stderr(std::time::Duration::from_secs(5), |l| l == exited);
@@ -193,7 +343,9 @@ fn the_process_name_is_read_once_and_follows_a_rename() {
     let lib = env.libcuda();
     let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
     let dev = device_file("rename");
-    let report = Workload::new(&env, Scenario::Rename("renamed-job".into(), 500)).device(&dev).run();
+    let report = Workload::new(&env, Scenario::Rename("renamed-job".into(), 500))
+        .device(&dev)
+        .run();
     let traced = tracer.stop();
     let _ = std::fs::remove_file(&dev);
     let pid = report["pid"].as_u64().unwrap();
@@ -207,5 +359,9 @@ fn the_process_name_is_read_once_and_follows_a_rename() {
     eprintln!("e2e the_process_name_is_read_once_and_follows_a_rename: {} launches, {before} named cuda-workload, then {:?}", names.len(), names.last());
     assert_eq!(names.len(), 1000);
     assert_eq!(before, 500);
-    assert!(names[500..].iter().all(|n| *n == "renamed-job"), "{:?}", &names[500..510]);
+    assert!(
+        names[500..].iter().all(|n| *n == "renamed-job"),
+        "{:?}",
+        &names[500..510]
+    );
 }

@@ -253,7 +253,9 @@ impl Api {
         let info = self.info();
         let mut flags = match info.shape {
             Shape::Alloc | Shape::KernelGetFunction => COOKIE_READ_OUT,
-            Shape::ModuleGetFunction | Shape::LibraryGetKernel => COOKIE_READ_OUT | COOKIE_READ_NAME,
+            Shape::ModuleGetFunction | Shape::LibraryGetKernel => {
+                COOKIE_READ_OUT | COOKIE_READ_NAME
+            }
             Shape::StreamSync => COOKIE_CLOSES_ARG_STREAM,
             Shape::CtxSync => COOKIE_CLOSES_ALL,
             _ => 0,
@@ -300,16 +302,35 @@ mod tests {
 
     #[test]
     fn cookies_round_trip() {
-        assert_eq!(Api::ModuleGetFunction.cookie() & COOKIE_API_MASK, Api::ModuleGetFunction as u64);
+        assert_eq!(
+            Api::ModuleGetFunction.cookie() & COOKIE_API_MASK,
+            Api::ModuleGetFunction as u64
+        );
         assert_ne!(Api::ModuleGetFunction.cookie() & COOKIE_READ_NAME, 0);
         assert_eq!(Api::MemAlloc.cookie() & COOKIE_READ_NAME, 0);
         assert_ne!(Api::MemAlloc.cookie() & COOKIE_READ_OUT, 0);
         assert_eq!(Api::LaunchKernel.cookie(), COOKIE_LAUNCH);
-        assert_eq!(Api::LaunchKernelExPtsz.cookie() & !COOKIE_API_MASK, COOKIE_LAUNCH | COOKIE_PER_THREAD);
-        assert_eq!(Api::GraphLaunch.cookie() & COOKIE_LAUNCH, 0, "graph launches keep one record each");
-        assert_eq!(Api::StreamSynchronize.cookie() & !COOKIE_API_MASK, COOKIE_CLOSES_ARG_STREAM);
-        assert_eq!(Api::CtxSynchronize.cookie() & !COOKIE_API_MASK, COOKIE_CLOSES_ALL);
-        assert_eq!(Api::MemcpyDtoHPtds.cookie() & !COOKIE_API_MASK, COOKIE_CLOSES_DEFAULT_STREAM | COOKIE_PER_THREAD);
+        assert_eq!(
+            Api::LaunchKernelExPtsz.cookie() & !COOKIE_API_MASK,
+            COOKIE_LAUNCH | COOKIE_PER_THREAD
+        );
+        assert_eq!(
+            Api::GraphLaunch.cookie() & COOKIE_LAUNCH,
+            0,
+            "graph launches keep one record each"
+        );
+        assert_eq!(
+            Api::StreamSynchronize.cookie() & !COOKIE_API_MASK,
+            COOKIE_CLOSES_ARG_STREAM
+        );
+        assert_eq!(
+            Api::CtxSynchronize.cookie() & !COOKIE_API_MASK,
+            COOKIE_CLOSES_ALL
+        );
+        assert_eq!(
+            Api::MemcpyDtoHPtds.cookie() & !COOKIE_API_MASK,
+            COOKIE_CLOSES_DEFAULT_STREAM | COOKIE_PER_THREAD
+        );
         assert_eq!(Api::MemcpyDtoHAsync.cookie() & !COOKIE_API_MASK, 0);
     }
 }

@@ -10,7 +10,10 @@ pub const CAP_BPF: u32 = 39;
 
 /// The effective capability set from the text of /proc/PID/status.
 pub fn effective_from_status(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 

@@ -119,7 +119,11 @@ const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<ExitEvent>() == 8 && offset_of!(ExitEvent, pid) == 4);
     assert!(size_of::<CallEvent>() == 96 && size_of::<NameEvent>() == 32);
-    assert!(offset_of!(CallEvent, api) == 4 && offset_of!(CallEvent, pid) == 8 && offset_of!(CallEvent, tid) == 12);
+    assert!(
+        offset_of!(CallEvent, api) == 4
+            && offset_of!(CallEvent, pid) == 8
+            && offset_of!(CallEvent, tid) == 12
+    );
     assert!(offset_of!(CallEvent, start_ns) == 16 && offset_of!(CallEvent, duration_ns) == 24);
     assert!(offset_of!(CallEvent, result) == 32 && offset_of!(CallEvent, args) == 40);
     assert!(offset_of!(CallEvent, flags) == 36 && offset_of!(CallEvent, out) == 88);

@@ -48,7 +48,11 @@ pub fn latency_bucket(ns: u64) -> u32 {
 
 /// (exclusive lower, inclusive upper) bounds of a latency bucket, ns.
 pub fn bucket_bounds(index: u32) -> (u64, u64) {
-    let index = if index >= LATENCY_BUCKETS { LATENCY_BUCKETS - 1 } else { index };
+    let index = if index >= LATENCY_BUCKETS {
+        LATENCY_BUCKETS - 1
+    } else {
+        index
+    };
     if index < 10 {
         return (u64::from(index), u64::from(index) + 1);
     }
@@ -131,7 +135,10 @@ mod tests {
 
     #[test]
     fn buckets_hold_two_digits_and_round_trip() {
-        assert_eq!((latency_bucket(0), latency_bucket(1), latency_bucket(10)), (0, 0, 9));
+        assert_eq!(
+            (latency_bucket(0), latency_bucket(1), latency_bucket(10)),
+            (0, 0, 9)
+        );
         assert_eq!(bucket_bounds(latency_bucket(11)), (10, 11));
         assert_eq!(bucket_bounds(latency_bucket(1_556)), (1_500, 1_600));
         assert_eq!(bucket_bounds(latency_bucket(1_600)), (1_500, 1_600));
@@ -142,7 +149,10 @@ mod tests {
         let mut v = 1u64;
         while v < 200_000_000_000 {
             let (lo, hi) = bucket_bounds(latency_bucket(v));
-            assert!(v > lo && (v <= hi || v > 100_000_000_000), "{v} in ({lo}, {hi}]");
+            assert!(
+                v > lo && (v <= hi || v > 100_000_000_000),
+                "{v} in ({lo}, {hi}]"
+            );
             v = v * 13 / 10 + 1;
         }
         for i in 1..LATENCY_BUCKETS {
@@ -153,7 +163,17 @@ mod tests {
     #[test]
     fn prometheus_bounds_are_bucket_bounds() {
         // 1 µs to 10 s at 1, 2.5 and 5 per decade.
-        for ns in [1_000u64, 2_500, 5_000, 10_000, 25_000, 50_000, 250_000_000, 5_000_000_000, 10_000_000_000] {
+        for ns in [
+            1_000u64,
+            2_500,
+            5_000,
+            10_000,
+            25_000,
+            50_000,
+            250_000_000,
+            5_000_000_000,
+            10_000_000_000,
+        ] {
             assert_eq!(bucket_bounds(latency_bucket(ns)).1, ns);
             assert_eq!(bucket_bounds(latency_bucket(ns + 1)).0, ns);
         }

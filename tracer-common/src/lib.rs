@@ -11,7 +11,7 @@ pub mod names;
 
 pub use api::{Api, Kind, Layout};
 pub use entry::Entry;
-pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NAME_MAX, NameEvent};
+pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent, NAME_MAX};
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.
 pub const STAT_DROPPED: u32 = 0;

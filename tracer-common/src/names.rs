@@ -42,8 +42,24 @@ pub const PROG_RENAME: &str = "cuda_rename";
 
 /// Every map name.
 pub const MAPS: [&str; 11] = [
-    MAP_EVENTS, MAP_ENTRIES, MAP_STATS, MAP_CONFIG, MAP_FILTER, MAP_TRACKED, MAP_DROPS, MAP_LIMITED, MAP_RATES,
-    MAP_LAUNCHES, MAP_PROCS,
+    MAP_EVENTS,
+    MAP_ENTRIES,
+    MAP_STATS,
+    MAP_CONFIG,
+    MAP_FILTER,
+    MAP_TRACKED,
+    MAP_DROPS,
+    MAP_LIMITED,
+    MAP_RATES,
+    MAP_LAUNCHES,
+    MAP_PROCS,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 6] = [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_EXIT, PROG_RENAME];
+pub const PROGRAMS: [&str; 6] = [
+    PROG_LAUNCH,
+    PROG_LAUNCH_EX,
+    PROG_REGS,
+    PROG_RETURN,
+    PROG_EXIT,
+    PROG_RENAME,
+];

@@ -4,15 +4,15 @@
 //! launch on the stream of its thread's last launch, under the same epoch, cannot open one. So
 //! every launch that opens a batch is written (a few that do not may be too: user space keeps a
 //! batch's first start), at the cost of no map beyond the thread's own slot.
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use tracer_common::{
-    CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, Entry,
     api::{COOKIE_API_MASK, COOKIE_PER_THREAD},
-    launches::{LaunchCell, LaunchKey, ProcWindow, latency_bucket},
+    launches::{latency_bucket, LaunchCell, LaunchKey, ProcWindow},
+    Entry, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
 };
 
-use crate::maps::{LAUNCHES, PROCS, config};
+use crate::maps::{config, LAUNCHES, PROCS};
 
 /// `CU_STREAM_LEGACY`, what stream 0 means for the plain entry points.
 const STREAM_LEGACY: u64 = 1;
@@ -77,7 +77,14 @@ fn stream_of(cookie: u64, stream: u64) -> u64 {
 /// `CONFIG_SAMPLE_EVERY` past those, or slower than `CONFIG_SLOW_US`, or failed. `slot` is the
 /// thread's entry slot, whose last-launch fields are brought up to date.
 #[inline(always)]
-pub fn wanted(pid: u32, slot: *mut Entry, entry: &Entry, end: u64, duration_ns: u64, result: i32) -> bool {
+pub fn wanted(
+    pid: u32,
+    slot: *mut Entry,
+    entry: &Entry,
+    end: u64,
+    duration_ns: u64,
+    result: i32,
+) -> bool {
     let (sampled, epoch) = sample(pid, end);
     if result != 0 {
         return true;
@@ -99,7 +106,15 @@ pub fn wanted(pid: u32, slot: *mut Entry, entry: &Entry, end: u64, duration_ns: 
 #[inline(always)]
 fn sample(pid: u32, now: u64) -> (bool, u64) {
     let Some(w) = PROCS.get_ptr_mut(&pid) else {
-        let _ = PROCS.insert(&pid, &ProcWindow { start_ns: now, count: 1, epoch: now }, 0);
+        let _ = PROCS.insert(
+            &pid,
+            &ProcWindow {
+                start_ns: now,
+                count: 1,
+                epoch: now,
+            },
+            0,
+        );
         return (true, now);
     };
     // SAFETY: the value stays valid while this program runs; a concurrent update from another
@@ -114,7 +129,10 @@ fn sample(pid: u32, now: u64) -> (bool, u64) {
     };
     let first = u64::from(config(CONFIG_SAMPLE_FIRST));
     let every = u64::from(config(CONFIG_SAMPLE_EVERY));
-    (count <= first || (every != 0 && (count - first) % every == 0), epoch)
+    (
+        count <= first || (every != 0 && (count - first) % every == 0),
+        epoch,
+    )
 }
 
 /// A successful wait that closes stream batches returned: the process's epoch changes, so that

@@ -1,17 +1,17 @@
 //! Entry state saved by the entry programs and consumed by the return program.
 use aya_ebpf::{
-    EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid,
         generated::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     },
     programs::ProbeContext,
+    EbpfContext,
 };
 
 use aya_log_ebpf::warn;
 use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
 
-use crate::maps::{ENTRIES, FILTER, emit_name, enabled};
+use crate::maps::{emit_name, enabled, ENTRIES, FILTER};
 
 /// Register argument `n` as a raw 64-bit value (0 when out of range).
 #[inline(always)]
@@ -22,15 +22,20 @@ pub fn arg(ctx: &ProbeContext, n: usize) -> u64 {
 /// Whether the in-kernel filter lets this thread's calls through.
 #[inline(always)]
 fn wanted() -> bool {
-    let Some(filter) = FILTER.get(0) else { return true };
+    let Some(filter) = FILTER.get(0) else {
+        return true;
+    };
     if filter.flags == 0 {
         return true;
     }
     // SAFETY: bpf_get_current_cgroup_id has no preconditions.
-    if filter.flags & FILTER_CGROUP != 0 && unsafe { bpf_get_current_cgroup_id() } != filter.cgroup_id {
+    if filter.flags & FILTER_CGROUP != 0
+        && unsafe { bpf_get_current_cgroup_id() } != filter.cgroup_id
+    {
         return false;
     }
-    if filter.flags & FILTER_COMM != 0 && bpf_get_current_comm().map_or(true, |c| c != filter.comm) {
+    if filter.flags & FILTER_COMM != 0 && bpf_get_current_comm().map_or(true, |c| c != filter.comm)
+    {
         return false;
     }
     true
@@ -55,7 +60,11 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             // driver, a nested probed call). Rare; said once each through aya-log, and the
             // newer call wins.
             if (*slot).start_ns != 0 {
-                warn!(ctx, "entry state of tid {} replaced: its previous driver call never returned", id as u32);
+                warn!(
+                    ctx,
+                    "entry state of tid {} replaced: its previous driver call never returned",
+                    id as u32
+                );
             }
             (*slot).cookie = cookie;
             (*slot).args = args;
@@ -63,8 +72,19 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
         },
         None => {
             // The thread's first traced call: its name, once (records carry none).
-            emit_name((id >> 32) as u32, id as u32, false, bpf_get_current_comm().unwrap_or([0; 16]));
-            let mut entry = Entry { start_ns: 0, cookie, args, last_stream: u64::MAX, last_epoch: 0 };
+            emit_name(
+                (id >> 32) as u32,
+                id as u32,
+                false,
+                bpf_get_current_comm().unwrap_or([0; 16]),
+            );
+            let mut entry = Entry {
+                start_ns: 0,
+                cookie,
+                args,
+                last_stream: u64::MAX,
+                last_epoch: 0,
+            };
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };
             let _ = ENTRIES.insert(&id, &entry, 0);

@@ -6,9 +6,10 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
 };
 use tracer_common::{
-    CONFIG_COUNT, CONFIG_RATE_LIMIT, EventTag, NameEvent, DEFAULT_RINGBUF_BYTES, Entry, Filter, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
-    RateWindow, STAT_COUNT, STAT_DROPPED, STAT_RATE_LIMITED,
-    launches::{LaunchCell, LaunchKey, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS, ProcWindow},
+    launches::{LaunchCell, LaunchKey, ProcWindow, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS},
+    Entry, EventTag, Filter, NameEvent, RateWindow, CONFIG_COUNT, CONFIG_RATE_LIMIT,
+    DEFAULT_RINGBUF_BYTES, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED, STAT_COUNT,
+    STAT_DROPPED, STAT_RATE_LIMITED,
 };
 
 /// Completed calls, consumed by the cudatrace binary.
@@ -46,7 +47,8 @@ pub static DROPS: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entrie
 
 /// Records not written per process, over the rate limit; as `DROPS`.
 #[map]
-pub static LIMITED: LruPerCpuHashMap<u32, u64> = LruPerCpuHashMap::with_max_entries(MAX_DROPPING, 0);
+pub static LIMITED: LruPerCpuHashMap<u32, u64> =
+    LruPerCpuHashMap::with_max_entries(MAX_DROPPING, 0);
 
 /// Each process's current one-second window of records. Shared by the CPUs without atomics: a
 /// count lost to a race lets a record more through, never fewer.
@@ -56,7 +58,8 @@ pub static RATES: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(MAX
 /// Launches counted in-kernel while aggregating, added to atomically from every CPU. Allocated
 /// as used; user space deletes the cells of exited processes.
 #[map]
-pub static LAUNCHES: HashMap<LaunchKey, LaunchCell> = HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
+pub static LAUNCHES: HashMap<LaunchKey, LaunchCell> =
+    HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
 
 /// Each process's launch-sampling window and wait epoch, while aggregating.
 #[map]
@@ -76,7 +79,13 @@ pub fn config(index: u32) -> u32 {
 pub fn emit_name(pid: u32, tid: u32, renamed: bool, comm: [u8; 16]) {
     match EVENTS.reserve::<NameEvent>(0) {
         Some(mut slot) => {
-            slot.write(NameEvent { tag: EventTag::Name as u32, pid, tid, renamed: u32::from(renamed), comm });
+            slot.write(NameEvent {
+                tag: EventTag::Name as u32,
+                pid,
+                tid,
+                renamed: u32::from(renamed),
+                comm,
+            });
             slot.submit(0);
         }
         None => dropped(pid),
@@ -119,7 +128,14 @@ pub fn over_rate(pid: u32, now: u64) -> bool {
             }
         },
         None => {
-            let _ = RATES.insert(&pid, &RateWindow { start_ns: now, count: 1 }, 0);
+            let _ = RATES.insert(
+                &pid,
+                &RateWindow {
+                    start_ns: now,
+                    count: 1,
+                },
+                0,
+            );
             false
         }
     }
@@ -158,7 +174,11 @@ pub fn submit_flags() -> u64 {
         Some(t) if *t > 0 => *t as u64,
         _ => return 0,
     };
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= threshold { BPF_RB_FORCE_WAKEUP } else { BPF_RB_NO_WAKEUP }
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= threshold {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
 }
 
 /// Adds one to a per-CPU counter.

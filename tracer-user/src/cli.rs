@@ -194,7 +194,11 @@ impl Selection {
         let mut allow = self.lib_allow;
         allow.extend(lib_allow);
         SessionOptions {
-            filter: FilterOptions { pid: self.pid, comm: self.comm, cgroup: self.cgroup },
+            filter: FilterOptions {
+                pid: self.pid,
+                comm: self.comm,
+                cgroup: self.cgroup,
+            },
             libs: self.libs,
             duration,
             ringbuf_bytes: ringbuf_mib << 20,
@@ -210,12 +214,18 @@ impl Selection {
 }
 
 fn parse_ringbuf(s: &str) -> Result<u32, String> {
-    let mib: u32 = s.parse().map_err(|_| format!("{s} is not a number of MiB"))?;
-    config::check_ringbuf_mib(mib).map(|()| mib).map_err(|e| format!("{e} MiB"))
+    let mib: u32 = s
+        .parse()
+        .map_err(|_| format!("{s} is not a number of MiB"))?;
+    config::check_ringbuf_mib(mib)
+        .map(|()| mib)
+        .map_err(|e| format!("{e} MiB"))
 }
 
 fn parse_rescan(s: &str) -> Result<u64, String> {
-    let ms: u64 = s.parse().map_err(|_| format!("{s} is not a number of milliseconds"))?;
+    let ms: u64 = s
+        .parse()
+        .map_err(|_| format!("{s} is not a number of milliseconds"))?;
     config::check_rescan_ms(ms).map(|()| ms)
 }
 
@@ -237,9 +247,18 @@ mod tests {
     #[test]
     fn single_values_are_checked() {
         assert_eq!(parse_ringbuf("16"), Ok(16));
-        assert_eq!(parse_ringbuf("3").unwrap_err(), "3: a power of two up to 1024 MiB");
-        assert_eq!(parse_rescan("0").unwrap_err(), "0: give a period of at least 1 ms");
+        assert_eq!(
+            parse_ringbuf("3").unwrap_err(),
+            "3: a power of two up to 1024 MiB"
+        );
+        assert_eq!(
+            parse_rescan("0").unwrap_err(),
+            "0: give a period of at least 1 ms"
+        );
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("-1").unwrap_err(), "-1: give a positive number of seconds");
+        assert_eq!(
+            parse_duration("-1").unwrap_err(),
+            "-1: give a positive number of seconds"
+        );
     }
 }

@@ -1,8 +1,11 @@
 //! The `cudatrace run` config file (TOML). Unknown keys and out-of-range values are errors that
 //! say which key and what is allowed.
-use std::{net::SocketAddr, path::{Path, PathBuf}};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
-use anyhow::{Result, bail};
+use anyhow::{bail, Result};
 use serde::Deserialize;
 
 /// Settings of `cudatrace run`; every key is optional.
@@ -67,18 +70,24 @@ pub struct LaunchesConfig {
 
 impl Default for LaunchesConfig {
     fn default() -> Self {
-        LaunchesConfig { aggregate: true, sample_first_per_second: 10, sample_one_in: 100, slow_us: 1000 }
+        LaunchesConfig {
+            aggregate: true,
+            sample_first_per_second: 10,
+            sample_one_in: 100,
+            slow_us: 1000,
+        }
     }
 }
 
 impl LaunchesConfig {
     /// What the kernel is told (`None`: every launch written).
     pub fn sampling(&self) -> Option<crate::probe::kernel_maps::Sampling> {
-        self.aggregate.then_some(crate::probe::kernel_maps::Sampling {
-            first_per_second: self.sample_first_per_second,
-            one_in: self.sample_one_in,
-            slow_us: self.slow_us,
-        })
+        self.aggregate
+            .then_some(crate::probe::kernel_maps::Sampling {
+                first_per_second: self.sample_first_per_second,
+                one_in: self.sample_one_in,
+                slow_us: self.slow_us,
+            })
     }
 }
 
@@ -207,7 +216,9 @@ impl SinkAuth {
     fn validate(&self, key: &str) -> Result<()> {
         match (&self.username, &self.password_file, &self.bearer_token_file) {
             (None, None, None) | (Some(_), Some(_), None) | (None, None, Some(_)) => Ok(()),
-            (_, _, Some(_)) => bail!("alerts.{key}: give username and password_file, or bearer_token_file, not both"),
+            (_, _, Some(_)) => bail!(
+                "alerts.{key}: give username and password_file, or bearer_token_file, not both"
+            ),
             _ => bail!("alerts.{key}: give both username and password_file"),
         }
     }
@@ -272,45 +283,74 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config> {
         let c: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message()))?;
         if c.nvml_period_ms < 10 {
-            bail!("nvml_period_ms = {}: sample at most every 10 ms", c.nvml_period_ms);
+            bail!(
+                "nvml_period_ms = {}: sample at most every 10 ms",
+                c.nvml_period_ms
+            );
         }
         if c.top_kernels == 0 || c.top_kernels > c.max_kernels {
-            bail!("top_kernels = {}: give 1 to max_kernels ({})", c.top_kernels, c.max_kernels);
+            bail!(
+                "top_kernels = {}: give 1 to max_kernels ({})",
+                c.top_kernels,
+                c.max_kernels
+            );
         }
         check_ringbuf_mib(c.ringbuf_mib).map_err(|e| anyhow::anyhow!("ringbuf_mib = {e}"))?;
         if c.max_libraries == 0 {
             bail!("max_libraries = 0: give at least 1");
         }
         if c.max_library_mib == 0 || c.max_library_mib > 64 * 1024 {
-            bail!("max_library_mib = {}: give 1 to 65536 (NVIDIA's libcuda is under 100)", c.max_library_mib);
+            bail!(
+                "max_library_mib = {}: give 1 to 65536 (NVIDIA's libcuda is under 100)",
+                c.max_library_mib
+            );
         }
         if c.max_processes == 0 {
             bail!("max_processes = 0: give at least 1");
         }
         check_rescan_ms(c.rescan_ms).map_err(|e| anyhow::anyhow!("rescan_ms = {e}"))?;
         if c.launches.sample_one_in > 1_000_000 {
-            bail!("launches.sample_one_in = {}: give 0 (none) to 1000000", c.launches.sample_one_in);
+            bail!(
+                "launches.sample_one_in = {}: give 0 (none) to 1000000",
+                c.launches.sample_one_in
+            );
         }
         if c.launches.slow_us > 60_000_000 {
-            bail!("launches.slow_us = {}: give 0 (none) to 60000000 (a minute)", c.launches.slow_us);
+            bail!(
+                "launches.slow_us = {}: give 0 (none) to 60000000 (a minute)",
+                c.launches.slow_us
+            );
         }
         c.detect.validate()?;
         crate::policy::schedule::validate(&c.detect)?;
         crate::policy::quiet::validate(&c.alerts.quiet)?;
-        for (key, url) in [("alertmanager_url", &c.alerts.alertmanager_url), ("webhook_url", &c.alerts.webhook_url)] {
+        for (key, url) in [
+            ("alertmanager_url", &c.alerts.alertmanager_url),
+            ("webhook_url", &c.alerts.webhook_url),
+        ] {
             if let Some(url) = url {
                 check_url(url).map_err(|e| anyhow::anyhow!("alerts.{key} = {url:?}: {e}"))?;
             }
         }
         if c.alerts.webhook_group_s > 3600 {
-            bail!("alerts.webhook_group_s = {}: give 0 (each change as it is) to 3600 seconds", c.alerts.webhook_group_s);
+            bail!(
+                "alerts.webhook_group_s = {}: give 0 (each change as it is) to 3600 seconds",
+                c.alerts.webhook_group_s
+            );
         }
         c.alerts.alertmanager_auth.validate("alertmanager_auth")?;
         c.alerts.webhook_auth.validate("webhook_auth")?;
         if c.kubernetes.refresh_s < 5 {
-            bail!("kubernetes.refresh_s = {}: give at least 5 seconds", c.kubernetes.refresh_s);
+            bail!(
+                "kubernetes.refresh_s = {}: give at least 5 seconds",
+                c.kubernetes.refresh_s
+            );
         }
-        let https = |url: &str| url.parse::<http::Uri>().is_ok_and(|u| u.scheme_str() == Some("https") && u.host().is_some_and(|h| !h.is_empty()));
+        let https = |url: &str| {
+            url.parse::<http::Uri>().is_ok_and(|u| {
+                u.scheme_str() == Some("https") && u.host().is_some_and(|h| !h.is_empty())
+            })
+        };
         if let Some(url) = c.kubernetes.pods_url.as_deref().filter(|u| !https(u)) {
             bail!("kubernetes.pods_url = {url:?}: give an https URL (the token is never sent in the clear)");
         }
@@ -333,7 +373,10 @@ impl DetectConfig {
             bail!("detect.window_s = 0: give at least 1 second");
         }
         if d.warmup_windows < 3 {
-            bail!("detect.warmup_windows = {}: give at least 3", d.warmup_windows);
+            bail!(
+                "detect.warmup_windows = {}: give at least 3",
+                d.warmup_windows
+            );
         }
         for (key, v) in [
             ("level_smoothing", d.level_smoothing),
@@ -345,16 +388,28 @@ impl DetectConfig {
             }
         }
         if !(0.0..=1.0).contains(&d.trend_damping) {
-            bail!("detect.trend_damping = {}: give 0 (no trend) to 1 (undamped)", d.trend_damping);
+            bail!(
+                "detect.trend_damping = {}: give 0 (no trend) to 1 (undamped)",
+                d.trend_damping
+            );
         }
         if !(0.0..1.0).contains(&d.min_spread_ratio) {
-            bail!("detect.min_spread_ratio = {}: give 0 to below 1", d.min_spread_ratio);
+            bail!(
+                "detect.min_spread_ratio = {}: give 0 to below 1",
+                d.min_spread_ratio
+            );
         }
         if d.hampel_windows < 3 {
-            bail!("detect.hampel_windows = {}: give at least 3", d.hampel_windows);
+            bail!(
+                "detect.hampel_windows = {}: give at least 3",
+                d.hampel_windows
+            );
         }
         if d.hampel_k.is_nan() || d.hampel_k <= 0.0 {
-            bail!("detect.hampel_k = {}: give a positive number of deviations", d.hampel_k);
+            bail!(
+                "detect.hampel_k = {}: give a positive number of deviations",
+                d.hampel_k
+            );
         }
         if !(d.warning > 0.0 && d.warning < d.critical && d.critical < d.page) {
             bail!(
@@ -368,19 +423,32 @@ impl DetectConfig {
             bail!("detect.pending_windows = 0: give at least 1");
         }
         if d.resolve_after_s < d.window_s {
-            bail!("detect.resolve_after_s = {}: give at least one window ({} s)", d.resolve_after_s, d.window_s);
+            bail!(
+                "detect.resolve_after_s = {}: give at least one window ({} s)",
+                d.resolve_after_s,
+                d.window_s
+            );
         }
         if d.min_samples == 0 {
             bail!("detect.min_samples = 0: give at least 1");
         }
         if d.min_increase_us.is_nan() || d.min_increase_us < 0.0 {
-            bail!("detect.min_increase_us = {}: give 0 or more microseconds", d.min_increase_us);
+            bail!(
+                "detect.min_increase_us = {}: give 0 or more microseconds",
+                d.min_increase_us
+            );
         }
         if !(d.memory_pressure_ratio > 0.0 && d.memory_pressure_ratio <= 1.0) {
-            bail!("detect.memory_pressure_ratio = {}: give a fraction above 0 and at most 1", d.memory_pressure_ratio);
+            bail!(
+                "detect.memory_pressure_ratio = {}: give a fraction above 0 and at most 1",
+                d.memory_pressure_ratio
+            );
         }
         if d.idle_gpu_percent > 100 {
-            bail!("detect.idle_gpu_percent = {}: give a percentage", d.idle_gpu_percent);
+            bail!(
+                "detect.idle_gpu_percent = {}: give a percentage",
+                d.idle_gpu_percent
+            );
         }
         Ok(())
     }
@@ -406,7 +474,9 @@ pub fn check_rescan_ms(ms: u64) -> std::result::Result<(), String> {
 
 /// Checks that a sink URL is http or https with a host.
 pub fn check_url(url: &str) -> std::result::Result<(), String> {
-    let uri: http::Uri = url.parse().map_err(|_| "not a URL: give http[s]://HOST[:PORT][/PATH]".to_owned())?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| "not a URL: give http[s]://HOST[:PORT][/PATH]".to_owned())?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
         return Err("not an http or https URL: give http[s]://HOST[:PORT][/PATH]".into());
     }
@@ -429,28 +499,51 @@ mod tests {
 
     #[test]
     fn bad_values_say_what_is_wrong() {
-        assert!(Config::parse("colour = 1").unwrap_err().to_string().contains("unknown field `colour`"));
+        assert!(Config::parse("colour = 1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `colour`"));
         assert!(Config::parse("listen = \"nowhere\"").is_err());
-        assert_eq!(Config::parse("top_kernels = 0").unwrap_err().to_string(), "top_kernels = 0: give 1 to max_kernels (500)");
-        assert_eq!(Config::parse("ringbuf_mib = 3").unwrap_err().to_string(), "ringbuf_mib = 3: a power of two up to 1024");
+        assert_eq!(
+            Config::parse("top_kernels = 0").unwrap_err().to_string(),
+            "top_kernels = 0: give 1 to max_kernels (500)"
+        );
+        assert_eq!(
+            Config::parse("ringbuf_mib = 3").unwrap_err().to_string(),
+            "ringbuf_mib = 3: a power of two up to 1024"
+        );
         assert_eq!(
             Config::parse("[detect]\nwarning = 0.4\n").unwrap_err().to_string(),
             "detect thresholds warning = 0.4, critical = 0.3, page = 0.5: give fractions over the baseline p99 with 0 < warning < critical < page"
         );
-        assert!(Config::parse("[detect]\nwindow = 5\n").unwrap_err().to_string().contains("unknown field `window`"));
+        assert!(Config::parse("[detect]\nwindow = 5\n")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field `window`"));
         assert_eq!(
             Config::parse("[kubernetes]\npods_url = \"http://10.0.0.1:10255/pods\"\n").unwrap_err().to_string(),
             "kubernetes.pods_url = \"http://10.0.0.1:10255/pods\": give an https URL (the token is never sent in the clear)"
         );
-        assert_eq!(Config::parse("[kubernetes]\nrefresh_s = 1\n").unwrap_err().to_string(), "kubernetes.refresh_s = 1: give at least 5 seconds");
         assert_eq!(
-            Config::parse("[alerts]\nwebhook_group_s = 86400\n").unwrap_err().to_string(),
+            Config::parse("[kubernetes]\nrefresh_s = 1\n")
+                .unwrap_err()
+                .to_string(),
+            "kubernetes.refresh_s = 1: give at least 5 seconds"
+        );
+        assert_eq!(
+            Config::parse("[alerts]\nwebhook_group_s = 86400\n")
+                .unwrap_err()
+                .to_string(),
             "alerts.webhook_group_s = 86400: give 0 (each change as it is) to 3600 seconds"
         );
-        let k = Config::parse("[kubernetes]\npod_names = false\n").unwrap().kubernetes;
+        let k = Config::parse("[kubernetes]\npod_names = false\n")
+            .unwrap()
+            .kubernetes;
         assert_eq!((k.pod_names, k.refresh_s), (Some(false), 30));
         assert_eq!(
-            Config::parse("[detect]\nresolve_after_s = 2\n").unwrap_err().to_string(),
+            Config::parse("[detect]\nresolve_after_s = 2\n")
+                .unwrap_err()
+                .to_string(),
             "detect.resolve_after_s = 2: give at least one window (5 s)"
         );
         assert_eq!(
@@ -458,20 +551,31 @@ mod tests {
             "alerts.webhook_url = \"ftp://x/y\": not an http or https URL: give http[s]://HOST[:PORT][/PATH]"
         );
         assert_eq!(
-            Config::parse("[alerts.webhook_auth]\nusername = \"u\"\n").unwrap_err().to_string(),
+            Config::parse("[alerts.webhook_auth]\nusername = \"u\"\n")
+                .unwrap_err()
+                .to_string(),
             "alerts.webhook_auth: give both username and password_file"
         );
         assert_eq!(
             Config::parse("[alerts.alertmanager_auth]\nusername = \"u\"\npassword_file = \"p\"\nbearer_token_file = \"t\"\n").unwrap_err().to_string(),
             "alerts.alertmanager_auth: give username and password_file, or bearer_token_file, not both"
         );
-        assert!(Config::parse("[detect]\nlevel_smoothing = 0\n").unwrap_err().to_string().starts_with("detect.level_smoothing = 0:"));
+        assert!(Config::parse("[detect]\nlevel_smoothing = 0\n")
+            .unwrap_err()
+            .to_string()
+            .starts_with("detect.level_smoothing = 0:"));
     }
 
     #[test]
     fn detect_and_alert_tables() {
         let c = Config::parse("[detect]\nwindow_s = 10\npage = 0.8\n[alerts]\nalertmanager_url = \"http://127.0.0.1:9093\"\n").unwrap();
-        assert_eq!((c.detect.window_s, c.detect.page, c.detect.warning), (10, 0.8, 0.10));
-        assert_eq!(c.alerts.alertmanager_url.as_deref(), Some("http://127.0.0.1:9093"));
+        assert_eq!(
+            (c.detect.window_s, c.detect.page, c.detect.warning),
+            (10, 0.8, 0.10)
+        );
+        assert_eq!(
+            c.alerts.alertmanager_url.as_deref(),
+            Some("http://127.0.0.1:9093")
+        );
     }
 }

@@ -5,10 +5,10 @@
 use std::{collections::HashMap, path::PathBuf};
 
 use nvml_wrapper::{
-    Nvml,
     enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor},
     enums::device::UsedGpuMemory,
     error::NvmlError,
+    Nvml,
 };
 
 /// Clock-event reason bits (nvmlClocksEventReasons) and their metric label.
@@ -87,8 +87,13 @@ impl Sampler {
             builder.lib_path(lib.as_os_str());
         }
         match builder.init() {
-            Ok(nvml) => Sampler::On { nvml, last_seen: HashMap::new() },
-            Err(e) => Sampler::Off(format!("NVML unavailable ({e}); GPU metrics are off, tracing goes on")),
+            Ok(nvml) => Sampler::On {
+                nvml,
+                last_seen: HashMap::new(),
+            },
+            Err(e) => Sampler::Off(format!(
+                "NVML unavailable ({e}); GPU metrics are off, tracing goes on"
+            )),
         }
     }
 
@@ -99,7 +104,9 @@ impl Sampler {
 
     /// Samples every GPU. An error on one field leaves that field out.
     pub fn sample(&mut self) -> Result<Vec<GpuSample>, NvmlError> {
-        let Sampler::On { nvml, last_seen } = self else { return Ok(Vec::new()) };
+        let Sampler::On { nvml, last_seen } = self else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         for index in 0..nvml.device_count()? {
             let d = nvml.device_by_index(index)?;
@@ -107,7 +114,10 @@ impl Sampler {
             let mem = d.memory_info().ok();
             let mut processes: HashMap<u32, GpuProcess> = HashMap::new();
             for p in d.running_compute_processes().unwrap_or_default() {
-                let e = processes.entry(p.pid).or_insert(GpuProcess { pid: p.pid, ..Default::default() });
+                let e = processes.entry(p.pid).or_insert(GpuProcess {
+                    pid: p.pid,
+                    ..Default::default()
+                });
                 if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
                     e.memory_bytes = Some(b);
                 }
@@ -116,7 +126,10 @@ impl Sampler {
             let seen = last_seen.get(&index).copied();
             for s in d.process_utilization_stats(seen).unwrap_or_default() {
                 last_seen.insert(index, s.timestamp.max(seen.unwrap_or(0)));
-                let e = processes.entry(s.pid).or_insert(GpuProcess { pid: s.pid, ..Default::default() });
+                let e = processes.entry(s.pid).or_insert(GpuProcess {
+                    pid: s.pid,
+                    ..Default::default()
+                });
                 e.sm_util = Some(s.sm_util);
                 e.mem_util = Some(s.mem_util);
             }

@@ -61,7 +61,11 @@ pub struct Process {
 impl Process {
     /// The process as views name it.
     pub fn view(&self) -> ProcessRef<'_> {
-        ProcessRef { pid: self.pid, comm: &self.comm, identity: &self.identity }
+        ProcessRef {
+            pid: self.pid,
+            comm: &self.comm,
+            identity: &self.identity,
+        }
     }
 
     /// Whether the detector holds a pending or firing alert for it.
@@ -86,14 +90,23 @@ pub const BOUNDED_TABLES: [&str; 3] = ["kernel_handles", "allocations", "streams
 
 impl Process {
     fn overflows(&self) -> [u64; 3] {
-        [self.kernels.overflowed, self.memory.overflowed, self.streams.overflowed]
+        [
+            self.kernels.overflowed,
+            self.memory.overflowed,
+            self.streams.overflowed,
+        ]
     }
 }
 
 impl Registry {
     /// An empty registry.
     pub fn new(limits: RegistryLimits) -> Registry {
-        Registry { by_pid: HashMap::default(), limits, evicted: 0, released_overflows: [0; 3] }
+        Registry {
+            by_pid: HashMap::default(),
+            limits,
+            evicted: 0,
+            released_overflows: [0; 3],
+        }
     }
 
     /// The entry of a running process (none for an exited one, whose pid may come back).
@@ -125,7 +138,9 @@ impl Registry {
         if self.by_pid.len() > self.limits.max_processes {
             self.evict(pid);
         }
-        self.by_pid.get_mut(&pid).expect("just inserted, never the one evicted")
+        self.by_pid
+            .get_mut(&pid)
+            .expect("just inserted, never the one evicted")
     }
 
     /// Drops one process other than `keep`: the one exited longest ago, else the one idle
@@ -137,7 +152,12 @@ impl Registry {
             .filter(|p| p.pid != keep)
             .min_by_key(|p| {
                 let exited_for = p.exited_at.map(|t| std::cmp::Reverse(t.elapsed()));
-                (p.exited_at.is_none(), exited_for, p.alerting(), p.last_seen_ns)
+                (
+                    p.exited_at.is_none(),
+                    exited_for,
+                    p.alerting(),
+                    p.last_seen_ns,
+                )
             })
             .map(|p| p.pid);
         if let Some(pid) = victim {
@@ -149,7 +169,9 @@ impl Registry {
     /// Marks a process exited and hands it to `f` (final lines, alerts), then releases its
     /// per-call tables; its totals stay for the retention time. `false` when it was not known.
     pub fn exit(&mut self, pid: u32, f: impl FnOnce(&mut Process)) -> bool {
-        let Some(p) = self.live_mut(pid) else { return false };
+        let Some(p) = self.live_mut(pid) else {
+            return false;
+        };
         p.exited_at = Some(Instant::now());
         f(p);
         let overflows = p.overflows();
@@ -172,7 +194,8 @@ impl Registry {
     /// Drops exited processes kept longer than the retention time.
     pub fn sweep(&mut self) {
         let keep = self.limits.retain_exited;
-        self.by_pid.retain(|_, p| p.exited_at.is_none_or(|t| t.elapsed() < keep));
+        self.by_pid
+            .retain(|_, p| p.exited_at.is_none_or(|t| t.elapsed() < keep));
     }
 
     /// Every entry, in no order.
@@ -209,7 +232,11 @@ impl Registry {
 
     /// Running processes, by pid.
     pub fn live_sorted(&self) -> Vec<&Process> {
-        let mut v: Vec<&Process> = self.by_pid.values().filter(|p| p.exited_at.is_none()).collect();
+        let mut v: Vec<&Process> = self
+            .by_pid
+            .values()
+            .filter(|p| p.exited_at.is_none())
+            .collect();
         v.sort_by_key(|p| p.pid);
         v
     }
@@ -226,11 +253,15 @@ mod tests {
     use super::*;
 
     fn limits(max: usize, retain_s: u64) -> RegistryLimits {
-        RegistryLimits { max_processes: max, retain_exited: Duration::from_secs(retain_s) }
+        RegistryLimits {
+            max_processes: max,
+            retain_exited: Duration::from_secs(retain_s),
+        }
     }
 
     fn add(r: &mut Registry, pid: u32, last_seen_ns: u64) {
-        r.insert(pid, Comm::from("job"), Identity::default()).last_seen_ns = last_seen_ns;
+        r.insert(pid, Comm::from("job"), Identity::default())
+            .last_seen_ns = last_seen_ns;
     }
 
     #[test]
@@ -242,7 +273,10 @@ mod tests {
         assert!(r.exit(3, |_| {}));
         add(&mut r, 4, 30);
         assert_eq!((r.len(), r.evicted), (3, 1));
-        assert!(r.get(3).is_none(), "the exited process goes before idle live ones");
+        assert!(
+            r.get(3).is_none(),
+            "the exited process goes before idle live ones"
+        );
         add(&mut r, 5, 40);
         assert!(r.get(2).is_none(), "then the longest idle");
         assert_eq!(r.evicted, 2);
@@ -252,7 +286,14 @@ mod tests {
     fn a_lost_exit_or_a_reused_pid_is_found_by_the_start_time() {
         let mut r = Registry::new(limits(10, 600));
         for (pid, start) in [(1, 100), (2, 200), (3, 300)] {
-            r.insert(pid, Comm::from("job"), Identity { start_time: start, ..Identity::default() });
+            r.insert(
+                pid,
+                Comm::from("job"),
+                Identity {
+                    start_time: start,
+                    ..Identity::default()
+                },
+            );
         }
         r.insert(4, Comm::from("job"), Identity::default());
         // 1 runs on, 2's pid is another process now, 3 is gone; 4's start time is unknown.
@@ -275,7 +316,11 @@ mod tests {
         r.live_mut(2).unwrap().kernels.overflowed = 2;
         assert_eq!(r.overflows(), [2, 0, 4]);
         r.exit(1, |_| {});
-        assert_eq!((r.len(), r.overflows()), (1, [2, 0, 4]), "released, still counted");
+        assert_eq!(
+            (r.len(), r.overflows()),
+            (1, [2, 0, 4]),
+            "released, still counted"
+        );
     }
 
     #[test]
@@ -286,12 +331,22 @@ mod tests {
         assert!(r.exit(7, |p| seen = p.pid));
         assert_eq!(seen, 7);
         assert!(!r.exit(7, |_| {}), "an exit is handled once");
-        assert!(r.live_mut(7).is_none() && r.get(7).is_some(), "kept for the retention time");
+        assert!(
+            r.live_mut(7).is_none() && r.get(7).is_some(),
+            "kept for the retention time"
+        );
         add(&mut r, 7, 2);
-        assert!(r.live_mut(7).is_some(), "the pid was reused by a new process");
+        assert!(
+            r.live_mut(7).is_some(),
+            "the pid was reused by a new process"
+        );
         let mut gone = Registry::new(limits(10, 0));
         add(&mut gone, 1, 1);
         gone.exit(1, |_| {});
-        assert_eq!(gone.len(), 0, "without retention an exited process goes at once");
+        assert_eq!(
+            gone.len(),
+            0,
+            "without retention an exited process goes at once"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 
 use crate::{build, run as run_cmd, target_dir};
 
@@ -48,7 +48,12 @@ fn trace(cudatrace: &Path, standin: &Path) -> Result<()> {
             }
         }
     }
-    run_cmd(Command::new(standin.join("cuda-workload")).arg("--lib").arg(&lib).args(["each", "2"]))?;
+    run_cmd(
+        Command::new(standin.join("cuda-workload"))
+            .arg("--lib")
+            .arg(&lib)
+            .args(["each", "2"]),
+    )?;
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
     for line in lines.map_while(Result::ok) {
@@ -75,7 +80,9 @@ fn top(cudatrace: &Path, standin: &Path) -> Result<()> {
         std::os::unix::fs::symlink(standin.join("cuda-workload"), &link)?;
     }
     let lib = standin.join("libcuda.so.1");
-    eprintln!("\n== cudatrace top -b: a model server alone, then a trainer on the same simulated GPU ==");
+    eprintln!(
+        "\n== cudatrace top -b: a model server alone, then a trainer on the same simulated GPU =="
+    );
     let mut top = Command::new(cudatrace)
         .args(["top", "-b", "-n", "40", "-d", "1", "--config"])
         .arg(&config)
@@ -121,7 +128,11 @@ fn top(cudatrace: &Path, standin: &Path) -> Result<()> {
             libc::kill(t.id() as i32, libc::SIGKILL);
         }
     }
-    let _ = (server.wait(), trainer.as_mut().map(|t| t.wait()), top.wait());
+    let _ = (
+        server.wait(),
+        trainer.as_mut().map(|t| t.wait()),
+        top.wait(),
+    );
     if !fired {
         bail!("the contention alert did not show on the model server's row");
     }

@@ -4,10 +4,18 @@
 //! fuzz/artifacts/ (to become a regression test).
 use std::{path::Path, process::Command, time::Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 
 /// The targets, as fuzz/Cargo.toml names them.
-pub const TARGETS: [&str; 7] = ["decode", "proc_maps", "proc_status", "config", "elf_symbols", "demangle", "pod_list"];
+pub const TARGETS: [&str; 7] = [
+    "decode",
+    "proc_maps",
+    "proc_status",
+    "config",
+    "elf_symbols",
+    "demangle",
+    "pod_list",
+];
 
 /// Builds the targets and runs each for `seconds`; the builds go under `target_dir`/fuzz.
 pub fn run(root: &Path, target_dir: &Path, seconds: u64) -> Result<()> {
@@ -28,21 +36,38 @@ pub fn run(root: &Path, target_dir: &Path, seconds: u64) -> Result<()> {
         }
         cmd
     };
-    let status = cargo_fuzz(&["build", "-O"], &[]).status().context("cannot run cargo fuzz: `cargo install cargo-fuzz` (scripts/setup.sh does)")?;
+    let status = cargo_fuzz(&["build", "-O"], &[])
+        .status()
+        .context("cannot run cargo fuzz: `cargo install cargo-fuzz` (scripts/setup.sh does)")?;
     if !status.success() {
         bail!("building the fuzz targets failed: {status}");
     }
     for target in TARGETS {
         let started = Instant::now();
-        let out = cargo_fuzz(&["run", "-O", target], &[&format!("-max_total_time={seconds}"), "-rss_limit_mb=2048"])
-            .output()
-            .with_context(|| format!("cannot run fuzz target {target}"))?;
+        let out = cargo_fuzz(
+            &["run", "-O", target],
+            &[&format!("-max_total_time={seconds}"), "-rss_limit_mb=2048"],
+        )
+        .output()
+        .with_context(|| format!("cannot run fuzz target {target}"))?;
         let log = String::from_utf8_lossy(&out.stderr);
-        let done = log.lines().rev().find(|l| l.starts_with("Done ")).unwrap_or("(no summary)").to_owned();
-        eprintln!("fuzz {target}: {done} ({:.0} s)", started.elapsed().as_secs_f64());
+        let done = log
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("Done "))
+            .unwrap_or("(no summary)")
+            .to_owned();
+        eprintln!(
+            "fuzz {target}: {done} ({:.0} s)",
+            started.elapsed().as_secs_f64()
+        );
         if !out.status.success() {
             let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            bail!("fuzz target {target} failed ({}):\n{}", out.status, tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            bail!(
+                "fuzz target {target} failed ({}):\n{}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
     }
     Ok(())

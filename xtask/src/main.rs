@@ -11,7 +11,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -47,15 +47,22 @@ enum Task {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
 }
 
 fn target_dir() -> PathBuf {
-    env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+    env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }
@@ -72,11 +79,22 @@ fn build_standin() -> Result<PathBuf> {
     let out = target_dir().join("standin");
     std::fs::create_dir_all(&out)?;
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
-    let common = ["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fno-omit-frame-pointer"];
+    let common = [
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-fno-omit-frame-pointer",
+    ];
     // -fno-ipa-icf: entry points with identical bodies must stay separate functions, as in
     // NVIDIA's library, or one probe would see the calls of two symbols.
     let shared = ["-fPIC", "-shared", "-fvisibility=hidden", "-fno-ipa-icf"];
-    for (lib, soname) in [("libcuda", "libcuda.so.1"), ("libpartial", "libpartial.so"), ("libnvml", "libnvidia-ml.so.1")] {
+    for (lib, soname) in [
+        ("libcuda", "libcuda.so.1"),
+        ("libpartial", "libpartial.so"),
+        ("libnvml", "libnvidia-ml.so.1"),
+    ] {
         run(Command::new(&cc)
             .args(common)
             .args(shared)
@@ -97,7 +115,9 @@ fn build_standin() -> Result<PathBuf> {
 }
 
 pub(crate) fn build() -> Result<PathBuf> {
-    run(cargo().current_dir(root()).args(["build", "--release", "--package", "tracer-user"]))?;
+    run(cargo()
+        .current_dir(root())
+        .args(["build", "--release", "--package", "tracer-user"]))?;
     build_standin()
 }
 
@@ -114,14 +134,24 @@ fn test(filter: Option<String>) -> Result<()> {
     ]))?;
     // The Prometheus rules shipped in deploy/, against their promtool unit tests.
     let rules = root().join("deploy/prometheus");
-    run(Command::new("promtool").current_dir(&rules).args(["check", "rules", "rules.yml"]))?;
-    run(Command::new("promtool").current_dir(&rules).args(["test", "rules", "rules_test.yml"]))?;
+    run(Command::new("promtool")
+        .current_dir(&rules)
+        .args(["check", "rules", "rules.yml"]))?;
+    run(Command::new("promtool")
+        .current_dir(&rules)
+        .args(["test", "rules", "rules_test.yml"]))?;
     // The Alertmanager route shipped beside them (its grouping is checked end to end in
     // tests/tests/dashboard.rs).
-    run(Command::new("amtool").current_dir(root()).args(["check-config", "deploy/alertmanager/alertmanager.yml"]))?;
+    run(Command::new("amtool")
+        .current_dir(root())
+        .args(["check-config", "deploy/alertmanager/alertmanager.yml"]))?;
     // The Helm chart's own checks (its rendered objects are validated against the Kubernetes
     // schemas by the chart tests in the integration-tests crate).
-    run(Command::new("helm").current_dir(root()).args(["lint", "--strict", "deploy/helm/cudatrace"]))?;
+    run(Command::new("helm").current_dir(root()).args([
+        "lint",
+        "--strict",
+        "deploy/helm/cudatrace",
+    ]))?;
     // The parsers of what tenants control, fuzzed briefly (`cargo xtask fuzz` runs longer).
     fuzz::run(&root(), &target_dir(), 10)?;
     let standin = build()?;
@@ -147,7 +177,9 @@ fn main() -> Result<()> {
         Task::Standin => build_standin().map(|_| ()),
         Task::Demo => demo::run(),
         Task::Test { filter } => test(filter),
-        Task::Image => image::build(&root(), &target_dir().join("release/cudatrace"), true).map(|_| ()),
+        Task::Image => {
+            image::build(&root(), &target_dir().join("release/cudatrace"), true).map(|_| ())
+        }
         Task::Fuzz { seconds } => fuzz::run(&root(), &target_dir(), seconds),
         Task::Bench => {
             let standin = build()?;

@@ -24,7 +24,8 @@ mod tests {
 
     fn source(name: &str) -> String {
         let path = super::super::root().join("tests/standin").join(name);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
     }
 
     /// Names of the functions `libcuda.c` exports (`EXPORT CUresult cuName(`).
@@ -44,7 +45,11 @@ mod tests {
         text.split('"')
             .skip(1)
             .step_by(2)
-            .filter(|s| s.starts_with("cu") && s.len() > 2 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .filter(|s| {
+                s.starts_with("cu")
+                    && s.len() > 2
+                    && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            })
             .map(str::to_owned)
             .collect()
     }
@@ -58,9 +63,15 @@ mod tests {
         let exported = exported();
         let table = table();
         let missing: Vec<_> = table.difference(&exported).collect();
-        assert!(missing.is_empty(), "in tracer-common's table but not exported by tests/standin/libcuda.c: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "in tracer-common's table but not exported by tests/standin/libcuda.c: {missing:?}"
+        );
         let setup: BTreeSet<String> = SETUP_ONLY.iter().map(|s| (*s).to_owned()).collect();
-        let unknown: Vec<_> = exported.difference(&table).filter(|s| !setup.contains(*s)).collect();
+        let unknown: Vec<_> = exported
+            .difference(&table)
+            .filter(|s| !setup.contains(*s))
+            .collect();
         assert!(
             unknown.is_empty(),
             "exported by tests/standin/libcuda.c but neither in tracer-common's table nor a set-up function: {unknown:?}"
@@ -72,9 +83,15 @@ mod tests {
     fn the_workload_calls_every_entry_point_of_the_table() {
         let called = looked_up();
         let missing: Vec<_> = table().difference(&called).cloned().collect();
-        assert!(missing.is_empty(), "tests/standin/workload*.c never look up: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "tests/standin/workload*.c never look up: {missing:?}"
+        );
         let exported = exported();
         let dangling: Vec<_> = called.iter().filter(|s| !exported.contains(*s)).collect();
-        assert!(dangling.is_empty(), "workload.c looks up symbols the stand-in does not export: {dangling:?}");
+        assert!(
+            dangling.is_empty(),
+            "workload.c looks up symbols the stand-in does not export: {dangling:?}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use tracer_common::{EventTag, ExitEvent};
 
-use crate::maps::{ENTRIES, EVENTS, TRACKED, dropped};
+use crate::maps::{dropped, ENTRIES, EVENTS, TRACKED};
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn cuda_exit(ctx: RawTracePointContext) -> u32 {
@@ -28,7 +28,10 @@ fn try_cuda_exit(ctx: &RawTracePointContext) {
     debug!(ctx, "tracked process {} exited", pid);
     match EVENTS.reserve::<ExitEvent>(0) {
         Some(mut slot) => {
-            slot.write(ExitEvent { tag: EventTag::Exit as u32, pid });
+            slot.write(ExitEvent {
+                tag: EventTag::Exit as u32,
+                pid,
+            });
             slot.submit(0);
         }
         None => dropped(pid),

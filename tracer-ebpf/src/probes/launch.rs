@@ -24,7 +24,12 @@ fn try_cuda_launch(ctx: &ProbeContext) {
     let stack: [u64; 3] = match unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) } {
         Ok(s) => s,
         Err(e) => {
-            warn!(ctx, "cuLaunchKernel: cannot read the stack arguments at {:x} ({}); recorded as 0", sp + 8, e);
+            warn!(
+                ctx,
+                "cuLaunchKernel: cannot read the stack arguments at {:x} ({}); recorded as 0",
+                sp + 8,
+                e
+            );
             [0; 3]
         }
     };

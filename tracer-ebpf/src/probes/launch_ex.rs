@@ -24,10 +24,25 @@ fn try_cuda_launch_ex(ctx: &ProbeContext) {
         match unsafe { bpf_probe_read_user(config as *const [u64; 5]) } {
             Ok(w) => w,
             Err(e) => {
-                warn!(ctx, "cuLaunchKernelEx: cannot read its CUlaunchConfig at {:x} ({}); recorded as 0", config, e);
+                warn!(
+                    ctx,
+                    "cuLaunchKernelEx: cannot read its CUlaunchConfig at {:x} ({}); recorded as 0",
+                    config,
+                    e
+                );
                 [0; 5]
             }
         }
     };
-    save(ctx, [arg(ctx, 1), words[0], words[1], words[2], words[3] as u32 as u64, words[4]]);
+    save(
+        ctx,
+        [
+            arg(ctx, 1),
+            words[0],
+            words[1],
+            words[2],
+            words[3] as u32 as u64,
+            words[4],
+        ],
+    );
 }

@@ -12,5 +12,15 @@ pub fn cuda_regs(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_cuda_regs(ctx: &ProbeContext) {
-    save(ctx, [arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), arg(ctx, 4), arg(ctx, 5)]);
+    save(
+        ctx,
+        [
+            arg(ctx, 0),
+            arg(ctx, 1),
+            arg(ctx, 2),
+            arg(ctx, 3),
+            arg(ctx, 4),
+            arg(ctx, 5),
+        ],
+    );
 }

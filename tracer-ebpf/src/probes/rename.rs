@@ -1,11 +1,13 @@
 //! `task_rename`: a traced process's leader changed its name. Records carry no name (reading
 //! it on every call costs the traced thread), so user space hears of the change here.
+use crate::maps::{emit_name, over_rate, rate_limited, TRACKED};
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes, generated::bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes, generated::bpf_ktime_get_ns,
+    },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use crate::maps::{TRACKED, emit_name, over_rate, rate_limited};
 
 #[raw_tracepoint(tracepoint = "task_rename")]
 pub fn cuda_rename(ctx: RawTracePointContext) -> u32 {

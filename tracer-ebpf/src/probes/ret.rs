@@ -6,24 +6,29 @@
 use core::ptr::addr_of_mut;
 
 use aya_ebpf::{
-    EbpfContext,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_user,
         generated::{bpf_ktime_get_ns, bpf_probe_read_user_str},
     },
     macros::uretprobe,
     programs::RetProbeContext,
+    EbpfContext,
 };
 use aya_log_ebpf::{debug, warn};
 use tracer_common::{
-    CONFIG_AGGREGATE, CallEvent, Entry, EventTag, LookupEvent, NAME_MAX, STAT_ORPHAN_RETURNS,
-    api::{COOKIE_API_MASK, COOKIE_CLOSES_ALL, COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM, COOKIE_LAUNCH, COOKIE_READ_NAME, COOKIE_READ_OUT},
+    api::{
+        COOKIE_API_MASK, COOKIE_CLOSES_ALL, COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM,
+        COOKIE_LAUNCH, COOKIE_READ_NAME, COOKIE_READ_OUT,
+    },
     launches::FLAG_COUNTED,
+    CallEvent, Entry, EventTag, LookupEvent, CONFIG_AGGREGATE, NAME_MAX, STAT_ORPHAN_RETURNS,
 };
 
 use crate::{
     aggregate,
-    maps::{ENTRIES, EVENTS, bump, config, dropped, enabled, over_rate, rate_limited, submit_flags},
+    maps::{
+        bump, config, dropped, enabled, over_rate, rate_limited, submit_flags, ENTRIES, EVENTS,
+    },
 };
 
 /// Cookie flags of the calls that close stream batches.
@@ -53,7 +58,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
                 return;
             }
             bump(STAT_ORPHAN_RETURNS);
-            warn!(ctx, "orphan return in tid {}: no entry state (attached mid-call, or evicted)", id as u32);
+            warn!(
+                ctx,
+                "orphan return in tid {}: no entry state (attached mid-call, or evicted)",
+                id as u32
+            );
             return;
         }
     };
@@ -77,7 +86,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
         rate_limited(pid);
         return;
     }
-    let tag = if entry.cookie & COOKIE_READ_NAME != 0 { EventTag::Lookup } else { EventTag::Call };
+    let tag = if entry.cookie & COOKIE_READ_NAME != 0 {
+        EventTag::Lookup
+    } else {
+        EventTag::Call
+    };
     let call = record(ctx, tag, &entry, id, duration, result, flags);
     match tag {
         EventTag::Lookup => emit_lookup(ctx, call, entry.args[2]),
@@ -87,7 +100,15 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
 
 /// The call's record, built on the stack.
 #[inline(always)]
-fn record<C: EbpfContext>(ctx: &C, tag: EventTag, entry: &Entry, id: u64, duration_ns: u64, result: i32, flags: u32) -> CallEvent {
+fn record<C: EbpfContext>(
+    ctx: &C,
+    tag: EventTag,
+    entry: &Entry,
+    id: u64,
+    duration_ns: u64,
+    result: i32,
+    flags: u32,
+) -> CallEvent {
     // Out-parameters hold their value only after a successful return.
     let out = if entry.cookie & COOKIE_READ_OUT != 0 && result == 0 && entry.args[0] != 0 {
         // SAFETY: a faulting user read is an error, not a fault; the value is then 0.
@@ -140,8 +161,13 @@ fn emit_lookup<C: EbpfContext>(ctx: &C, call: CallEvent, name_ptr: u64) {
         addr_of_mut!((*p).call).write(call);
         let name = addr_of_mut!((*p).name).cast::<u8>();
         name.write(0);
-        if name_ptr != 0 && bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _) < 0 {
-            debug!(ctx, "cannot read the kernel name at {:x}; recorded as empty", name_ptr);
+        if name_ptr != 0
+            && bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _) < 0
+        {
+            debug!(
+                ctx,
+                "cannot read the kernel name at {:x}; recorded as empty", name_ptr
+            );
         }
     }
     slot.submit(submit_flags());

@@ -13,11 +13,11 @@ pub mod windows;
 use foldhash::HashMap;
 use std::{sync::Arc, time::Instant};
 
-use tracer_common::{Api, Kind, launches::bucket_bounds};
+use tracer_common::{launches::bucket_bounds, Api, Kind};
 
 use crate::{
     pipeline::{
-        decode::{Detail, Event, monotonic_ns},
+        decode::{monotonic_ns, Detail, Event},
         enrich::{identity::ProcessRef, kernels::KernelName},
         launches::LaunchDelta,
     },
@@ -28,13 +28,16 @@ use windows::Windows;
 
 /// Upper bounds (seconds) of the Prometheus latency buckets: 1 µs to 10 s.
 pub const BUCKETS: [f64; 22] = [
-    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25,
-    0.5, 1.0, 2.5, 5.0, 10.0,
+    1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+    5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 /// Index into [`BUCKETS`] (or +Inf, last) of a duration.
 fn bucket_index(ns: u64) -> usize {
     let secs = ns as f64 / 1e9;
-    BUCKETS.iter().position(|le| secs <= *le).unwrap_or(BUCKETS.len())
+    BUCKETS
+        .iter()
+        .position(|le| secs <= *le)
+        .unwrap_or(BUCKETS.len())
 }
 
 /// The label under which kernels past the limits are counted.
@@ -132,7 +135,12 @@ pub struct Aggregator {
 impl Aggregator {
     /// An aggregation starting now.
     pub fn new(limits: SeriesLimits) -> Self {
-        Aggregator { limits, started: Instant::now(), started_ns: monotonic_ns(), latest_secs: 0 }
+        Aggregator {
+            limits,
+            started: Instant::now(),
+            started_ns: monotonic_ns(),
+            latest_secs: 0,
+        }
     }
 
     fn now_secs(&self) -> u64 {
@@ -170,13 +178,24 @@ impl Aggregator {
         s.buckets[bucket_index(ev.duration_ns)] += 1;
         // Quantile sketches for the calls that carry latency (launches, copies, waits); the rare
         // lookups and allocations have their buckets only, which keeps memory per process small.
-        if matches!(ev.api.info().kind, Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync) {
-            p.windows.entry(ev.api).or_default().record(secs, ev.duration_ns);
+        if matches!(
+            ev.api.info().kind,
+            Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync
+        ) {
+            p.windows
+                .entry(ev.api)
+                .or_default()
+                .record(secs, ev.duration_ns);
         }
     }
 
     /// Counts launches the kernel counted (one cell's gain since the last read), read now.
-    pub fn observe_launches(&mut self, p: &mut ProcessSeries, d: &LaunchDelta, kernel: Option<&KernelName>) {
+    pub fn observe_launches(
+        &mut self,
+        p: &mut ProcessSeries,
+        d: &LaunchDelta,
+        kernel: Option<&KernelName>,
+    ) {
         let secs = self.secs(monotonic_ns());
         let (low, high) = bucket_bounds(d.bucket);
         let s = self.series_of(p, d.api, d.function, kernel);
@@ -186,11 +205,20 @@ impl Aggregator {
         // Every Prometheus bound is a bucket's upper bound: the bucket's calls all fall under
         // the bound of its upper end.
         s.buckets[bucket_index(high)] += d.count;
-        p.windows.entry(d.api).or_default().record_n(secs, low + (high - low).div_ceil(2), d.count);
+        p.windows
+            .entry(d.api)
+            .or_default()
+            .record_n(secs, low + (high - low).div_ceil(2), d.count);
     }
 
     /// The series of (api, kernel handle) of a process, made on first use.
-    fn series_of<'p>(&self, p: &'p mut ProcessSeries, api: Api, handle: u64, kernel: Option<&KernelName>) -> &'p mut Series {
+    fn series_of<'p>(
+        &self,
+        p: &'p mut ProcessSeries,
+        api: Api,
+        handle: u64,
+        kernel: Option<&KernelName>,
+    ) -> &'p mut Series {
         let mut key = (api, handle);
         if handle != NO_KERNEL && !p.series.contains_key(&key) {
             if p.kernels >= self.limits.max_kernels {
@@ -221,22 +249,39 @@ impl Aggregator {
         let mut out = Vec::new();
         for p in registry.iter() {
             let mut time_by_label: HashMap<&Arc<str>, u64> = HashMap::default();
-            for (label, s) in p.series.series.values().filter(|(l, _)| !l.is_empty() && &**l != OTHER) {
+            for (label, s) in p
+                .series
+                .series
+                .values()
+                .filter(|(l, _)| !l.is_empty() && &**l != OTHER)
+            {
                 let t = time_by_label.entry(label).or_default();
                 *t = t.saturating_add(s.sum_ns);
             }
             let mut by_time: Vec<(&Arc<str>, u64)> = time_by_label.into_iter().collect();
             by_time.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-            let top: std::collections::HashSet<&str> =
-                by_time.iter().take(self.limits.top_kernels).map(|(k, _)| &***k).collect();
+            let top: std::collections::HashSet<&str> = by_time
+                .iter()
+                .take(self.limits.top_kernels)
+                .map(|(k, _)| &***k)
+                .collect();
             // Handles with one name (the same kernel in two modules) share a series here.
             let mut merged: HashMap<(Api, Arc<str>), Series> = HashMap::default();
             for ((api, _), (kernel, s)) in &p.series.series {
-                let label = if kernel.is_empty() || top.contains(&**kernel) { kernel.clone() } else { Arc::from(OTHER) };
+                let label = if kernel.is_empty() || top.contains(&**kernel) {
+                    kernel.clone()
+                } else {
+                    Arc::from(OTHER)
+                };
                 merged.entry((*api, label)).or_default().add(s);
             }
             for ((api, kernel), series) in merged {
-                out.push(SeriesView { process: p.view(), api, kernel, series });
+                out.push(SeriesView {
+                    process: p.view(),
+                    api,
+                    kernel,
+                    series,
+                });
             }
         }
         out
@@ -249,7 +294,9 @@ impl Aggregator {
         for p in registry.iter() {
             for (api, w) in &p.series.windows {
                 for (window, secs) in [("1m", Some(60)), ("5m", Some(300)), ("all", None)] {
-                    let Some(h) = w.merged(now, secs) else { continue };
+                    let Some(h) = w.merged(now, secs) else {
+                        continue;
+                    };
                     for q in [0.5, 0.9, 0.99] {
                         out.push(QuantileView {
                             process: p.view(),
@@ -281,7 +328,10 @@ mod tests {
     }
 
     fn registry(max_processes: usize) -> Registry {
-        Registry::new(RegistryLimits { max_processes, retain_exited: Duration::from_secs(600) })
+        Registry::new(RegistryLimits {
+            max_processes,
+            retain_exited: Duration::from_secs(600),
+        })
     }
 
     /// Counts one call the way the daemon does: into the process's entry, made on first sight.
@@ -289,12 +339,19 @@ mod tests {
         if r.live_mut(ev.pid).is_none() {
             r.insert(ev.pid, ev.comm, Identity::default());
         }
-        a.observe(&mut r.live_mut(ev.pid).expect("inserted").series, ev, kernel);
+        a.observe(
+            &mut r.live_mut(ev.pid).expect("inserted").series,
+            ev,
+            kernel,
+        );
     }
 
     #[test]
     fn counts_buckets_and_quantiles() {
-        let mut a = Aggregator::new(SeriesLimits { top_kernels: 10, max_kernels: 100 });
+        let mut a = Aggregator::new(SeriesLimits {
+            top_kernels: 10,
+            max_kernels: 100,
+        });
         let mut r = registry(10);
         let k = KernelName::new("_Z3addv");
         for i in 0..1000u64 {
@@ -309,25 +366,44 @@ mod tests {
         assert_eq!(s.series.buckets[1], 990, "2 µs falls in the 2.5 µs bucket");
         assert_eq!(s.series.buckets[9], 10, "800 µs falls in the 1 ms bucket");
         let q = a.quantiles(&r);
-        let get = |w: &str, q0: f64| q.iter().find(|v| v.window == w && v.quantile == q0).unwrap().seconds;
-        assert!((get("1m", 0.5) - 2e-6).abs() < 0.05e-6, "{}", get("1m", 0.5));
+        let get = |w: &str, q0: f64| {
+            q.iter()
+                .find(|v| v.window == w && v.quantile == q0)
+                .unwrap()
+                .seconds
+        };
+        assert!(
+            (get("1m", 0.5) - 2e-6).abs() < 0.05e-6,
+            "{}",
+            get("1m", 0.5)
+        );
         assert!((get("all", 0.99) - 2e-6).abs() < 0.05e-6);
         assert!((get("5m", 0.999_f64.min(0.99)) - 2e-6).abs() < 0.05e-6);
     }
 
     #[test]
     fn kernels_past_the_limits_become_other() {
-        let mut a = Aggregator::new(SeriesLimits { top_kernels: 2, max_kernels: 3 });
+        let mut a = Aggregator::new(SeriesLimits {
+            top_kernels: 2,
+            max_kernels: 3,
+        });
         let mut r = registry(10);
         // Kernel f spends (f+1) * 1000 ns per call; 5 kernels, the 4th and 5th past max_kernels.
         for f in 0..5u64 {
             let name = KernelName::new(&format!("k{f}"));
             observe(&mut a, &mut r, &launch(7, (f + 1) * 1000, f), Some(&name));
         }
-        let mut got: Vec<(String, u64)> = a.series(&r).iter().map(|s| (s.kernel.to_string(), s.series.calls)).collect();
+        let mut got: Vec<(String, u64)> = a
+            .series(&r)
+            .iter()
+            .map(|s| (s.kernel.to_string(), s.series.calls))
+            .collect();
         got.sort();
         // Top 2 by time among the 3 tracked are k2 and k1; k0 folds into other with k3 and k4.
-        assert_eq!(got, vec![("k1".into(), 1), ("k2".into(), 1), ("other".into(), 3)]);
+        assert_eq!(
+            got,
+            vec![("k1".into(), 1), ("k2".into(), 1), ("other".into(), 3)]
+        );
         r.exit(7, |_| {});
         assert_eq!(r.len(), 1, "kept for the retention time");
         // Past max_processes the exited one goes first.

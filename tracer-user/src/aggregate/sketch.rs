@@ -13,14 +13,21 @@ pub struct SketchUnit {
 
 /// Sketches of the aggregate: 100 ns units up to 100 s (driver calls take microseconds and up),
 /// about 12 KB each.
-pub const AGGREGATE: SketchUnit = SketchUnit { unit_ns: 100, max_units: 1_000_000_000 };
+pub const AGGREGATE: SketchUnit = SketchUnit {
+    unit_ns: 100,
+    max_units: 1_000_000_000,
+};
 /// The detector's launch-latency sketch: 10 ns units up to 10 s.
-pub const LAUNCH: SketchUnit = SketchUnit { unit_ns: 10, max_units: 1_000_000_000 };
+pub const LAUNCH: SketchUnit = SketchUnit {
+    unit_ns: 10,
+    max_units: 1_000_000_000,
+};
 
 impl SketchUnit {
     /// An empty sketch in this unit.
     pub fn sketch(self) -> Histogram<u32> {
-        Histogram::new_with_bounds(1, self.max_units, 2).expect("1 <= max_units and 2 significant digits are valid bounds")
+        Histogram::new_with_bounds(1, self.max_units, 2)
+            .expect("1 <= max_units and 2 significant digits are valid bounds")
     }
 
     /// A duration in this unit, within the sketch's range.
@@ -40,7 +47,10 @@ mod tests {
 
     #[test]
     fn units_round_up_and_clamp() {
-        assert_eq!((AGGREGATE.units(1), AGGREGATE.units(250), AGGREGATE.ns(3)), (1, 3, 300));
+        assert_eq!(
+            (AGGREGATE.units(1), AGGREGATE.units(250), AGGREGATE.ns(3)),
+            (1, 3, 300)
+        );
         assert_eq!(LAUNCH.units(u64::MAX), LAUNCH.max_units);
         let mut h = LAUNCH.sketch();
         h.record(LAUNCH.units(4_000)).unwrap();

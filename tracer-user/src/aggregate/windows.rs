@@ -18,7 +18,11 @@ pub struct Windows {
     long: VecDeque<(u64, Histogram<u32>)>,
 }
 
-fn slice_for(slices: &mut VecDeque<(u64, Histogram<u32>)>, index: u64, keep: u64) -> &mut Histogram<u32> {
+fn slice_for(
+    slices: &mut VecDeque<(u64, Histogram<u32>)>,
+    index: u64,
+    keep: u64,
+) -> &mut Histogram<u32> {
     while slices.front().is_some_and(|(i, _)| *i + keep <= index) {
         slices.pop_front();
     }
@@ -30,7 +34,11 @@ fn slice_for(slices: &mut VecDeque<(u64, Histogram<u32>)>, index: u64, keep: u64
 
 impl Windows {
     pub fn new() -> Self {
-        Windows { all: AGGREGATE.sketch(), short: VecDeque::new(), long: VecDeque::new() }
+        Windows {
+            all: AGGREGATE.sketch(),
+            short: VecDeque::new(),
+            long: VecDeque::new(),
+        }
     }
 
     /// Records a call that ended `secs` after start (non-decreasing from call to call).
@@ -48,7 +56,8 @@ impl Windows {
             let _ = self.all.add(done);
             let _ = slice_for(&mut self.long, i / 6, 5).add(done);
         }
-        let _ = slice_for(&mut self.short, index, 6).record_n(units, u32::try_from(n).unwrap_or(u32::MAX));
+        let _ = slice_for(&mut self.short, index, 6)
+            .record_n(units, u32::try_from(n).unwrap_or(u32::MAX));
     }
 
     /// The sketch over the last `window` seconds (60 or 300), or since start.
@@ -101,7 +110,13 @@ mod tests {
     #[test]
     fn slices_fold_into_minutes_and_the_total() {
         let mut w = Windows::new();
-        for (secs, ns) in [(5, 1_000), (15, 2_000), (65, 3_000), (130, 4_000), (400, 5_000)] {
+        for (secs, ns) in [
+            (5, 1_000),
+            (15, 2_000),
+            (65, 3_000),
+            (130, 4_000),
+            (400, 5_000),
+        ] {
             w.record(secs, ns);
         }
         let count = |h: Option<Histogram<u32>>| h.map_or(0, |h| h.len());
@@ -110,7 +125,11 @@ mod tests {
         assert_eq!(count(w.merged(405, Some(60))), 1);
         // The last five minutes: minutes 1 and 2 (folded) and the newest slice; minute 0 is out.
         assert_eq!(count(w.merged(405, Some(300))), 3);
-        assert_eq!(w.merged(405, Some(300)).unwrap().min(), 30, "3 µs in 100 ns units");
+        assert_eq!(
+            w.merged(405, Some(300)).unwrap().min(),
+            30,
+            "3 µs in 100 ns units"
+        );
         assert_eq!(count(w.merged(1000, Some(60))), 0);
     }
 }

@@ -8,7 +8,9 @@ use crate::{
     config::Config,
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Flow, Session, Wake, decode::Event, enrich::Enrichment, launches::LaunchDelta},
+    pipeline::{
+        decode::Event, enrich::Enrichment, launches::LaunchDelta, Consumer, Flow, Session, Wake,
+    },
     registry::Process,
     sinks::metrics::{Snapshot, Sources},
 };
@@ -31,14 +33,16 @@ pub struct Daemon {
 
 impl Consumer for Daemon {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.aggregator.observe(&mut process.series, ev, e.kernel.as_deref());
+        self.aggregator
+            .observe(&mut process.series, ev, e.kernel.as_deref());
         self.detector.observe(process, ev, e.batch.as_ref());
         Ok(())
     }
 
     fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
         let kernel = process.kernels.name(d.function);
-        self.aggregator.observe_launches(&mut process.series, d, kernel.as_deref());
+        self.aggregator
+            .observe_launches(&mut process.series, d, kernel.as_deref());
         self.detector.observe_launches(process, d);
     }
 
@@ -52,8 +56,12 @@ impl Daemon {
     /// The daemon of `cfg`, NVML as `sampler` found it, probes as `session` attached them.
     pub fn new(cfg: &Config, sampler: &Sampler, session: &Session) -> Daemon {
         Daemon {
-            aggregator: Aggregator::new(SeriesLimits { top_kernels: cfg.top_kernels, max_kernels: cfg.max_kernels }),
-            detector: Detector::new(cfg.detect.clone(), 0.0).with_quiet(crate::policy::quiet::Quiet::new(&cfg.alerts.quiet)),
+            aggregator: Aggregator::new(SeriesLimits {
+                top_kernels: cfg.top_kernels,
+                max_kernels: cfg.max_kernels,
+            }),
+            detector: Detector::new(cfg.detect.clone(), 0.0)
+                .with_quiet(crate::policy::quiet::Quiet::new(&cfg.alerts.quiet)),
             gpus: Vec::new(),
             nvml_up: sampler.up(),
             probes: session.probe_rows(),
@@ -85,9 +93,18 @@ impl Daemon {
 
     /// One detection window: the launches counted in-kernel read, every process's signals
     /// evaluated (`since_start`: seconds since the daemon started); returns the alert changes.
-    pub fn evaluate(&mut self, session: &mut Session, since_start: f64) -> Vec<crate::alert::AlertChange> {
+    pub fn evaluate(
+        &mut self,
+        session: &mut Session,
+        since_start: f64,
+    ) -> Vec<crate::alert::AlertChange> {
         session.harvest(self);
-        self.detector.evaluate(&mut session.registry, since_start, SystemTime::now(), &self.gpus);
+        self.detector.evaluate(
+            &mut session.registry,
+            since_start,
+            SystemTime::now(),
+            &self.gpus,
+        );
         self.detector.take_changes()
     }
 

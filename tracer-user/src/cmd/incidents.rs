@@ -2,7 +2,7 @@
 //! each incident's root cause in words; `--json` prints the archived objects instead, one a line.
 use std::time::SystemTime;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
 use crate::{
@@ -14,7 +14,11 @@ use crate::{
 /// One table line of an incident.
 fn line(v: &Value) -> String {
     let s = |k: &str| v[k].as_str().unwrap_or("-");
-    let victim = format!("{} (pid {})", v["victim"]["comm"].as_str().unwrap_or("?"), v["victim"]["pid"].as_u64().unwrap_or(0));
+    let victim = format!(
+        "{} (pid {})",
+        v["victim"]["comm"].as_str().unwrap_or("?"),
+        v["victim"]["pid"].as_u64().unwrap_or(0)
+    );
     format!(
         "{:<20}  {:>8.0}  {:<28}  {:<26}  {:<4}  {}",
         s("ended_at"),
@@ -32,17 +36,30 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         (Some(p), _) => p.clone(),
         (None, Some(c)) => match Config::load(c)?.alerts.archive {
             Some(p) => p,
-            None => bail!("{} sets no [alerts] archive; set one, or give --archive PATH", printable(&c.display().to_string())),
+            None => bail!(
+                "{} sets no [alerts] archive; set one, or give --archive PATH",
+                printable(&c.display().to_string())
+            ),
         },
-        (None, None) => bail!("which archive? give --archive PATH, or --config FILE with [alerts] archive set"),
+        (None, None) => {
+            bail!("which archive? give --archive PATH, or --config FILE with [alerts] archive set")
+        }
     };
     let shown = printable(&path.display().to_string()).into_owned();
-    let read = archive::read(&path).with_context(|| format!("cannot read the incident archive {shown}"))?;
+    let read = archive::read(&path)
+        .with_context(|| format!("cannot read the incident archive {shown}"))?;
     let since = args.since.map(|d| SystemTime::now() - d);
-    let mut incidents: Vec<&Value> = read.incidents.iter().filter(|v| since.is_none_or(|t| archive::ended_since(v, t))).collect();
+    let mut incidents: Vec<&Value> = read
+        .incidents
+        .iter()
+        .filter(|v| since.is_none_or(|t| archive::ended_since(v, t)))
+        .collect();
     incidents.reverse();
     if read.skipped > 0 {
-        eprintln!("cudatrace: skipped {} lines of {shown} that are not incidents", read.skipped);
+        eprintln!(
+            "cudatrace: skipped {} lines of {shown} that are not incidents",
+            read.skipped
+        );
     }
     if args.json {
         for v in incidents {
@@ -50,12 +67,22 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         }
         return Ok(());
     }
-    println!("{:<20}  {:>8}  {:<28}  {:<26}  {:<4}  ROOT CAUSE", "ENDED", "SECONDS", "ALERT", "VICTIM", "GPU");
+    println!(
+        "{:<20}  {:>8}  {:<28}  {:<26}  {:<4}  ROOT CAUSE",
+        "ENDED", "SECONDS", "ALERT", "VICTIM", "GPU"
+    );
     for v in &incidents {
         println!("{}", line(v));
     }
     if incidents.is_empty() {
-        eprintln!("no incidents in {shown}{}", if args.since.is_some() { " in that time" } else { "" });
+        eprintln!(
+            "no incidents in {shown}{}",
+            if args.since.is_some() {
+                " in that time"
+            } else {
+                ""
+            }
+        );
     }
     Ok(())
 }

@@ -14,7 +14,11 @@ use crate::{
     config::DetectConfig,
     detect::Detector,
     nvml::{GpuSample, Sampler},
-    pipeline::{Consumer, Session, decode::{Event, monotonic_ns}, enrich::Enrichment},
+    pipeline::{
+        decode::{monotonic_ns, Event},
+        enrich::Enrichment,
+        Consumer, Session,
+    },
     registry::{Process, RegistryLimits},
     sinks::{stdout::printable, timeline::Timeline},
 };
@@ -29,7 +33,8 @@ struct Recorder {
 impl Consumer for Recorder {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
         self.detector.observe(process, ev, e.batch.as_ref());
-        self.timeline.call(ev, e.kernel.as_deref(), e.batch.as_ref())
+        self.timeline
+            .call(ev, e.kernel.as_deref(), e.batch.as_ref())
     }
 
     fn exited(&mut self, process: &mut Process) {
@@ -52,10 +57,25 @@ impl Recorder {
 pub async fn run(args: RecordArgs) -> Result<()> {
     // The file first: a path that cannot be written is said before anything is attached.
     let existed = args.output.exists();
-    let timeline = Timeline::create(&args.output, args.max_events)
-        .with_context(|| format!("cannot create the timeline {} (give a writable path with -o)", printable(&args.output.display().to_string())))?;
-    let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
-    let opened = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, false, MAX_LIBRARIES, Vec::new()));
+    let timeline = Timeline::create(&args.output, args.max_events).with_context(|| {
+        format!(
+            "cannot create the timeline {} (give a writable path with -o)",
+            printable(&args.output.display().to_string())
+        )
+    })?;
+    let limits = RegistryLimits {
+        max_processes: MAX_PROCESSES,
+        retain_exited: Duration::ZERO,
+    };
+    let opened = Session::open(args.sel.session(
+        args.duration,
+        args.ringbuf_mib,
+        args.rescan_ms,
+        limits,
+        false,
+        MAX_LIBRARIES,
+        Vec::new(),
+    ));
     let mut session = match opened {
         Ok(session) => session,
         Err(e) => {
@@ -73,12 +93,19 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     }
     let detect = DetectConfig::default();
     let window = Duration::from_secs(detect.window_s);
-    let mut rec = Recorder { timeline, detector: Detector::new(detect, 0.0), gpus: Vec::new() };
+    let mut rec = Recorder {
+        timeline,
+        detector: Detector::new(detect, 0.0),
+        gpus: Vec::new(),
+    };
     let started = Instant::now();
     let mut nvml_tick = tokio::time::interval(Duration::from_secs(1));
     let mut detect_tick = super::every(window);
     let probes = session.start_recording()?;
-    eprintln!("ready: {probes} probes attached; recording to {}", printable(&args.output.display().to_string()));
+    eprintln!(
+        "ready: {probes} probes attached; recording to {}",
+        printable(&args.output.display().to_string())
+    );
     let output_closed = loop {
         tokio::select! {
             wake = session.wake() => if let Some(closed) = session.act(wake?, &mut rec).stop() {
@@ -101,7 +128,10 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     rec.alerts()?;
     session.detach();
     let path = printable(&rec.timeline.path().display().to_string()).to_string();
-    let (written, left_out) = rec.timeline.finish(monotonic_ns()).with_context(|| format!("cannot finish {path}"))?;
+    let (written, left_out) = rec
+        .timeline
+        .finish(monotonic_ns())
+        .with_context(|| format!("cannot finish {path}"))?;
     eprintln!("record: {written} events written to {path}; {left_out} left out past --max-events");
     Ok(())
 }

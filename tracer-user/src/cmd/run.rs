@@ -16,8 +16,11 @@ use crate::{
     config::{self, Config},
     nvml::Sampler,
     pipeline::{
+        enrich::{
+            pods,
+            pods_api::{self, PodNamesSource},
+        },
         Session,
-        enrich::{pods, pods_api::{self, PodNamesSource}},
     },
     registry::{Registry, RegistryLimits},
     sinks::{
@@ -44,8 +47,16 @@ fn config(args: &mut RunArgs) -> Result<Config> {
         cfg.web_config_file = Some(file);
     }
     for (flag, url, slot) in [
-        ("--alertmanager", args.alertmanager.take(), &mut cfg.alerts.alertmanager_url),
-        ("--webhook", args.webhook.take(), &mut cfg.alerts.webhook_url),
+        (
+            "--alertmanager",
+            args.alertmanager.take(),
+            &mut cfg.alerts.alertmanager_url,
+        ),
+        (
+            "--webhook",
+            args.webhook.take(),
+            &mut cfg.alerts.webhook_url,
+        ),
     ] {
         if let Some(url) = url {
             config::check_url(&url).map_err(|e| anyhow::anyhow!("{flag} {url}: {e}"))?;
@@ -56,7 +67,11 @@ fn config(args: &mut RunArgs) -> Result<Config> {
 }
 
 /// Hands alert changes to stdout and the sinks.
-fn publish(changes: &[crate::alert::AlertChange], sinks: Option<&Sinks>, archive: Option<&Archive>) {
+fn publish(
+    changes: &[crate::alert::AlertChange],
+    sinks: Option<&Sinks>,
+    archive: Option<&Archive>,
+) {
     stdout::print_changes(changes);
     if let Some(s) = sinks {
         for change in changes {
@@ -85,26 +100,44 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
     let web = match cfg.web_config_file.as_deref() {
         Some(path) => web::load(path)?,
-        None => web::WebConfig { tls: None, auth: None },
+        None => web::WebConfig {
+            tls: None,
+            auth: None,
+        },
     };
     let scheme = if web.tls.is_some() { "https" } else { "http" };
     server::raise_fd_limit();
     crate::probe::symbols::set_max_library_bytes(cfg.max_library_mib << 20);
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
-    let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
+    let limits = RegistryLimits {
+        max_processes: cfg.max_processes,
+        retain_exited: Duration::from_secs(cfg.retain_exited_s),
+    };
     // The sinks' CA file is checked before anything is loaded, as the port and the web config are.
     let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
     let archive = match &cfg.alerts.archive {
         Some(path) => {
-            let mib = if cfg.alerts.archive_max_mib == 0 { 64 } else { cfg.alerts.archive_max_mib };
+            let mib = if cfg.alerts.archive_max_mib == 0 {
+                64
+            } else {
+                cfg.alerts.archive_max_mib
+            };
             let a = Archive::new(path.clone(), mib << 20);
             a.check().map_err(|e| anyhow::anyhow!("cannot append to the incident archive {}: {e}; give a writable [alerts] archive path", stdout::printable(&path.display().to_string())))?;
             Some(a)
         }
         None => None,
     };
-    let mut opts = args.sel.session(args.duration, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone());
+    let mut opts = args.sel.session(
+        args.duration,
+        cfg.ringbuf_mib,
+        cfg.rescan_ms,
+        limits,
+        false,
+        cfg.max_libraries,
+        cfg.lib_allow.clone(),
+    );
     opts.sampling = cfg.launches.sampling();
     let mut session = Session::open(opts)?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
@@ -121,7 +154,10 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let pod_names = pods_api::start(&cfg.kubernetes);
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
-    eprintln!("ready: {probes} probes attached; metrics at {scheme}://{}/metrics", cfg.listen);
+    eprintln!(
+        "ready: {probes} probes attached; metrics at {scheme}://{}/metrics",
+        cfg.listen
+    );
     let output_closed = loop {
         tokio::select! {
             wake = session.wake() => if let Some(closed) = daemon.on_wake(&mut session, wake?) {
@@ -146,7 +182,11 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     session.finish(&mut daemon, output_closed)?;
     // Victims that exited since the last window resolve; firing alerts of live processes are
     // left to expire in Alertmanager (the problem is not known to be over).
-    publish(&daemon.detector.take_changes(), sinks.as_ref(), archive.as_ref());
+    publish(
+        &daemon.detector.take_changes(),
+        sinks.as_ref(),
+        archive.as_ref(),
+    );
     session.detach();
     if let Some(sinks) = sinks {
         sinks.finish(Duration::from_secs(3)).await;

@@ -18,12 +18,16 @@ use crate::{
     nvml::Sampler,
     pipeline::Session,
     registry::RegistryLimits,
-    sinks::top::{View, text, tui::{Ask, Screen}},
+    sinks::top::{
+        text,
+        tui::{Ask, Screen},
+        View,
+    },
 };
 
 /// Reads keys on a thread (crossterm's read blocks) and hands them to the loop.
 fn keys() -> tokio::sync::mpsc::Receiver<ratatui::crossterm::event::KeyEvent> {
-    use ratatui::crossterm::event::{Event, KeyEventKind, read};
+    use ratatui::crossterm::event::{read, Event, KeyEventKind};
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     std::thread::spawn(move || {
         while let Ok(ev) = read() {
@@ -78,8 +82,17 @@ fn stream_lines(p: &crate::registry::Process) -> Vec<String> {
         .iter()
         .take(8)
         .map(|((stream, tid), s)| {
-            let thread = if *tid != 0 { format!(" tid {tid}") } else { String::new() };
-            format!("{stream:#x}{thread}: {} batches, {:.3} ms, wait {:.3} ms", s.batches, s.gpu_ns_estimate as f64 / 1e6, s.wait_ns as f64 / 1e6)
+            let thread = if *tid != 0 {
+                format!(" tid {tid}")
+            } else {
+                String::new()
+            };
+            format!(
+                "{stream:#x}{thread}: {} batches, {:.3} ms, wait {:.3} ms",
+                s.batches,
+                s.gpu_ns_estimate as f64 / 1e6,
+                s.wait_ns as f64 / 1e6
+            )
         })
         .collect()
 }
@@ -90,8 +103,19 @@ pub async fn run(args: TopArgs) -> Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let limits = RegistryLimits { max_processes: cfg.max_processes, retain_exited: Duration::from_secs(cfg.retain_exited_s) };
-    let mut opts = args.sel.session(None, cfg.ringbuf_mib, cfg.rescan_ms, limits, false, cfg.max_libraries, cfg.lib_allow.clone());
+    let limits = RegistryLimits {
+        max_processes: cfg.max_processes,
+        retain_exited: Duration::from_secs(cfg.retain_exited_s),
+    };
+    let mut opts = args.sel.session(
+        None,
+        cfg.ringbuf_mib,
+        cfg.rescan_ms,
+        limits,
+        false,
+        cfg.max_libraries,
+        cfg.lib_allow.clone(),
+    );
     opts.sampling = cfg.launches.sampling();
     let mut session = Session::open(opts)?;
     let mut sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));

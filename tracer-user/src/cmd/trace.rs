@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use crate::{
     cli::TraceArgs,
-    pipeline::{Consumer, Session, decode::Event, enrich::Enrichment},
+    pipeline::{decode::Event, enrich::Enrichment, Consumer, Session},
     registry::{Process, RegistryLimits},
     sinks::stdout::Printer,
 };
@@ -19,7 +19,12 @@ pub(crate) const MAX_LIBRARIES: usize = 32;
 
 impl Consumer for Printer {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.print(ev, e.kernel.as_deref(), e.batch.as_ref(), Some(&process.identity))
+        self.print(
+            ev,
+            e.kernel.as_deref(),
+            e.batch.as_ref(),
+            Some(&process.identity),
+        )
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -29,8 +34,19 @@ impl Consumer for Printer {
 
 /// Runs `cudatrace trace`.
 pub async fn run(args: TraceArgs) -> Result<()> {
-    let limits = RegistryLimits { max_processes: MAX_PROCESSES, retain_exited: Duration::ZERO };
-    let mut session = Session::open(args.sel.session(args.duration, args.ringbuf_mib, args.rescan_ms, limits, args.cmdline, MAX_LIBRARIES, Vec::new()))?;
+    let limits = RegistryLimits {
+        max_processes: MAX_PROCESSES,
+        retain_exited: Duration::ZERO,
+    };
+    let mut session = Session::open(args.sel.session(
+        args.duration,
+        args.ringbuf_mib,
+        args.rescan_ms,
+        limits,
+        args.cmdline,
+        MAX_LIBRARIES,
+        Vec::new(),
+    ))?;
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");

@@ -65,7 +65,11 @@ pub struct Baseline {
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
-    if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
 }
 
 /// (median, median absolute deviation).
@@ -79,7 +83,15 @@ fn median_mad(values: impl Iterator<Item = f64>) -> (f64, f64) {
 impl Baseline {
     /// An empty baseline.
     pub fn new(params: Params) -> Self {
-        Baseline { params, recent: VecDeque::new(), warm: Vec::new(), level: 0.0, trend: 0.0, var: 0.0, ready: false }
+        Baseline {
+            params,
+            recent: VecDeque::new(),
+            warm: Vec::new(),
+            level: 0.0,
+            trend: 0.0,
+            var: 0.0,
+            ready: false,
+        }
     }
 
     /// The expected value of the next window.
@@ -89,7 +101,9 @@ impl Baseline {
 
     /// The spread (standard deviation) of normal windows around the forecast.
     pub fn spread(&self) -> f64 {
-        self.var.sqrt().max(self.params.min_spread_ratio * self.forecast())
+        self.var
+            .sqrt()
+            .max(self.params.min_spread_ratio * self.forecast())
     }
 
     /// The value a normal window stays under 99 times in 100; `None` while warming up.
@@ -106,9 +120,15 @@ impl Baseline {
             return None;
         }
         let (m, mad) = median_mad(self.recent.iter().copied());
-        let scale = (MAD_TO_SIGMA * mad).max(self.params.min_spread_ratio * m.abs()).max(f64::MIN_POSITIVE);
+        let scale = (MAD_TO_SIGMA * mad)
+            .max(self.params.min_spread_ratio * m.abs())
+            .max(f64::MIN_POSITIVE);
         let limit = self.params.hampel_k * scale;
-        let far = self.recent.iter().filter(|x| (*x - m).abs() > limit).count();
+        let far = self
+            .recent
+            .iter()
+            .filter(|x| (*x - m).abs() > limit)
+            .count();
         if far * 3 >= self.recent.len() {
             return None;
         }
@@ -144,7 +164,11 @@ impl Baseline {
         let level = p.alpha * x + (1.0 - p.alpha) * forecast;
         self.trend = p.beta * (level - self.level) + (1.0 - p.beta) * p.phi * self.trend;
         self.level = level;
-        if replaced.is_some() { Learned::Replaced } else { Learned::Taken }
+        if replaced.is_some() {
+            Learned::Replaced
+        } else {
+            Learned::Taken
+        }
     }
 }
 
@@ -188,7 +212,11 @@ mod tests {
         }
         let (level, spread) = (b.forecast(), b.spread());
         assert_eq!(b.learn(1000.0), Learned::Replaced);
-        assert!((b.forecast() - level).abs() < 0.5, "{} vs {level}", b.forecast());
+        assert!(
+            (b.forecast() - level).abs() < 0.5,
+            "{} vs {level}",
+            b.forecast()
+        );
         assert!(b.spread() < spread * 1.2, "{} vs {spread}", b.spread());
         assert_eq!(b.learn(100.0), Learned::Taken);
     }
@@ -208,7 +236,11 @@ mod tests {
             }
         }
         assert!(taken_high >= 15, "{taken_high}");
-        assert!(b.p99().unwrap() > 1000.0, "p99 {} covers the high windows", b.p99().unwrap());
+        assert!(
+            b.p99().unwrap() > 1000.0,
+            "p99 {} covers the high windows",
+            b.p99().unwrap()
+        );
     }
 
     #[test]

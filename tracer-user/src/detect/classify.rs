@@ -42,19 +42,29 @@ pub enum GpuSet {
 /// The GPUs of a process: where NVML lists it, else its `CUDA_VISIBLE_DEVICES` (UUIDs that NVML
 /// knows become indices, so that the two forms compare).
 pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
-    let listed: Vec<String> =
-        gpus.iter().filter(|g| g.processes.iter().any(|p| p.pid == pid)).map(|g| g.index.to_string()).collect();
+    let listed: Vec<String> = gpus
+        .iter()
+        .filter(|g| g.processes.iter().any(|p| p.pid == pid))
+        .map(|g| g.index.to_string())
+        .collect();
     if !listed.is_empty() {
         return GpuSet::Only(listed);
     }
-    let Some(visible) = identity.cuda_visible_devices.as_deref() else { return GpuSet::All };
+    let Some(visible) = identity.cuda_visible_devices.as_deref() else {
+        return GpuSet::All;
+    };
     let entries = visible
         .split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
-        .map(|e| match gpus.iter().find(|g| e.starts_with("GPU-") && g.uuid.starts_with(e)) {
-            Some(g) => g.index.to_string(),
-            None => e.to_owned(),
+        .map(|e| {
+            match gpus
+                .iter()
+                .find(|g| e.starts_with("GPU-") && g.uuid.starts_with(e))
+            {
+                Some(g) => g.index.to_string(),
+                None => e.to_owned(),
+            }
         })
         .collect();
     GpuSet::Only(entries)
@@ -66,7 +76,10 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
 /// while NVML sees the real ones (its calls are still counted).
 pub fn vouched(pid: u32, gpus: &[GpuSample]) -> bool {
     let mut listed = gpus.iter().flat_map(|g| &g.processes).peekable();
-    listed.peek().is_none() || gpus.iter().any(|g| g.processes.iter().any(|p| p.pid == pid))
+    listed.peek().is_none()
+        || gpus
+            .iter()
+            .any(|g| g.processes.iter().any(|p| p.pid == pid))
 }
 
 impl GpuSet {
@@ -127,18 +140,33 @@ pub struct Thresholds {
 /// weight there, biggest first; and the GPU they share. The victim is left out of the total: its
 /// own work is what its baseline already holds, and under contention its GPU-time estimate also
 /// counts the time its kernels queued behind the others'.
-fn shares(victim: &Seen<'_>, vset: &GpuSet, others: &[(Seen<'_>, GpuSet)], weight: impl Fn(&Activity) -> f64) -> (Vec<Party>, Option<String>) {
+fn shares(
+    victim: &Seen<'_>,
+    vset: &GpuSet,
+    others: &[(Seen<'_>, GpuSet)],
+    weight: impl Fn(&Activity) -> f64,
+) -> (Vec<Party>, Option<String>) {
     let on_gpu: Vec<(&Seen<'_>, String)> = others
         .iter()
         .filter(|(s, _)| s.process.pid != victim.process.pid && weight(&s.activity) > 0.0)
         .filter_map(|(s, set)| vset.shared_with(set).map(|g| (s, g)))
         .collect();
     let total: f64 = on_gpu.iter().map(|(s, _)| weight(&s.activity)).sum();
-    let mut parties: Vec<Party> =
-        on_gpu.iter().map(|(s, _)| Party::of(s.process, Some(round3(weight(&s.activity) / total)))).collect();
-    parties.sort_by(|a, b| b.share.unwrap_or(0.0).total_cmp(&a.share.unwrap_or(0.0)).then(a.pid.cmp(&b.pid)));
+    let mut parties: Vec<Party> = on_gpu
+        .iter()
+        .map(|(s, _)| Party::of(s.process, Some(round3(weight(&s.activity) / total))))
+        .collect();
+    parties.sort_by(|a, b| {
+        b.share
+            .unwrap_or(0.0)
+            .total_cmp(&a.share.unwrap_or(0.0))
+            .then(a.pid.cmp(&b.pid))
+    });
     parties.truncate(5);
-    let gpu = parties.first().and_then(|p| on_gpu.iter().find(|(s, _)| s.process.pid == p.pid)).map(|(_, g)| g.clone());
+    let gpu = parties
+        .first()
+        .and_then(|p| on_gpu.iter().find(|(s, _)| s.process.pid == p.pid))
+        .map(|(_, g)| g.clone());
     (parties, gpu)
 }
 
@@ -148,17 +176,29 @@ fn round3(x: f64) -> f64 {
 
 /// Classifies why `victim`'s `signal` breached, given every process's last window (`everyone`
 /// may include the victim) and the latest NVML sample (empty without NVML).
-pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: &[GpuSample], limits: Thresholds) -> Verdict {
+pub fn classify(
+    signal: Signal,
+    victim: &Seen<'_>,
+    everyone: &[Seen<'_>],
+    gpus: &[GpuSample],
+    limits: Thresholds,
+) -> Verdict {
     let vset = gpus_of(victim.process.pid, victim.process.identity, gpus);
     let mine: Vec<&GpuSample> = gpus.iter().filter(|g| vset.holds(g.index)).collect();
     let memory_ratio = mine
         .iter()
         .filter_map(|g| Some(g.memory_used? as f64 / g.memory_total.filter(|t| *t > 0)? as f64))
         .max_by(f64::total_cmp);
-    let utilization = mine.iter().filter_map(|g| g.sm_util).max().map(|u| f64::from(u) / 100.0);
+    let utilization = mine
+        .iter()
+        .filter_map(|g| g.sm_util)
+        .max()
+        .map(|u| f64::from(u) / 100.0);
     let mut reasons: Vec<&'static str> = REASONS
         .iter()
-        .filter(|(bit, _)| bit & THROTTLE_BITS != 0 && mine.iter().any(|g| g.reasons.is_some_and(|r| r & bit != 0)))
+        .filter(|(bit, _)| {
+            bit & THROTTLE_BITS != 0 && mine.iter().any(|g| g.reasons.is_some_and(|r| r & bit != 0))
+        })
         .map(|(_, name)| *name)
         .collect();
     reasons.dedup();
@@ -181,7 +221,13 @@ pub fn classify(signal: Signal, victim: &Seen<'_>, everyone: &[Seen<'_>], gpus: 
     }
     // Compute work: the estimated device time when any process has one, else launches.
     let use_time = victim.activity.gpu_ns > 0 || others.iter().any(|(s, _)| s.activity.gpu_ns > 0);
-    let compute = move |a: &Activity| if use_time { a.gpu_ns as f64 } else { a.launches as f64 };
+    let compute = move |a: &Activity| {
+        if use_time {
+            a.gpu_ns as f64
+        } else {
+            a.launches as f64
+        }
+    };
     if signal == Signal::CopyTime {
         let (who, gpu) = shares(victim, &vset, &others, |a| a.copy_bytes as f64);
         if !who.is_empty() {
@@ -208,15 +254,34 @@ mod tests {
     use crate::nvml::GpuProcess;
 
     fn id(cvd: Option<&str>) -> Identity {
-        Identity { cuda_visible_devices: cvd.map(str::to_owned), container_id: Some("c1".into()), ..Default::default() }
+        Identity {
+            cuda_visible_devices: cvd.map(str::to_owned),
+            container_id: Some("c1".into()),
+            ..Default::default()
+        }
     }
     fn seen<'a>(pid: u32, comm: &'a str, identity: &'a Identity, activity: Activity) -> Seen<'a> {
-        Seen { process: ProcessRef { pid, comm, identity }, activity }
+        Seen {
+            process: ProcessRef {
+                pid,
+                comm,
+                identity,
+            },
+            activity,
+        }
     }
-    const LIMITS: Thresholds = Thresholds { memory_pressure_ratio: 0.95, idle_gpu_percent: 10 };
+    const LIMITS: Thresholds = Thresholds {
+        memory_pressure_ratio: 0.95,
+        idle_gpu_percent: 10,
+    };
 
     fn act(launches: u64, gpu_ns: u64, copy_bytes: u64) -> Activity {
-        Activity { launches, gpu_ns, copy_bytes, memory_bytes: 0 }
+        Activity {
+            launches,
+            gpu_ns,
+            copy_bytes,
+            memory_bytes: 0,
+        }
     }
 
     #[test]
@@ -228,12 +293,25 @@ mod tests {
             seen(3, "elsewhere", &other_gpu, act(9000, 50_000_000, 0)),
         ];
         let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &[], LIMITS);
-        assert_eq!((got.cause, got.gpu.as_str()), (Cause::ComputeContention, "0"));
+        assert_eq!(
+            (got.cause, got.gpu.as_str()),
+            (Cause::ComputeContention, "0")
+        );
         assert_eq!(got.aggressors.len(), 1);
-        assert_eq!((got.aggressors[0].pid, got.aggressors[0].share, got.aggressors[0].container.as_deref()), (2, Some(1.0), Some("c1")));
+        assert_eq!(
+            (
+                got.aggressors[0].pid,
+                got.aggressors[0].share,
+                got.aggressors[0].container.as_deref()
+            ),
+            (2, Some(1.0), Some("c1"))
+        );
         // Alone on GPU 1, nothing to blame; no NVML: unexplained.
         let got = classify(Signal::WaitPerLaunch, &everyone[2], &everyone, &[], LIMITS);
-        assert_eq!((got.cause, got.gpu.as_str(), got.aggressors.len()), (Cause::Unexplained, "1", 0));
+        assert_eq!(
+            (got.cause, got.gpu.as_str(), got.aggressors.len()),
+            (Cause::Unexplained, "1", 0)
+        );
         // Launch latency up on an idle GPU: the host.
         let got = classify(Signal::LaunchLatency, &everyone[2], &everyone, &[], LIMITS);
         assert_eq!(got.cause, Cause::CpuOrDriverContention);
@@ -248,13 +326,28 @@ mod tests {
             seen(3, "c", &c, act(1000, 0, 0)),
         ];
         let got = classify(Signal::CopyTime, &everyone[0], &everyone, &[], LIMITS);
-        assert_eq!((got.cause, got.gpu.as_str()), (Cause::CopyContention, "all"));
-        assert_eq!(got.aggressors.iter().map(|p| (p.pid, p.share)).collect::<Vec<_>>(), vec![(2, Some(1.0))]);
+        assert_eq!(
+            (got.cause, got.gpu.as_str()),
+            (Cause::CopyContention, "all")
+        );
+        assert_eq!(
+            got.aggressors
+                .iter()
+                .map(|p| (p.pid, p.share))
+                .collect::<Vec<_>>(),
+            vec![(2, Some(1.0))]
+        );
         // The wait signal blames compute, by launches when no estimate exists: c (on a UUID the
         // unset process can also see) did 1000 of the others' 1010.
         let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &[], LIMITS);
         assert_eq!(got.cause, Cause::ComputeContention);
-        assert_eq!(got.aggressors.iter().map(|p| (p.pid, p.share)).collect::<Vec<_>>(), vec![(3, Some(0.99)), (2, Some(0.01))]);
+        assert_eq!(
+            got.aggressors
+                .iter()
+                .map(|p| (p.pid, p.share))
+                .collect::<Vec<_>>(),
+            vec![(3, Some(0.99)), (2, Some(0.01))]
+        );
         assert_eq!(got.gpu, "GPU-abcd");
     }
 
@@ -268,23 +361,66 @@ mod tests {
             memory_total: Some(100),
             sm_util: Some(90),
             reasons: Some(reasons),
-            processes: pids.iter().map(|&pid| GpuProcess { pid, ..Default::default() }).collect(),
+            processes: pids
+                .iter()
+                .map(|&pid| GpuProcess {
+                    pid,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         };
         let everyone = [
-            seen(1, "v", &v, Activity { memory_bytes: 10, ..act(10, 0, 0) }),
-            seen(2, "n", &n, Activity { memory_bytes: 86, ..act(10, 0, 0) }),
+            seen(
+                1,
+                "v",
+                &v,
+                Activity {
+                    memory_bytes: 10,
+                    ..act(10, 0, 0)
+                },
+            ),
+            seen(
+                2,
+                "n",
+                &n,
+                Activity {
+                    memory_bytes: 86,
+                    ..act(10, 0, 0)
+                },
+            ),
         ];
         // Both unset, but NVML puts them on different GPUs: no contention; GPU 0 throttles.
         let gpus = [gpu(0, 50, 0x20 | 0x1, &[1]), gpu(1, 50, 0, &[2])];
-        let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &gpus, LIMITS);
+        let got = classify(
+            Signal::WaitPerLaunch,
+            &everyone[0],
+            &everyone,
+            &gpus,
+            LIMITS,
+        );
         assert_eq!((got.cause, got.gpu.as_str()), (Cause::Throttling, "0"));
-        assert_eq!((got.reasons.clone(), got.memory_ratio, got.utilization), (vec!["sw_thermal_slowdown"], Some(0.5), Some(0.9)));
+        assert_eq!(
+            (got.reasons.clone(), got.memory_ratio, got.utilization),
+            (vec!["sw_thermal_slowdown"], Some(0.5), Some(0.9))
+        );
         // Same GPU, 96% full: memory pressure, the neighbour by its memory.
         let gpus = [gpu(0, 96, 0, &[1, 2])];
-        let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &gpus, LIMITS);
+        let got = classify(
+            Signal::WaitPerLaunch,
+            &everyone[0],
+            &everyone,
+            &gpus,
+            LIMITS,
+        );
         assert_eq!((got.cause, got.gpu.as_str()), (Cause::MemoryPressure, "0"));
-        assert_eq!(got.aggressors.iter().map(|p| (p.pid, p.share)).collect::<Vec<_>>(), vec![(2, Some(1.0))]);
+        assert_eq!(
+            got.aggressors
+                .iter()
+                .map(|p| (p.pid, p.share))
+                .collect::<Vec<_>>(),
+            vec![(2, Some(1.0))]
+        );
     }
 
     #[test]
@@ -293,18 +429,46 @@ mod tests {
         let gpu = |pids: &[u32]| GpuSample {
             index: 0,
             uuid: "GPU-0".into(),
-            processes: pids.iter().map(|&pid| GpuProcess { pid, ..Default::default() }).collect(),
+            processes: pids
+                .iter()
+                .map(|&pid| GpuProcess {
+                    pid,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         };
-        let everyone = [seen(1, "victim", &v, act(10, 0, 0)), seen(2, "fake", &fake, act(5000, 0, 0)), seen(3, "real", &real, act(100, 0, 0))];
+        let everyone = [
+            seen(1, "victim", &v, act(10, 0, 0)),
+            seen(2, "fake", &fake, act(5000, 0, 0)),
+            seen(3, "real", &real, act(100, 0, 0)),
+        ];
         // NVML lists the victim and the real neighbour: the fake library's caller is not named.
         let gpus = [gpu(&[1, 3])];
-        let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &gpus, LIMITS);
-        assert_eq!(got.aggressors.iter().map(|p| (p.pid, p.share)).collect::<Vec<_>>(), vec![(3, Some(1.0))]);
+        let got = classify(
+            Signal::WaitPerLaunch,
+            &everyone[0],
+            &everyone,
+            &gpus,
+            LIMITS,
+        );
+        assert_eq!(
+            got.aggressors
+                .iter()
+                .map(|p| (p.pid, p.share))
+                .collect::<Vec<_>>(),
+            vec![(3, Some(1.0))]
+        );
         assert!(vouched(1, &gpus) && vouched(3, &gpus) && !vouched(2, &gpus));
         // Without NVML, or with NVML listing nobody, every traced process counts.
         assert!(vouched(2, &[]) && vouched(2, &[gpu(&[])]));
-        let got = classify(Signal::WaitPerLaunch, &everyone[0], &everyone, &[gpu(&[])], LIMITS);
+        let got = classify(
+            Signal::WaitPerLaunch,
+            &everyone[0],
+            &everyone,
+            &[gpu(&[])],
+            LIMITS,
+        );
         assert_eq!(got.aggressors.first().map(|p| p.pid), Some(2));
     }
 }

@@ -23,7 +23,7 @@ pub use signals::Signal;
 use signals::Window;
 
 use crate::{
-    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity, rfc3339},
+    alert::{rfc3339, AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
     config::DetectConfig,
     nvml::GpuSample,
     pipeline::{
@@ -46,7 +46,10 @@ pub struct ProcessSignals {
 
 impl ProcessSignals {
     fn new(params: Params) -> ProcessSignals {
-        ProcessSignals { window: Window::new(), tracks: std::array::from_fn(|_| Track::new(params)) }
+        ProcessSignals {
+            window: Window::new(),
+            tracks: std::array::from_fn(|_| Track::new(params)),
+        }
     }
 
     /// Whether one of its alerts is pending or firing.
@@ -100,7 +103,9 @@ fn significant(x: f64) -> f64 {
 
 /// Wall-clock time of a monotonic instant, given one pair of the two.
 fn wall_at(mono: f64, now_mono: f64, now_wall: SystemTime) -> SystemTime {
-    now_wall.checked_sub(Duration::from_secs_f64((now_mono - mono).max(0.0))).unwrap_or(now_wall)
+    now_wall
+        .checked_sub(Duration::from_secs_f64((now_mono - mono).max(0.0)))
+        .unwrap_or(now_wall)
 }
 
 impl Detector {
@@ -116,7 +121,14 @@ impl Detector {
             hampel_windows: cfg.hampel_windows,
             hampel_k: cfg.hampel_k,
         };
-        Detector { schedule: Schedule::new(&cfg), in_force: None, quiet: Quiet::default(), params, window_start: now, outbox: Vec::new() }
+        Detector {
+            schedule: Schedule::new(&cfg),
+            in_force: None,
+            quiet: Quiet::default(),
+            params,
+            window_start: now,
+            outbox: Vec::new(),
+        }
     }
 
     /// The same detector, marking alerts `quiet` in the periods of `quiet`.
@@ -133,20 +145,26 @@ impl Detector {
     /// Counts one call into its process's window; `closed` is what a wait closed (GPU time).
     pub fn observe(&self, process: &mut Process, ev: &Event, closed: Option<&BatchEstimate>) {
         let params = self.params;
-        let s = process.signals.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = process
+            .signals
+            .get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
         s.window.observe(ev, closed);
     }
 
     /// Counts launches the kernel counted into their process's window.
     pub fn observe_launches(&self, process: &mut Process, d: &LaunchDelta) {
         let params = self.params;
-        let s = process.signals.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = process
+            .signals
+            .get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
         s.window.add_launches(d);
     }
 
     /// A process exited: its pending or firing alerts resolve.
     pub fn exited(&mut self, process: &mut Process, now_wall: SystemTime) {
-        let Some(s) = process.signals.take() else { return };
+        let Some(s) = process.signals.take() else {
+            return;
+        };
         for t in s.tracks {
             if let Some(mut r) = t.record {
                 r.state = AlertState::Resolved;
@@ -159,19 +177,31 @@ impl Detector {
 
     /// Alerts now pending or firing.
     pub fn active<'a>(&self, registry: &'a Registry) -> impl Iterator<Item = &'a AlertChange> {
-        registry.iter().filter_map(|p| p.signals.as_deref()).flat_map(|s| s.tracks.iter().filter_map(|t| t.record.as_ref()))
+        registry
+            .iter()
+            .filter_map(|p| p.signals.as_deref())
+            .flat_map(|s| s.tracks.iter().filter_map(|t| t.record.as_ref()))
     }
 
     /// Per process and signal with a ready baseline: the process, the signal, the last window's
     /// value, the baseline p99 and the forecast for that window, in seconds (per MiB for copy
     /// time).
-    pub fn signals<'a>(&self, registry: &'a Registry) -> impl Iterator<Item = (ProcessRef<'a>, Signal, f64, f64, f64)> {
-        registry.iter().filter_map(|p| Some((p.view(), p.signals.as_deref()?))).flat_map(|(process, s)| {
-            Signal::ALL.into_iter().zip(&s.tracks).filter_map(move |(signal, t)| {
-                let (v, p99, forecast) = t.last?;
-                Some((process, signal, v / 1e9, p99 / 1e9, forecast / 1e9))
+    pub fn signals<'a>(
+        &self,
+        registry: &'a Registry,
+    ) -> impl Iterator<Item = (ProcessRef<'a>, Signal, f64, f64, f64)> {
+        registry
+            .iter()
+            .filter_map(|p| Some((p.view(), p.signals.as_deref()?)))
+            .flat_map(|(process, s)| {
+                Signal::ALL
+                    .into_iter()
+                    .zip(&s.tracks)
+                    .filter_map(move |(signal, t)| {
+                        let (v, p99, forecast) = t.last?;
+                        Some((process, signal, v / 1e9, p99 / 1e9, forecast / 1e9))
+                    })
             })
-        })
     }
 
     /// State changes since the last call.
@@ -181,7 +211,13 @@ impl Detector {
 
     /// Closes the window that ends now: values, baselines, breaches, state changes (collected for
     /// [`Detector::take_changes`]). `gpus` is the latest NVML sample (empty without NVML).
-    pub fn evaluate(&mut self, registry: &mut Registry, now: f64, now_wall: SystemTime, gpus: &[GpuSample]) {
+    pub fn evaluate(
+        &mut self,
+        registry: &mut Registry,
+        now: f64,
+        now_wall: SystemTime,
+        gpus: &[GpuSample],
+    ) {
         let start = std::mem::replace(&mut self.window_start, now);
         let (name, cfg) = self.schedule.at(now_wall);
         let cfg = cfg.clone();
@@ -209,13 +245,20 @@ impl Detector {
                     copy_bytes: w.copy_bytes,
                     memory_bytes: p.memory.current_bytes,
                 };
-                Some(Observed { pid: p.pid, comm: p.comm, identity: p.identity.clone(), activity })
+                Some(Observed {
+                    pid: p.pid,
+                    comm: p.comm,
+                    identity: p.identity.clone(),
+                    activity,
+                })
             })
             .collect();
         let mut breached: Vec<Breach> = Vec::new();
         for p in registry.iter_mut() {
             let (pid, comm) = (p.pid, p.comm);
-            let Some(s) = p.signals.as_deref_mut() else { continue };
+            let Some(s) = p.signals.as_deref_mut() else {
+                continue;
+            };
             for (i, signal) in Signal::ALL.into_iter().enumerate() {
                 let t = &mut s.tracks[i];
                 let Some((v, samples)) = s.window.value(signal, cfg.min_samples) else {
@@ -253,13 +296,22 @@ impl Detector {
                         // normal: learn it.
                         let long = match t.phase {
                             Phase::Firing => now - t.fired_at >= cfg.rebaseline_after_s as f64,
-                            Phase::Normal => t.breaches > 0 && now - t.since >= cfg.rebaseline_after_s as f64,
+                            Phase::Normal => {
+                                t.breaches > 0 && now - t.since >= cfg.rebaseline_after_s as f64
+                            }
                             Phase::Pending => false,
                         };
                         if long {
                             t.baseline.learn(v);
                         }
-                        breached.push(Breach { pid, signal: i, tier, value: v, p99, samples });
+                        breached.push(Breach {
+                            pid,
+                            signal: i,
+                            tier,
+                            value: v,
+                            p99,
+                            samples,
+                        });
                     }
                     None => {
                         t.baseline.learn(v);
@@ -270,19 +322,42 @@ impl Detector {
         }
         let seen: Vec<Seen<'_>> = observed
             .iter()
-            .map(|o| Seen { process: ProcessRef { pid: o.pid, comm: &o.comm, identity: &o.identity }, activity: o.activity })
+            .map(|o| Seen {
+                process: ProcessRef {
+                    pid: o.pid,
+                    comm: &o.comm,
+                    identity: &o.identity,
+                },
+                activity: o.activity,
+            })
             .collect();
         // Processes slowed themselves (breaching now, or alerting) are not an incident's cause:
         // two victims of one trainer see each other as small aggressors.
         let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();
-        slowed.extend(registry.iter().filter(|p| p.signals.as_deref().is_some_and(ProcessSignals::alerting)).map(|p| p.pid));
+        slowed.extend(
+            registry
+                .iter()
+                .filter(|p| p.signals.as_deref().is_some_and(ProcessSignals::alerting))
+                .map(|p| p.pid),
+        );
         for b in breached {
-            self.breach(registry, &b, (start, now, now_wall), &cfg, gpus, (&seen, &slowed));
+            self.breach(
+                registry,
+                &b,
+                (start, now, now_wall),
+                &cfg,
+                gpus,
+                (&seen, &slowed),
+            );
         }
         // Records still refer to the window's moments; stamp the changes with the wall clock.
         for s in registry.iter_mut().filter_map(|p| p.signals.as_deref_mut()) {
             for t in &mut s.tracks {
-                if let Some(r) = t.record.as_mut().filter(|r| r.state == AlertState::Resolved) {
+                if let Some(r) = t
+                    .record
+                    .as_mut()
+                    .filter(|r| r.state == AlertState::Resolved)
+                {
                     r.at = rfc3339(now_wall);
                     self.outbox.push(t.record.take().expect("checked"));
                 }
@@ -301,13 +376,25 @@ impl Detector {
         gpus: &[GpuSample],
         (seen, slowed): (&[Seen<'_>], &[u32]),
     ) {
-        let Breach { pid, signal: i, tier, value: v, p99, samples } = *b;
+        let Breach {
+            pid,
+            signal: i,
+            tier,
+            value: v,
+            p99,
+            samples,
+        } = *b;
         if !classify::vouched(pid, gpus) {
             // NVML sees GPU processes but not this one: no alert of its own.
             return;
         }
         let signal = Signal::ALL[i];
-        let Some(s) = registry.live_mut(pid).and_then(|p| p.signals.as_deref_mut()) else { return };
+        let Some(s) = registry
+            .live_mut(pid)
+            .and_then(|p| p.signals.as_deref_mut())
+        else {
+            return;
+        };
         let t = &mut s.tracks[i];
         t.breaches += 1;
         if t.breaches == 1 {
@@ -320,8 +407,13 @@ impl Detector {
             // Not an alert yet: nothing to classify.
             return;
         }
-        let Some(victim) = seen.iter().find(|s| s.process.pid == pid) else { return };
-        let limits = classify::Thresholds { memory_pressure_ratio: cfg.memory_pressure_ratio, idle_gpu_percent: cfg.idle_gpu_percent };
+        let Some(victim) = seen.iter().find(|s| s.process.pid == pid) else {
+            return;
+        };
+        let limits = classify::Thresholds {
+            memory_pressure_ratio: cfg.memory_pressure_ratio,
+            idle_gpu_percent: cfg.idle_gpu_percent,
+        };
         let baseline = t.baseline.forecast();
         let verdict = classify::classify(signal, victim, seen, gpus, limits);
         let victim_party = Party::of(victim.process, None);
@@ -347,8 +439,21 @@ impl Detector {
         match t.phase {
             Phase::Normal if !silent => {
                 t.phase = Phase::Pending;
-                let causes: Vec<Party> = verdict.aggressors.iter().filter(|a| !slowed.contains(&a.pid)).cloned().collect();
-                let incident = Incident::of(verdict.cause, &verdict.gpu, if causes.is_empty() { &verdict.aggressors } else { &causes });
+                let causes: Vec<Party> = verdict
+                    .aggressors
+                    .iter()
+                    .filter(|a| !slowed.contains(&a.pid))
+                    .cloned()
+                    .collect();
+                let incident = Incident::of(
+                    verdict.cause,
+                    &verdict.gpu,
+                    if causes.is_empty() {
+                        &verdict.aggressors
+                    } else {
+                        &causes
+                    },
+                );
                 let record = AlertChange {
                     alert: verdict.cause.alert_name(),
                     state: AlertState::Pending,
@@ -369,7 +474,10 @@ impl Detector {
             Phase::Normal => return,
             Phase::Pending | Phase::Firing => {
                 // The cause (and with it the alert's name) stays; who and how much are refreshed.
-                let r = t.record.as_mut().expect("an alert past normal has a record");
+                let r = t
+                    .record
+                    .as_mut()
+                    .expect("an alert past normal has a record");
                 if r.cause == verdict.cause {
                     r.aggressors = verdict.aggressors;
                     r.gpu = verdict.gpu;
@@ -381,8 +489,15 @@ impl Detector {
             }
         }
         // Quiet or not, by the names and the period of this change.
-        let cgroup = |pid: u32| seen.iter().find(|s| s.process.pid == pid).and_then(|s| s.process.identity.cgroup.clone());
-        let r = t.record.as_mut().expect("an alert past normal has a record");
+        let cgroup = |pid: u32| {
+            seen.iter()
+                .find(|s| s.process.pid == pid)
+                .and_then(|s| s.process.identity.cgroup.clone())
+        };
+        let r = t
+            .record
+            .as_mut()
+            .expect("an alert past normal has a record");
         r.quiet = self.quiet.find(&r.victim, &r.aggressors, &cgroup, now_wall);
         if opened {
             self.outbox.push(r.clone());

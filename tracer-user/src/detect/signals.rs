@@ -1,7 +1,7 @@
 //! The signals the detector watches, and one process's calls in the current window from which
 //! each signal gets its value.
 use hdrhistogram::Histogram;
-use tracer_common::{Kind, launches::bucket_bounds};
+use tracer_common::{launches::bucket_bounds, Kind};
 
 use crate::{
     aggregate::sketch::LAUNCH,
@@ -27,7 +27,11 @@ pub enum Signal {
 
 impl Signal {
     /// Every signal.
-    pub const ALL: [Signal; 3] = [Signal::LaunchLatency, Signal::WaitPerLaunch, Signal::CopyTime];
+    pub const ALL: [Signal; 3] = [
+        Signal::LaunchLatency,
+        Signal::WaitPerLaunch,
+        Signal::CopyTime,
+    ];
 
     /// The name in alerts.
     pub fn as_str(self) -> &'static str {
@@ -81,27 +85,41 @@ impl Window {
             h.reset();
             h
         });
-        *self = Window { launch_ns: hist, ..Window::new() };
+        *self = Window {
+            launch_ns: hist,
+            ..Window::new()
+        };
     }
 
     /// The signal's value (ns, or ns per MiB) and the calls behind it; `None` with too few calls.
     pub fn value(&self, signal: Signal, min_samples: u64) -> Option<(f64, u64)> {
         match signal {
             Signal::LaunchLatency => {
-                let h = self.launch_ns.as_ref().filter(|_| self.launches >= min_samples)?;
+                let h = self
+                    .launch_ns
+                    .as_ref()
+                    .filter(|_| self.launches >= min_samples)?;
                 Some((LAUNCH.ns(h.value_at_quantile(0.99)) as f64, self.launches))
             }
             Signal::WaitPerLaunch => (self.launches >= min_samples && self.waits > 0)
                 .then(|| (self.wait_ns as f64 / self.launches as f64, self.launches)),
-            Signal::CopyTime => (self.sync_copies >= min_samples && self.sync_copy_bytes > 0)
-                .then(|| (self.sync_copy_ns as f64 * MIB / self.sync_copy_bytes as f64, self.sync_copies)),
+            Signal::CopyTime => {
+                (self.sync_copies >= min_samples && self.sync_copy_bytes > 0).then(|| {
+                    (
+                        self.sync_copy_ns as f64 * MIB / self.sync_copy_bytes as f64,
+                        self.sync_copies,
+                    )
+                })
+            }
         }
     }
 
     /// Nanoseconds a rise in `signal` of `delta` means per call, for the `min_increase_us` floor.
     pub fn per_call(&self, signal: Signal, delta: f64) -> f64 {
         match signal {
-            Signal::CopyTime => delta * (self.sync_copy_bytes as f64 / self.sync_copies.max(1) as f64) / MIB,
+            Signal::CopyTime => {
+                delta * (self.sync_copy_bytes as f64 / self.sync_copies.max(1) as f64) / MIB
+            }
             _ => delta,
         }
     }
@@ -118,7 +136,10 @@ impl Window {
         self.launches += ok;
         let (low, high) = bucket_bounds(d.bucket);
         let h = self.launch_ns.get_or_insert_with(|| LAUNCH.sketch());
-        let _ = h.record_n(LAUNCH.units(low + (high - low).div_ceil(2)), u32::try_from(ok).unwrap_or(u32::MAX));
+        let _ = h.record_n(
+            LAUNCH.units(low + (high - low).div_ceil(2)),
+            u32::try_from(ok).unwrap_or(u32::MAX),
+        );
     }
 
     /// Counts one call; `closed` is what a wait closed (GPU time). Failed calls count only

@@ -2,11 +2,7 @@
 use tracer_common::Api;
 
 use super::*;
-use crate::{
-    alert::AlertState as State,
-    pipeline::decode::Detail,
-    registry::RegistryLimits,
-};
+use crate::{alert::AlertState as State, pipeline::decode::Detail, registry::RegistryLimits};
 
 type Record = AlertChange;
 
@@ -20,8 +16,15 @@ struct Det {
 
 impl Det {
     fn new(cfg: DetectConfig, max_processes: usize, now: f64) -> Det {
-        let limits = RegistryLimits { max_processes, retain_exited: Duration::from_secs(600) };
-        Det { d: Detector::new(cfg, now), r: Registry::new(limits), clock: 0 }
+        let limits = RegistryLimits {
+            max_processes,
+            retain_exited: Duration::from_secs(600),
+        };
+        Det {
+            d: Detector::new(cfg, now),
+            r: Registry::new(limits),
+            clock: 0,
+        }
     }
     fn observe(&mut self, ev: &Event, id: &Arc<Identity>, closed: Option<&BatchEstimate>) {
         if self.r.live_mut(ev.pid).is_none() {
@@ -66,19 +69,50 @@ fn window(d: &mut Det, pid: u32, id: &Arc<Identity>, n: u64, wait_ns: u64) {
     for _ in 0..n {
         let l = Event::launch(Api::LaunchKernel, pid, 1, 7).timed(0, 4_000);
         d.observe(&l, id, None);
-        let s = Event::of(Api::StreamSynchronize, pid, Detail::Sync { stream: Some(7), event: None }).timed(0, wait_ns);
-        d.observe(&s, id, Some(&BatchEstimate { launches: 1, gpu_ns_estimate: wait_ns }));
+        let s = Event::of(
+            Api::StreamSynchronize,
+            pid,
+            Detail::Sync {
+                stream: Some(7),
+                event: None,
+            },
+        )
+        .timed(0, wait_ns);
+        d.observe(
+            &s,
+            id,
+            Some(&BatchEstimate {
+                launches: 1,
+                gpu_ns_estimate: wait_ns,
+            }),
+        );
     }
 }
 
 fn states(changes: &[Record]) -> Vec<(u32, &'static str, &'static str, &'static str)> {
-    changes.iter().map(|r| (r.victim.pid, r.evidence.signal, r.state.as_str(), r.alert)).collect()
+    changes
+        .iter()
+        .map(|r| (r.victim.pid, r.evidence.signal, r.state.as_str(), r.alert))
+        .collect()
 }
 
 /// Runs windows 5 s apart; `f(k)` gives (victim wait, neighbour launches) of window k.
 /// Returns each window's changes, by the window's end time.
-fn run(d: &mut Det, windows: std::ops::Range<u32>, f: impl Fn(u32) -> (u64, u64)) -> Vec<(u32, Vec<Record>)> {
-    let (v, n) = (Arc::new(Identity { cuda_visible_devices: Some("0".into()), ..Default::default() }), Arc::new(Identity { cuda_visible_devices: Some("0".into()), ..Default::default() }));
+fn run(
+    d: &mut Det,
+    windows: std::ops::Range<u32>,
+    f: impl Fn(u32) -> (u64, u64),
+) -> Vec<(u32, Vec<Record>)> {
+    let (v, n) = (
+        Arc::new(Identity {
+            cuda_visible_devices: Some("0".into()),
+            ..Default::default()
+        }),
+        Arc::new(Identity {
+            cuda_visible_devices: Some("0".into()),
+            ..Default::default()
+        }),
+    );
     let mut out = Vec::new();
     for k in windows {
         let (wait, neighbour) = f(k);
@@ -100,7 +134,13 @@ fn run(d: &mut Det, windows: std::ops::Range<u32>, f: impl Fn(u32) -> (u64, u64)
 fn contention_goes_pending_fires_names_the_aggressor_and_resolves() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
     // 10 quiet windows, 12 contended (wait 1 ms -> 4 ms while pid 2 launches), then quiet.
-    let out = run(&mut d, 0..40, |k| if (10..22).contains(&k) { (4_000_000, 500) } else { (1_000_000, 0) });
+    let out = run(&mut d, 0..40, |k| {
+        if (10..22).contains(&k) {
+            (4_000_000, 500)
+        } else {
+            (1_000_000, 0)
+        }
+    });
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
     let name = "CudatraceComputeContention";
     assert_eq!(
@@ -114,12 +154,29 @@ fn contention_goes_pending_fires_names_the_aggressor_and_resolves() {
         ]
     );
     let firing = &out[1].1[0];
-    assert_eq!((firing.severity, firing.gpu.as_str()), (Severity::Page, "0"));
-    assert_eq!(firing.aggressors.iter().map(|a| (a.pid, a.comm.as_str())).collect::<Vec<_>>(), vec![(2, "job2")]);
+    assert_eq!(
+        (firing.severity, firing.gpu.as_str()),
+        (Severity::Page, "0")
+    );
+    assert_eq!(
+        firing
+            .aggressors
+            .iter()
+            .map(|a| (a.pid, a.comm.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(2, "job2")]
+    );
     // The only other process on GPU 0 accounts for all of the others' work.
     assert_eq!(firing.aggressors[0].share, Some(1.0));
-    assert_eq!((firing.evidence.now, firing.evidence.samples), (0.004, 1000));
-    assert!((firing.evidence.baseline - 0.001).abs() < 1e-9, "{}", firing.evidence.baseline);
+    assert_eq!(
+        (firing.evidence.now, firing.evidence.samples),
+        (0.004, 1000)
+    );
+    assert!(
+        (firing.evidence.baseline - 0.001).abs() < 1e-9,
+        "{}",
+        firing.evidence.baseline
+    );
     assert_eq!(firing.started_at, rfc3339(wall(50.0)));
     assert_eq!(out[2].1[0].reason, Some("back_to_baseline"));
     assert_eq!(d.active().count(), 0);
@@ -129,41 +186,101 @@ fn contention_goes_pending_fires_names_the_aggressor_and_resolves() {
 fn single_outlier_windows_fire_nothing() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
     // Every 4th window 10x: never 3 in a row.
-    let out = run(&mut d, 0..60, |k| (if k > 8 && k % 4 == 0 { 10_000_000 } else { 1_000_000 }, 0));
-    assert_eq!(out.iter().map(|(k, c)| (*k, states(c))).collect::<Vec<_>>(), vec![]);
+    let out = run(&mut d, 0..60, |k| {
+        (
+            if k > 8 && k % 4 == 0 {
+                10_000_000
+            } else {
+                1_000_000
+            },
+            0,
+        )
+    });
+    assert_eq!(
+        out.iter().map(|(k, c)| (*k, states(c))).collect::<Vec<_>>(),
+        vec![]
+    );
 }
 
 #[test]
 fn a_short_breach_goes_pending_and_back() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let out = run(&mut d, 0..20, |k| (if (10..14).contains(&k) { 2_000_000 } else { 1_000_000 }, 0));
+    let out = run(&mut d, 0..20, |k| {
+        (
+            if (10..14).contains(&k) {
+                2_000_000
+            } else {
+                1_000_000
+            },
+            0,
+        )
+    });
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
     // No neighbour, no NVML: unexplained slowdown, pending at window 13, over at window 15.
     assert_eq!(
         got,
-        vec![(13, vec![(1, "wait_per_launch", "pending", "CudatraceSlowdown")]), (15, vec![(1, "wait_per_launch", "resolved", "CudatraceSlowdown")])]
+        vec![
+            (
+                13,
+                vec![(1, "wait_per_launch", "pending", "CudatraceSlowdown")]
+            ),
+            (
+                15,
+                vec![(1, "wait_per_launch", "resolved", "CudatraceSlowdown")]
+            )
+        ]
     );
 }
 
 #[test]
 fn unexplained_slowdowns_can_be_kept_quiet() {
-    let mut d = Det::new(DetectConfig { report_unexplained: false, ..DetectConfig::default() }, 100, 0.0);
-    let out = run(&mut d, 0..30, |k| (if k >= 10 { 2_000_000 } else { 1_000_000 }, 0));
+    let mut d = Det::new(
+        DetectConfig {
+            report_unexplained: false,
+            ..DetectConfig::default()
+        },
+        100,
+        0.0,
+    );
+    let out = run(&mut d, 0..30, |k| {
+        (if k >= 10 { 2_000_000 } else { 1_000_000 }, 0)
+    });
     assert!(out.is_empty());
     // A neighbour appears while the breach goes on: now there is a cause, and it goes pending
     // at once (the breach is already many windows old) and fires (it is older than 30 s).
     let out = run(&mut d, 30..31, |_| (2_000_000, 100));
     assert_eq!(
         states(&out[0].1),
-        vec![(1, "wait_per_launch", "pending", "CudatraceComputeContention"), (1, "wait_per_launch", "firing", "CudatraceComputeContention")]
+        vec![
+            (
+                1,
+                "wait_per_launch",
+                "pending",
+                "CudatraceComputeContention"
+            ),
+            (1, "wait_per_launch", "firing", "CudatraceComputeContention")
+        ]
     );
 }
 
 #[test]
 fn a_lasting_change_becomes_the_new_normal() {
-    let mut d = Det::new(DetectConfig { rebaseline_after_s: 60, ..DetectConfig::default() }, 100, 0.0);
+    let mut d = Det::new(
+        DetectConfig {
+            rebaseline_after_s: 60,
+            ..DetectConfig::default()
+        },
+        100,
+        0.0,
+    );
     // From window 11 on, waits double for good, with a neighbour.
-    let out = run(&mut d, 0..80, |k| if k >= 10 { (2_000_000, 100) } else { (1_000_000, 0) });
+    let out = run(&mut d, 0..80, |k| {
+        if k >= 10 {
+            (2_000_000, 100)
+        } else {
+            (1_000_000, 0)
+        }
+    });
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
     let name = "CudatraceComputeContention";
     assert_eq!(got[0], (13, vec![(1, "wait_per_launch", "pending", name)]));
@@ -174,7 +291,12 @@ fn a_lasting_change_becomes_the_new_normal() {
     assert_eq!(resolved, &vec![(1, "wait_per_launch", "resolved", name)]);
     assert!((40..80).contains(k), "resolved at window {k}");
     // The forecast lies under the p99 the thresholds are over.
-    assert!(d.signals().any(|(p, s, v, p99, forecast)| p.pid == 1 && s == Signal::WaitPerLaunch && v < p99 && p99 > 0.002 && forecast > 0.0 && forecast < p99));
+    assert!(d.signals().any(|(p, s, v, p99, forecast)| p.pid == 1
+        && s == Signal::WaitPerLaunch
+        && v < p99
+        && p99 > 0.002
+        && forecast > 0.0
+        && forecast < p99));
 }
 
 #[test]
@@ -194,16 +316,32 @@ fn past_max_processes_the_longest_idle_goes() {
 
 #[test]
 fn an_exited_victim_resolves_and_small_rises_do_not_breach() {
-    let mut d = Det::new(DetectConfig { firing_after_s: 0, ..DetectConfig::default() }, 100, 0.0);
+    let mut d = Det::new(
+        DetectConfig {
+            firing_after_s: 0,
+            ..DetectConfig::default()
+        },
+        100,
+        0.0,
+    );
     // 1 µs waits tripled: far over p99 in ratio, but under min_increase_us (10 µs).
     let out = run(&mut d, 0..20, |k| (if k >= 10 { 3_000 } else { 1_000 }, 0));
     assert!(out.is_empty());
     let out = run(&mut d, 20..23, |_| (1_000_000, 0));
     // With firing_after_s = 0 the third breaching window goes pending and fires at once.
-    assert_eq!(states(&out[0].1), vec![(1, "wait_per_launch", "pending", "CudatraceSlowdown"), (1, "wait_per_launch", "firing", "CudatraceSlowdown")]);
+    assert_eq!(
+        states(&out[0].1),
+        vec![
+            (1, "wait_per_launch", "pending", "CudatraceSlowdown"),
+            (1, "wait_per_launch", "firing", "CudatraceSlowdown")
+        ]
+    );
     d.forget(1, wall(200.0));
     let gone = d.take_changes();
-    assert_eq!((gone[0].state, gone[0].reason), (State::Resolved, Some("victim_exited")));
+    assert_eq!(
+        (gone[0].state, gone[0].reason),
+        (State::Resolved, Some("victim_exited"))
+    );
 }
 
 #[test]
@@ -215,7 +353,14 @@ fn a_schedule_switches_the_tiers_at_its_minute() {
         min_increase_us: Some(1.0),
         ..Default::default()
     };
-    let mut d = Det::new(DetectConfig { schedule: vec![strict], ..DetectConfig::default() }, 100, 0.0);
+    let mut d = Det::new(
+        DetectConfig {
+            schedule: vec![strict],
+            ..DetectConfig::default()
+        },
+        100,
+        0.0,
+    );
     // 1 µs waits tripled from the window ending at 08:00:55: under [detect]'s 10 µs, not a breach.
     let out = run(&mut d, 0..11, |k| (if k >= 10 { 3_000 } else { 1_000 }, 0));
     assert!(out.is_empty());
@@ -223,27 +368,61 @@ fn a_schedule_switches_the_tiers_at_its_minute() {
     // The window ending at 08:01:00 is judged by the strict schedule: three such windows, pending.
     let out = run(&mut d, 11..14, |_| (3_000, 0));
     assert_eq!(d.d.schedule_in_force(), Some("strict"));
-    assert_eq!(out.iter().map(|(k, c)| (*k, states(c))).collect::<Vec<_>>(), vec![(14, vec![(1, "wait_per_launch", "pending", "CudatraceSlowdown")])]);
+    assert_eq!(
+        out.iter().map(|(k, c)| (*k, states(c))).collect::<Vec<_>>(),
+        vec![(
+            14,
+            vec![(1, "wait_per_launch", "pending", "CudatraceSlowdown")]
+        )]
+    );
     assert_eq!(out[0].1[0].started_at, rfc3339(wall(55.0)));
 }
 
 #[test]
 fn quiet_periods_mark_the_changes() {
-    let quiet = crate::config::Config::parse("[[alerts.quiet]]\nname = \"morning\"\ncomm = \"job*\"\nhours = \"08:00-08:02\"\n").unwrap().alerts.quiet;
+    let quiet = crate::config::Config::parse(
+        "[[alerts.quiet]]\nname = \"morning\"\ncomm = \"job*\"\nhours = \"08:00-08:02\"\n",
+    )
+    .unwrap()
+    .alerts
+    .quiet;
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    d.d = Detector::new(DetectConfig::default(), 0.0).with_quiet(crate::policy::quiet::Quiet::new(&quiet));
+    d.d = Detector::new(DetectConfig::default(), 0.0)
+        .with_quiet(crate::policy::quiet::Quiet::new(&quiet));
     // Contended from window 11: pending at 08:01:05 and firing at 08:01:20, both in the quiet
     // period; the last breach (08:01:50) too, so the resolution at 08:02:50 stays quiet (the
     // sinks, never told of it, are not told it ended).
-    let out = run(&mut d, 0..40, |k| if (10..22).contains(&k) { (4_000_000, 500) } else { (1_000_000, 0) });
-    let got: Vec<(u32, &str, Option<&str>)> = out.iter().flat_map(|(k, c)| c.iter().map(move |r| (*k, r.state.as_str(), r.quiet.as_deref()))).collect();
-    assert_eq!(got, vec![(13, "pending", Some("morning")), (16, "firing", Some("morning")), (34, "resolved", Some("morning"))]);
+    let out = run(&mut d, 0..40, |k| {
+        if (10..22).contains(&k) {
+            (4_000_000, 500)
+        } else {
+            (1_000_000, 0)
+        }
+    });
+    let got: Vec<(u32, &str, Option<&str>)> = out
+        .iter()
+        .flat_map(|(k, c)| {
+            c.iter()
+                .map(move |r| (*k, r.state.as_str(), r.quiet.as_deref()))
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (13, "pending", Some("morning")),
+            (16, "firing", Some("morning")),
+            (34, "resolved", Some("morning"))
+        ]
+    );
 }
 
 #[test]
 fn two_victims_of_one_neighbour_share_an_incident() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let id = Arc::new(Identity { cuda_visible_devices: Some("0".into()), ..Default::default() });
+    let id = Arc::new(Identity {
+        cuda_visible_devices: Some("0".into()),
+        ..Default::default()
+    });
     let mut all = Vec::new();
     for k in 0..16u32 {
         let wait = if k >= 10 { 4_000_000 } else { 1_000_000 };
@@ -256,12 +435,24 @@ fn two_victims_of_one_neighbour_share_an_incident() {
         d.evaluate(end, wall(end), &[]);
         all.extend(d.take_changes());
     }
-    let mut pending: Vec<&Record> = all.iter().filter(|r| r.state == State::Pending && r.evidence.signal == "wait_per_launch").collect();
+    let mut pending: Vec<&Record> = all
+        .iter()
+        .filter(|r| r.state == State::Pending && r.evidence.signal == "wait_per_launch")
+        .collect();
     pending.sort_by_key(|r| r.victim.pid);
-    assert_eq!(pending.iter().map(|r| r.victim.pid).collect::<Vec<_>>(), vec![1, 3]);
+    assert_eq!(
+        pending.iter().map(|r| r.victim.pid).collect::<Vec<_>>(),
+        vec![1, 3]
+    );
     // Each victim's estimate of GPU time (its waits) makes it the other's biggest aggressor...
     assert_eq!(pending[0].aggressors.first().map(|a| a.pid), Some(3));
     // ...but a process slowed itself is not the incident's cause: one incident, the neighbour's.
     assert_eq!(pending[0].incident, pending[1].incident);
-    assert_eq!((pending[0].incident.aggressors.as_str(), pending[0].incident.gpu.as_str()), ("2:job2", "0"));
+    assert_eq!(
+        (
+            pending[0].incident.aggressors.as_str(),
+            pending[0].incident.gpu.as_str()
+        ),
+        ("2:job2", "0")
+    );
 }

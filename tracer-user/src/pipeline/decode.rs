@@ -2,9 +2,9 @@
 use serde::Serialize;
 use thiserror::Error;
 use tracer_common::{
-    Api, CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent,
     api::{Direction, Shape},
     launches::FLAG_COUNTED,
+    Api, CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent,
 };
 
 /// A record that could not be decoded (an ABI mismatch between the two sides).
@@ -50,12 +50,32 @@ impl Event {
     /// A successful call of `api` by process `pid` (its main thread, comm `job<pid>`), at 0,
     /// lasting 1 ns: the one event builder of the unit tests.
     pub fn of(api: Api, pid: u32, detail: Detail) -> Event {
-        Event { api, pid, tid: pid, comm: Comm::from(format!("job{pid}")), start_ns: 0, duration_ns: 1, result: 0, detail, counted: false }
+        Event {
+            api,
+            pid,
+            tid: pid,
+            comm: Comm::from(format!("job{pid}")),
+            start_ns: 0,
+            duration_ns: 1,
+            result: 0,
+            detail,
+            counted: false,
+        }
     }
 
     /// A launch of `function` on `stream` (a 1x1x1 grid of 1x1x1 blocks).
     pub fn launch(api: Api, pid: u32, function: u64, stream: u64) -> Event {
-        Event::of(api, pid, Detail::Launch { function, grid: [1; 3], block: [1; 3], shared_mem_bytes: 0, stream })
+        Event::of(
+            api,
+            pid,
+            Detail::Launch {
+                function,
+                grid: [1; 3],
+                block: [1; 3],
+                shared_mem_bytes: 0,
+                stream,
+            },
+        )
     }
 
     /// The same call, starting at `start_ns` and lasting `duration_ns`.
@@ -167,7 +187,10 @@ impl Comm {
             Ok(_) => {
                 let mut bytes = [0u8; 16];
                 bytes[..end].copy_from_slice(&raw[..end]);
-                Comm { bytes, len: end as u8 }
+                Comm {
+                    bytes,
+                    len: end as u8,
+                }
             }
             Err(_) => Comm::from(String::from_utf8_lossy(&raw[..end]).as_ref()),
         }
@@ -191,7 +214,10 @@ impl From<&str> for Comm {
         }
         let mut bytes = [0u8; 16];
         bytes[..end].copy_from_slice(&s.as_bytes()[..end]);
-        Comm { bytes, len: end as u8 }
+        Comm {
+            bytes,
+            len: end as u8,
+        }
     }
 }
 
@@ -250,14 +276,22 @@ pub fn decode_record(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     }
     if tag == EventTag::Name as u32 {
         let n = read::<NameEvent>(bytes)?;
-        return Ok(RingRecord::Name(n.pid, n.tid, n.renamed != 0, Comm::from_raw(&n.comm)));
+        return Ok(RingRecord::Name(
+            n.pid,
+            n.tid,
+            n.renamed != 0,
+            Comm::from_raw(&n.comm),
+        ));
     }
     decode(bytes).map(RingRecord::Call)
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock of `start_ns`.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -301,23 +335,65 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             shared_mem_bytes: a[4] as u32,
             stream: a[5],
         },
-        Shape::Graph => Detail::Graph { graph_exec: a[0], stream: a[1] },
-        Shape::Copy => Detail::Copy { dst: a[0], src: a[1], bytes: a[2], direction, stream: stream_at(3) },
-        Shape::CopyPeer => Detail::Copy { dst: a[0], src: a[2], bytes: a[4], direction, stream: stream_at(5) },
-        Shape::StreamSync => Detail::Sync { stream: Some(a[0]), event: None },
-        Shape::CtxSync => Detail::Sync { stream: None, event: None },
-        Shape::EventSync => Detail::Sync { stream: None, event: Some(a[0]) },
-        Shape::StreamWaitEvent => Detail::Sync { stream: Some(a[0]), event: Some(a[1]) },
-        Shape::Alloc => Detail::Alloc { dptr: c.out, bytes: a[1], stream: stream_at(2) },
-        Shape::Free => Detail::Free { dptr: a[0], stream: stream_at(1) },
-        Shape::ModuleGetFunction | Shape::LibraryGetKernel => Detail::Lookup { handle: c.out, source: a[1], name },
-        Shape::KernelGetFunction => Detail::Lookup { handle: c.out, source: a[1], name: None },
+        Shape::Graph => Detail::Graph {
+            graph_exec: a[0],
+            stream: a[1],
+        },
+        Shape::Copy => Detail::Copy {
+            dst: a[0],
+            src: a[1],
+            bytes: a[2],
+            direction,
+            stream: stream_at(3),
+        },
+        Shape::CopyPeer => Detail::Copy {
+            dst: a[0],
+            src: a[2],
+            bytes: a[4],
+            direction,
+            stream: stream_at(5),
+        },
+        Shape::StreamSync => Detail::Sync {
+            stream: Some(a[0]),
+            event: None,
+        },
+        Shape::CtxSync => Detail::Sync {
+            stream: None,
+            event: None,
+        },
+        Shape::EventSync => Detail::Sync {
+            stream: None,
+            event: Some(a[0]),
+        },
+        Shape::StreamWaitEvent => Detail::Sync {
+            stream: Some(a[0]),
+            event: Some(a[1]),
+        },
+        Shape::Alloc => Detail::Alloc {
+            dptr: c.out,
+            bytes: a[1],
+            stream: stream_at(2),
+        },
+        Shape::Free => Detail::Free {
+            dptr: a[0],
+            stream: stream_at(1),
+        },
+        Shape::ModuleGetFunction | Shape::LibraryGetKernel => Detail::Lookup {
+            handle: c.out,
+            source: a[1],
+            name,
+        },
+        Shape::KernelGetFunction => Detail::Lookup {
+            handle: c.out,
+            source: a[1],
+            name: None,
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{NAME_MAX, event::pack};
+    use tracer_common::{event::pack, NAME_MAX};
 
     use super::*;
 
@@ -343,21 +419,49 @@ mod tests {
 
     #[test]
     fn launch_unpacks_dimensions() {
-        let ev = raw(Api::LaunchKernelPtsz, [0xf00, pack(1, 2), pack(3, 4), pack(5, 6), 48, 0x5a], 0);
+        let ev = raw(
+            Api::LaunchKernelPtsz,
+            [0xf00, pack(1, 2), pack(3, 4), pack(5, 6), 48, 0x5a],
+            0,
+        );
         let e = decode(bytes(&ev)).unwrap();
         assert_eq!((e.api, e.counted), (Api::LaunchKernelPtsz, false));
         assert_eq!(
             e.detail,
-            Detail::Launch { function: 0xf00, grid: [1, 2, 3], block: [4, 5, 6], shared_mem_bytes: 48, stream: 0x5a }
+            Detail::Launch {
+                function: 0xf00,
+                grid: [1, 2, 3],
+                block: [4, 5, 6],
+                shared_mem_bytes: 48,
+                stream: 0x5a
+            }
         );
     }
 
     #[test]
     fn copies_know_their_direction_and_stream() {
         let sync = decode(bytes(&raw(Api::MemcpyDtoH, [1, 2, 4096, 99, 0, 0], 0))).unwrap();
-        assert_eq!(sync.detail, Detail::Copy { dst: 1, src: 2, bytes: 4096, direction: "dtoh", stream: None });
+        assert_eq!(
+            sync.detail,
+            Detail::Copy {
+                dst: 1,
+                src: 2,
+                bytes: 4096,
+                direction: "dtoh",
+                stream: None
+            }
+        );
         let peer = decode(bytes(&raw(Api::MemcpyPeerAsync, [1, 10, 2, 20, 512, 3], 0))).unwrap();
-        assert_eq!(peer.detail, Detail::Copy { dst: 1, src: 2, bytes: 512, direction: "peer", stream: Some(3) });
+        assert_eq!(
+            peer.detail,
+            Detail::Copy {
+                dst: 1,
+                src: 2,
+                bytes: 512,
+                direction: "peer",
+                stream: Some(3)
+            }
+        );
     }
 
     #[test]
@@ -369,7 +473,11 @@ mod tests {
         let e = decode(bytes(&LookupEvent { call, name })).unwrap();
         assert_eq!(
             e.detail,
-            Detail::Lookup { handle: 0xabc, source: 0x20, name: Some("_Z11hidden_gemmPf".into()) }
+            Detail::Lookup {
+                handle: 0xabc,
+                source: 0x20,
+                name: Some("_Z11hidden_gemmPf".into())
+            }
         );
     }
 
@@ -396,13 +504,28 @@ mod tests {
         let mut ev = raw(Api::MemFree, [0; 6], 0);
         ev.api = 999;
         assert_eq!(decode(bytes(&ev)), Err(DecodeError::Api(999)));
-        let exit = ExitEvent { tag: EventTag::Exit as u32, pid: 42 };
+        let exit = ExitEvent {
+            tag: EventTag::Exit as u32,
+            pid: 42,
+        };
         assert_eq!(decode_record(bytes(&exit)), Ok(RingRecord::Exit(42)));
         let mut comm = [0u8; 16];
         comm[..6].copy_from_slice(b"worker");
-        let name = NameEvent { tag: EventTag::Name as u32, pid: 42, tid: 43, renamed: 1, comm };
-        assert_eq!(decode_record(bytes(&name)), Ok(RingRecord::Name(42, 43, true, Comm::from("worker"))));
-        assert_eq!(decode_record(&bytes(&name)[..20]), Err(DecodeError::Short(20)));
+        let name = NameEvent {
+            tag: EventTag::Name as u32,
+            pid: 42,
+            tid: 43,
+            renamed: 1,
+            comm,
+        };
+        assert_eq!(
+            decode_record(bytes(&name)),
+            Ok(RingRecord::Name(42, 43, true, Comm::from("worker")))
+        );
+        assert_eq!(
+            decode_record(&bytes(&name)[..20]),
+            Err(DecodeError::Short(20))
+        );
         let mut sample = raw(Api::LaunchKernel, [0; 6], 0);
         sample.flags = FLAG_COUNTED;
         assert!(decode(bytes(&sample)).unwrap().counted);

@@ -32,15 +32,22 @@ impl Discovery {
     pub fn start() -> std::io::Result<Discovery> {
         let (requests, incoming) = std_mpsc::channel::<HashSet<FileKey>>();
         let (out, found) = mpsc::unbounded_channel();
-        std::thread::Builder::new().name("cudatrace-discover".into()).spawn(move || {
-            let mut scanner = Scanner::default();
-            for skip in incoming {
-                if out.send(scanner.pass(&skip)).is_err() {
-                    return;
+        std::thread::Builder::new()
+            .name("cudatrace-discover".into())
+            .spawn(move || {
+                let mut scanner = Scanner::default();
+                for skip in incoming {
+                    if out.send(scanner.pass(&skip)).is_err() {
+                        return;
+                    }
                 }
-            }
-        })?;
-        Ok(Discovery { requests, found, pending_since: None, warned: false })
+            })?;
+        Ok(Discovery {
+            requests,
+            found,
+            pending_since: None,
+            warned: false,
+        })
     }
 
     /// The first pass, waited for up to [`FIRST_PASS_DEADLINE`].
@@ -54,7 +61,9 @@ impl Discovery {
                     return found;
                 }
                 Err(mpsc::error::TryRecvError::Disconnected) => return Vec::new(),
-                Err(mpsc::error::TryRecvError::Empty) if started.elapsed() >= FIRST_PASS_DEADLINE => {
+                Err(mpsc::error::TryRecvError::Empty)
+                    if started.elapsed() >= FIRST_PASS_DEADLINE =>
+                {
                     eprintln!(
                         "cudatrace: discovery has not finished in {} s (a /proc or library file that does not answer?); \
                          going on, and attaching what it finds when it does",
@@ -63,7 +72,9 @@ impl Discovery {
                     self.warned = true;
                     return Vec::new();
                 }
-                Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(2)),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    std::thread::sleep(Duration::from_millis(2))
+                }
             }
         }
     }

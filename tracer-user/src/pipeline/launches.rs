@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use foldhash::{HashMap, HashMapExt};
 use tracer_common::{
-    Api,
     launches::{LaunchCell, LaunchKey},
+    Api,
 };
 
 use super::{Consumer, Session};
@@ -38,7 +38,9 @@ pub struct Harvest {
 impl Harvest {
     /// An empty harvest.
     pub fn new() -> Harvest {
-        Harvest { last: HashMap::new() }
+        Harvest {
+            last: HashMap::new(),
+        }
     }
 
     /// What `cells` (every cell now) gained since the last read, with its pid. A cell read
@@ -47,7 +49,9 @@ impl Harvest {
     pub fn gains(&mut self, cells: Vec<(LaunchKey, LaunchCell)>) -> Vec<(u32, LaunchDelta)> {
         let mut out = Vec::new();
         for (key, cell) in cells {
-            let Some(api) = Api::from_id(u32::from(key.api)) else { continue };
+            let Some(api) = Api::from_id(u32::from(key.api)) else {
+                continue;
+            };
             let last = self.last.entry(key).or_default();
             let count = cell.count.saturating_sub(last.count);
             if count == 0 {
@@ -75,7 +79,12 @@ impl Harvest {
         if pids.is_empty() {
             return Vec::new();
         }
-        let gone: Vec<LaunchKey> = self.last.keys().filter(|k| pids.contains(&k.pid)).copied().collect();
+        let gone: Vec<LaunchKey> = self
+            .last
+            .keys()
+            .filter(|k| pids.contains(&k.pid))
+            .copied()
+            .collect();
         for k in &gone {
             self.last.remove(k);
         }
@@ -103,7 +112,14 @@ impl Session {
                 Some(p) => p,
                 // Every launch the kernel counted: a process whose records were all lost (the
                 // ring buffer full) is still a process.
-                None => Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, pid, None, cmdline),
+                None => Self::admit(
+                    &mut self.probes,
+                    &mut self.registry,
+                    &mut self.gone,
+                    pid,
+                    None,
+                    cmdline,
+                ),
             };
             consumer.launches(&delta, process);
         }
@@ -128,20 +144,50 @@ mod tests {
     use super::*;
 
     fn cell(count: u64, errors: u64, sum_ns: u64) -> LaunchCell {
-        LaunchCell { count, errors, sum_ns }
+        LaunchCell {
+            count,
+            errors,
+            sum_ns,
+        }
     }
 
     #[test]
     fn each_launch_is_counted_once() {
-        let k = LaunchKey { pid: 7, api: Api::LaunchKernel as u16, bucket: 105, function: 0xf };
+        let k = LaunchKey {
+            pid: 7,
+            api: Api::LaunchKernel as u16,
+            bucket: 105,
+            function: 0xf,
+        };
         let mut h = Harvest::new();
         let first = h.gains(vec![(k, cell(10, 1, 15_000))]);
-        assert_eq!(first, vec![(7, LaunchDelta { api: Api::LaunchKernel, function: 0xf, bucket: 105, count: 10, errors: 1, sum_ns: 15_000 })]);
+        assert_eq!(
+            first,
+            vec![(
+                7,
+                LaunchDelta {
+                    api: Api::LaunchKernel,
+                    function: 0xf,
+                    bucket: 105,
+                    count: 10,
+                    errors: 1,
+                    sum_ns: 15_000
+                }
+            )]
+        );
         // The same cell again in one pass, then grown: only the growth counts.
         let second = h.gains(vec![(k, cell(10, 1, 15_000)), (k, cell(25, 1, 37_000))]);
-        assert_eq!(second.iter().map(|(_, d)| (d.count, d.errors, d.sum_ns)).collect::<Vec<_>>(), vec![(15, 0, 22_000)]);
+        assert_eq!(
+            second
+                .iter()
+                .map(|(_, d)| (d.count, d.errors, d.sum_ns))
+                .collect::<Vec<_>>(),
+            vec![(15, 0, 22_000)]
+        );
         // A bad api id from the map is skipped, not a panic.
-        assert!(h.gains(vec![(LaunchKey { api: 999, ..k }, cell(1, 0, 1))]).is_empty());
+        assert!(h
+            .gains(vec![(LaunchKey { api: 999, ..k }, cell(1, 0, 1))])
+            .is_empty());
         assert_eq!(h.len(), 1);
         assert_eq!(h.release(&[8]).len(), 0);
         assert_eq!(h.release(&[7]), vec![k]);

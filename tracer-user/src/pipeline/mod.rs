@@ -28,17 +28,13 @@ use tokio::{
 
 use crate::{
     probe::{
-        discover,
-        ebpf_log::LogLevel,
-        filter::FilterOptions,
-        kernel_maps::Sampling,
-        loader::Probes,
+        discover, ebpf_log::LogLevel, filter::FilterOptions, kernel_maps::Sampling, loader::Probes,
     },
     registry::{Process, Registry, RegistryLimits},
 };
-use discovery::Discovery;
 use decode::{Comm, DecodeError, Event, RingRecord};
-use enrich::{Enrichment, identity};
+use discovery::Discovery;
+use enrich::{identity, Enrichment};
 use launches::{Harvest, LaunchDelta};
 
 /// How often the ring buffer is drained when the kernel has not woken the reader: the most an
@@ -81,7 +77,12 @@ pub struct SessionOptions {
 /// Where a session's calls go; each command implements it.
 pub trait Consumer {
     /// One decoded call, with what enrichment learned and its process's entry.
-    fn call(&mut self, ev: &Event, enrichment: &Enrichment, process: &mut Process) -> io::Result<()>;
+    fn call(
+        &mut self,
+        ev: &Event,
+        enrichment: &Enrichment,
+        process: &mut Process,
+    ) -> io::Result<()>;
     /// Launches the kernel counted since the last read (only when aggregating).
     fn launches(&mut self, _delta: &LaunchDelta, _process: &mut Process) {}
     /// A process exited; its per-call tables are released after this.
@@ -206,7 +207,10 @@ impl Session {
 
     /// Records the kernel did not write, by `loader::DROP_REASONS` (ring buffer full, rate limit).
     pub fn dropped(&self) -> [u64; 2] {
-        self.probes.maps.counters().map_or([0; 2], |(dropped, _)| dropped)
+        self.probes
+            .maps
+            .counters()
+            .map_or([0; 2], |(dropped, _)| dropped)
     }
 
     /// Waits for the next thing to do.
@@ -284,7 +288,11 @@ impl Session {
         }
         for lib in &self.probes.libraries[before..] {
             let path = lib.path.display().to_string();
-            eprintln!("discovered: {} at_ns={}", crate::sinks::stdout::printable(&path), decode::monotonic_ns());
+            eprintln!(
+                "discovered: {} at_ns={}",
+                crate::sinks::stdout::printable(&path),
+                decode::monotonic_ns()
+            );
         }
         self.probes.libraries.len() > before
     }
@@ -325,7 +333,11 @@ impl Session {
         consumer.flush()
     }
 
-    fn handle(&mut self, record: Result<RingRecord, DecodeError>, consumer: &mut impl Consumer) -> io::Result<()> {
+    fn handle(
+        &mut self,
+        record: Result<RingRecord, DecodeError>,
+        consumer: &mut impl Consumer,
+    ) -> io::Result<()> {
         let mut ev = match record {
             Ok(RingRecord::Call(ev)) => ev,
             Ok(RingRecord::Exit(pid)) => {
@@ -349,7 +361,14 @@ impl Session {
                     Some(p) if renamed => p.comm = comm,
                     Some(_) => {}
                     None => {
-                        let _ = Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, pid, Some(comm), cmdline);
+                        let _ = Self::admit(
+                            &mut self.probes,
+                            &mut self.registry,
+                            &mut self.gone,
+                            pid,
+                            Some(comm),
+                            cmdline,
+                        );
                     }
                 }
                 return Ok(());
@@ -368,7 +387,14 @@ impl Session {
         let process = match self.registry.live_mut(ev.pid) {
             // A process seen before: one lookup.
             Some(p) => p,
-            None => Self::admit(&mut self.probes, &mut self.registry, &mut self.gone, ev.pid, None, cmdline),
+            None => Self::admit(
+                &mut self.probes,
+                &mut self.registry,
+                &mut self.gone,
+                ev.pid,
+                None,
+                cmdline,
+            ),
         };
         ev.comm = process.comm;
         consume(process, &ev, consumer)
@@ -402,7 +428,10 @@ impl Session {
         if self.headless.is_empty() {
             return;
         }
-        let (gone, running): (Vec<u32>, Vec<u32>) = self.headless.iter().partition(|pid| !identity::process_alive(**pid));
+        let (gone, running): (Vec<u32>, Vec<u32>) = self
+            .headless
+            .iter()
+            .partition(|pid| !identity::process_alive(**pid));
         self.headless = running;
         for pid in gone {
             self.counts.exits += 1;

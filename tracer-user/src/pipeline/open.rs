@@ -2,19 +2,20 @@
 //! discovery started), the ring buffer and timers set up.
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 use tokio::{
-    io::{Interest, unix::AsyncFd},
-    signal::unix::{SignalKind, signal},
+    io::{unix::AsyncFd, Interest},
+    signal::unix::{signal, SignalKind},
     time::MissedTickBehavior,
 };
 
-use super::{Counts, POLL_PERIOD, Session, SessionOptions, discovery::Discovery, launches::Harvest};
+use super::{
+    discovery::Discovery, launches::Harvest, Counts, Session, SessionOptions, POLL_PERIOD,
+};
 use crate::{
     probe::{
         allow::AllowList,
-        caps, discover,
-        filter,
+        caps, discover, filter,
         loader::{self, Probes},
     },
     registry::Registry,
@@ -25,11 +26,17 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
     let mut failures = Vec::new();
     for lib in libs {
         match probes.attach_library(lib) {
-            Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
+            Ok(Some(attached)) => eprintln!(
+                "{}",
+                crate::sinks::stdout::printable(&loader::report(attached))
+            ),
             Ok(None) => {}
             Err(e) => {
                 if !quiet_errors {
-                    eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}")));
+                    eprintln!(
+                        "cudatrace: {}",
+                        crate::sinks::stdout::printable(&format!("{e:#}"))
+                    );
                 }
                 failures.push(e);
             }
@@ -41,9 +48,15 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
 /// Attaches one library discovery prepared; says what was attached, or why not.
 pub(super) fn attach_one(probes: &mut Probes, p: discover::Prepared) {
     match probes.attach_prepared(p) {
-        Ok(Some(attached)) => eprintln!("{}", crate::sinks::stdout::printable(&loader::report(attached))),
+        Ok(Some(attached)) => eprintln!(
+            "{}",
+            crate::sinks::stdout::printable(&loader::report(attached))
+        ),
         Ok(None) => {}
-        Err(e) => eprintln!("cudatrace: {}", crate::sinks::stdout::printable(&format!("{e:#}"))),
+        Err(e) => eprintln!(
+            "cudatrace: {}",
+            crate::sinks::stdout::printable(&format!("{e:#}"))
+        ),
     }
 }
 
@@ -57,11 +70,24 @@ impl Session {
         }
         let filter = filter::build(&opts.filter)?;
         let allow = AllowList::new(opts.lib_allow.clone())?;
-        let libs = if watch { discover::loader_libraries() } else { opts.libs.clone() };
-        let mut probes = loader::load(opts.ringbuf_bytes, opts.filter.pid, opts.log_level, opts.max_libraries)?;
+        let libs = if watch {
+            discover::loader_libraries()
+        } else {
+            opts.libs.clone()
+        };
+        let mut probes = loader::load(
+            opts.ringbuf_bytes,
+            opts.filter.pid,
+            opts.log_level,
+            opts.max_libraries,
+        )?;
         probes.maps.set_filter(filter)?;
         probes.set_allow(allow);
-        let mut discovery = if watch { Some(Discovery::start().context("cannot start the discovery thread")?) } else { None };
+        let mut discovery = if watch {
+            Some(Discovery::start().context("cannot start the discovery thread")?)
+        } else {
+            None
+        };
         if let Some(d) = discovery.as_mut() {
             for p in d.first_pass(probes.settled()) {
                 attach_one(&mut probes, p);
@@ -75,10 +101,15 @@ impl Session {
         if probes.probe_count() == 0 && !watch {
             match failures.into_iter().next() {
                 Some(e) if libs.len() == 1 => return Err(e),
-                _ => bail!("no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib", libs.len()),
+                _ => bail!(
+                    "no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib",
+                    libs.len()
+                ),
             }
         }
-        let ring = probes.take_ring().context("the ring buffer was taken already")?;
+        let ring = probes
+            .take_ring()
+            .context("the ring buffer was taken already")?;
         // SAFETY: the ring buffer owns its fd, and AsyncFd owns the ring buffer until into_inner.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
@@ -93,7 +124,9 @@ impl Session {
         // Loaded and attached: from here on only discovery and identity need privileges (and
         // attaching, while watching). Threads started later inherit the reduced set.
         if let Err(e) = caps::reduce(watch, !probes.multi()) {
-            eprintln!("cudatrace: cannot drop the capabilities it no longer needs ({e}); tracing goes on");
+            eprintln!(
+                "cudatrace: cannot drop the capabilities it no longer needs ({e}); tracing goes on"
+            );
         }
         Ok(Session {
             probes,
@@ -116,5 +149,4 @@ impl Session {
             sigterm: signal(SignalKind::terminate())?,
         })
     }
-
 }

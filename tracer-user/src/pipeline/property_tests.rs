@@ -6,10 +6,13 @@
 use std::{sync::Arc, time::Duration};
 
 use proptest::prelude::*;
-use tracer_common::{Api, CallEvent, EventTag, LookupEvent, NAME_MAX, launches::{FLAG_COUNTED, LATENCY_BUCKETS}};
+use tracer_common::{
+    launches::{FLAG_COUNTED, LATENCY_BUCKETS},
+    Api, CallEvent, EventTag, LookupEvent, NAME_MAX,
+};
 
 use super::{
-    decode::{RingRecord, decode_record},
+    decode::{decode_record, RingRecord},
     enrich::{self, identity::Identity},
     launches::LaunchDelta,
 };
@@ -25,12 +28,21 @@ fn bytes(call: CallEvent, name: Option<&[u8]>) -> Vec<u8> {
     fn raw<T>(v: &T) -> Vec<u8> {
         // SAFETY: T is a #[repr(C)] record of integers without padding, read as bytes for as
         // long as `v` lives.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()).to_vec() }
+        unsafe {
+            std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>())
+                .to_vec()
+        }
     }
     match name {
         None => raw(&call),
         Some(n) => {
-            let mut ev = LookupEvent { call: CallEvent { tag: EventTag::Lookup as u32, ..call }, name: [0; NAME_MAX] };
+            let mut ev = LookupEvent {
+                call: CallEvent {
+                    tag: EventTag::Lookup as u32,
+                    ..call
+                },
+                name: [0; NAME_MAX],
+            };
             let len = n.len().min(NAME_MAX);
             ev.name[..len].copy_from_slice(&n[..len]);
             raw(&ev)
@@ -68,12 +80,29 @@ fn call() -> impl Strategy<Value = (CallEvent, Option<Vec<u8>>)> {
 
 /// A cell's gain: any launch api, kernel, bucket (past the last too), counts and sums.
 fn delta() -> impl Strategy<Value = (u32, LaunchDelta)> {
-    (1u32..4, 0usize..6, 0u64..8, 0u32..LATENCY_BUCKETS + 3, 1u64..1_000_000, any::<u64>(), any::<u64>()).prop_map(
-        |(pid, api, function, bucket, count, errors, sum_ns)| {
-            let api = Api::ALL[api];
-            (pid, LaunchDelta { api, function, bucket, count, errors: errors % (count + 1), sum_ns })
-        },
+    (
+        1u32..4,
+        0usize..6,
+        0u64..8,
+        0u32..LATENCY_BUCKETS + 3,
+        1u64..1_000_000,
+        any::<u64>(),
+        any::<u64>(),
     )
+        .prop_map(|(pid, api, function, bucket, count, errors, sum_ns)| {
+            let api = Api::ALL[api];
+            (
+                pid,
+                LaunchDelta {
+                    api,
+                    function,
+                    bucket,
+                    count,
+                    errors: errors % (count + 1),
+                    sum_ns,
+                },
+            )
+        })
 }
 
 proptest! {

@@ -12,9 +12,15 @@ pub const MAX_NAME: usize = 64;
 
 /// Checks a policy list: at most [`MAX_ENTRIES`], each name given, bounded, printable and not
 /// taken by an earlier entry; the error is the whole line.
-pub fn check_entries<'a>(list: &str, names: impl ExactSizeIterator<Item = &'a str>) -> anyhow::Result<()> {
+pub fn check_entries<'a>(
+    list: &str,
+    names: impl ExactSizeIterator<Item = &'a str>,
+) -> anyhow::Result<()> {
     if names.len() > MAX_ENTRIES {
-        anyhow::bail!("{list}: {} entries: give at most {MAX_ENTRIES}", names.len());
+        anyhow::bail!(
+            "{list}: {} entries: give at most {MAX_ENTRIES}",
+            names.len()
+        );
     }
     let mut earlier: Vec<&str> = Vec::new();
     for name in names {
@@ -30,10 +36,15 @@ fn check_name(list: &str, name: &str, earlier: &[&str]) -> Result<(), String> {
         return Err(format!("{list}: give every entry a name"));
     }
     if name.len() > MAX_NAME || name.chars().any(char::is_control) {
-        return Err(format!("{list}: name {:?}: give at most {MAX_NAME} printable characters", name.chars().take(MAX_NAME).collect::<String>()));
+        return Err(format!(
+            "{list}: name {:?}: give at most {MAX_NAME} printable characters",
+            name.chars().take(MAX_NAME).collect::<String>()
+        ));
     }
     if earlier.contains(&name) {
-        return Err(format!("{list} {name:?}: the name is taken by an earlier entry"));
+        return Err(format!(
+            "{list} {name:?}: the name is taken by an earlier entry"
+        ));
     }
     Ok(())
 }

@@ -62,7 +62,20 @@ fn date(s: &str) -> Option<i64> {
     }
     let (y, m, d): (i64, u32, u32) = (y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
     let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let len = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let len = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     if !(1..=12).contains(&m) || d == 0 || d > len[m as usize - 1] {
         return None;
     }
@@ -100,9 +113,14 @@ impl Period {
         let minutes = match k.hours {
             None => None,
             Some(h) => {
-                let bad = || format!("hours = {h:?}: give \"HH:MM-HH:MM\" (24-hour clock, end excluded; \"22:00-06:00\" wraps past midnight)");
+                let bad = || {
+                    format!("hours = {h:?}: give \"HH:MM-HH:MM\" (24-hour clock, end excluded; \"22:00-06:00\" wraps past midnight)")
+                };
                 let (a, b) = h.split_once('-').ok_or_else(bad)?;
-                let (a, b) = (minute_of_day(a).ok_or_else(bad)?, minute_of_day(b).ok_or_else(bad)?);
+                let (a, b) = (
+                    minute_of_day(a).ok_or_else(bad)?,
+                    minute_of_day(b).ok_or_else(bad)?,
+                );
                 if a == b || a == 1440 {
                     return Err(bad());
                 }
@@ -112,7 +130,8 @@ impl Period {
         let dates = match k.dates {
             None => None,
             Some(s) => {
-                let bad = || format!("dates = {s:?}: give \"YYYY-MM-DD..YYYY-MM-DD\" (both days in)");
+                let bad =
+                    || format!("dates = {s:?}: give \"YYYY-MM-DD..YYYY-MM-DD\" (both days in)");
                 let (a, b) = s.split_once("..").ok_or_else(bad)?;
                 let (a, b) = (date(a).ok_or_else(bad)?, date(b).ok_or_else(bad)?);
                 if b < a {
@@ -123,9 +142,16 @@ impl Period {
         };
         let offset_s = match k.utc_offset {
             None => 0,
-            Some(s) => offset(s).ok_or_else(|| format!("utc_offset = {s:?}: give \"+HH:MM\" or \"-HH:MM\" (up to 14 hours)"))?,
+            Some(s) => offset(s).ok_or_else(|| {
+                format!("utc_offset = {s:?}: give \"+HH:MM\" or \"-HH:MM\" (up to 14 hours)")
+            })?,
         };
-        Ok(Period { days, minutes, dates, offset_s })
+        Ok(Period {
+            days,
+            minutes,
+            dates,
+            offset_s,
+        })
     }
 
     /// Whether `t` falls in the period.
@@ -160,27 +186,57 @@ mod tests {
 
     use super::*;
 
-    fn keys<'a>(days: &'a [String], hours: Option<&'a str>, dates: Option<&'a str>, utc_offset: Option<&'a str>) -> PeriodKeys<'a> {
-        PeriodKeys { days, hours, dates, utc_offset }
+    fn keys<'a>(
+        days: &'a [String],
+        hours: Option<&'a str>,
+        dates: Option<&'a str>,
+        utc_offset: Option<&'a str>,
+    ) -> PeriodKeys<'a> {
+        PeriodKeys {
+            days,
+            hours,
+            dates,
+            utc_offset,
+        }
     }
 
     /// 2026-12-07 (a Monday) at hh:mm:ss UTC.
     fn monday(h: u64, m: u64, s: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(days_from_civil(2026, 12, 7) as u64 * 86_400 + h * 3600 + m * 60 + s)
+        UNIX_EPOCH
+            + Duration::from_secs(
+                days_from_civil(2026, 12, 7) as u64 * 86_400 + h * 3600 + m * 60 + s,
+            )
     }
 
     #[test]
     fn weekdays_hours_dates_and_offsets() {
-        let work: Vec<String> = ["mon", "tue", "wed", "thu", "fri"].map(String::from).to_vec();
+        let work: Vec<String> = ["mon", "tue", "wed", "thu", "fri"]
+            .map(String::from)
+            .to_vec();
         let p = Period::parse(keys(&work, Some("09:00-18:00"), None, None)).unwrap();
-        assert!(!p.holds(monday(8, 59, 59)) && p.holds(monday(9, 0, 0)) && p.holds(monday(17, 59, 59)) && !p.holds(monday(18, 0, 0)));
+        assert!(
+            !p.holds(monday(8, 59, 59))
+                && p.holds(monday(9, 0, 0))
+                && p.holds(monday(17, 59, 59))
+                && !p.holds(monday(18, 0, 0))
+        );
         // Sunday 2026-12-06 at noon is not a working day.
         assert!(!p.holds(monday(12, 0, 0) - Duration::from_secs(86_400)));
         // Night, wrapping past midnight, every day.
         let night = Period::parse(keys(&[], Some("22:00-06:00"), None, None)).unwrap();
-        assert!(night.holds(monday(23, 0, 0)) && night.holds(monday(5, 59, 0)) && !night.holds(monday(6, 0, 0)));
+        assert!(
+            night.holds(monday(23, 0, 0))
+                && night.holds(monday(5, 59, 0))
+                && !night.holds(monday(6, 0, 0))
+        );
         // A sale, both days in, in UTC+01:00: Monday 23:30 UTC is Tuesday 00:30 there.
-        let sale = Period::parse(keys(&[], None, Some("2026-12-08..2026-12-09"), Some("+01:00"))).unwrap();
+        let sale = Period::parse(keys(
+            &[],
+            None,
+            Some("2026-12-08..2026-12-09"),
+            Some("+01:00"),
+        ))
+        .unwrap();
         assert!(!sale.holds(monday(22, 59, 0)) && sale.holds(monday(23, 0, 0)));
         assert!(sale.holds(monday(23, 0, 0) + Duration::from_secs(2 * 86_400 - 1)));
         assert!(!sale.holds(monday(23, 0, 0) + Duration::from_secs(2 * 86_400)));
@@ -197,12 +253,24 @@ mod tests {
             "days: \"monday\" is not a weekday: give some of \"mon\", \"tue\", \"wed\", \"thu\", \"fri\", \"sat\", \"sun\""
         );
         for h in ["9-17", "09:00-25:00", "09:00", "09:00-09:00", "09:60-10:00"] {
-            assert!(e(keys(&[], Some(h), None, None)).starts_with(&format!("hours = {h:?}: give \"HH:MM-HH:MM\"")), "{h}");
+            assert!(
+                e(keys(&[], Some(h), None, None))
+                    .starts_with(&format!("hours = {h:?}: give \"HH:MM-HH:MM\"")),
+                "{h}"
+            );
         }
-        assert_eq!(e(keys(&[], None, Some("2026-02-30..2026-03-01"), None)), "dates = \"2026-02-30..2026-03-01\": give \"YYYY-MM-DD..YYYY-MM-DD\" (both days in)");
-        assert_eq!(e(keys(&[], None, Some("2026-03-02..2026-03-01"), None)), "dates = \"2026-03-02..2026-03-01\": the range ends before it starts");
+        assert_eq!(
+            e(keys(&[], None, Some("2026-02-30..2026-03-01"), None)),
+            "dates = \"2026-02-30..2026-03-01\": give \"YYYY-MM-DD..YYYY-MM-DD\" (both days in)"
+        );
+        assert_eq!(
+            e(keys(&[], None, Some("2026-03-02..2026-03-01"), None)),
+            "dates = \"2026-03-02..2026-03-01\": the range ends before it starts"
+        );
         assert!(e(keys(&[], None, None, Some("CET"))).starts_with("utc_offset = \"CET\""));
         // Hostile sizes are refused, not overflowed.
-        assert!(Period::parse(keys(&[], Some("99999999999999999999:00-01:00"), None, None)).is_err());
+        assert!(
+            Period::parse(keys(&[], Some("99999999999999999999:00-01:00"), None, None)).is_err()
+        );
     }
 }

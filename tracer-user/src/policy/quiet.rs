@@ -56,12 +56,21 @@ impl QuietEntry {
     /// Checks the entry; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
         if self.comm.is_none() && self.cgroup.is_none() && self.pod.is_none() {
-            return Err("give comm, cgroup or pod (a glob), or the entry would quiet every alert".into());
+            return Err(
+                "give comm, cgroup or pod (a glob), or the entry would quiet every alert".into(),
+            );
         }
-        for (key, glob) in [("comm", &self.comm), ("cgroup", &self.cgroup), ("pod", &self.pod)] {
+        for (key, glob) in [
+            ("comm", &self.comm),
+            ("cgroup", &self.cgroup),
+            ("pod", &self.pod),
+        ] {
             if let Some(g) = glob {
                 if g.len() > MAX_GLOB {
-                    return Err(format!("{key}: a glob of {} bytes: give at most {MAX_GLOB}", g.len()));
+                    return Err(format!(
+                        "{key}: a glob of {} bytes: give at most {MAX_GLOB}",
+                        g.len()
+                    ));
                 }
                 glob::Pattern::new(g).map_err(|e| format!("{key} = {g:?}: not a glob ({e})"))?;
             }
@@ -83,7 +92,8 @@ impl QuietEntry {
 pub fn validate(entries: &[QuietEntry]) -> anyhow::Result<()> {
     super::check_entries("alerts.quiet", entries.iter().map(|e| e.name.as_str()))?;
     for e in entries {
-        e.validate().map_err(|why| anyhow::anyhow!("alerts.quiet {:?}: {why}", e.name))?;
+        e.validate()
+            .map_err(|why| anyhow::anyhow!("alerts.quiet {:?}: {why}", e.name))?;
     }
     Ok(())
 }
@@ -127,21 +137,41 @@ impl Quiet {
 
     /// The name of the first entry that quiets an alert of `victim` by `aggressors` at `t`;
     /// `cgroup` gives a process's cgroup path.
-    pub fn find(&self, victim: &Party, aggressors: &[Party], cgroup: &dyn Fn(u32) -> Option<String>, t: SystemTime) -> Option<String> {
-        self.rules.iter().find(|r| r.period.holds(t) && r.quiets(victim, aggressors, cgroup)).map(|r| r.name.clone())
+    pub fn find(
+        &self,
+        victim: &Party,
+        aggressors: &[Party],
+        cgroup: &dyn Fn(u32) -> Option<String>,
+        t: SystemTime,
+    ) -> Option<String> {
+        self.rules
+            .iter()
+            .find(|r| r.period.holds(t) && r.quiets(victim, aggressors, cgroup))
+            .map(|r| r.name.clone())
     }
 }
 
 impl Rule {
-    fn quiets(&self, victim: &Party, aggressors: &[Party], cgroup: &dyn Fn(u32) -> Option<String>) -> bool {
-        let victim_ok = matches!(self.role, Role::Any | Role::Victim) && self.matches(victim, cgroup);
-        victim_ok || (matches!(self.role, Role::Any | Role::Aggressor) && aggressors.iter().any(|a| self.matches(a, cgroup)))
+    fn quiets(
+        &self,
+        victim: &Party,
+        aggressors: &[Party],
+        cgroup: &dyn Fn(u32) -> Option<String>,
+    ) -> bool {
+        let victim_ok =
+            matches!(self.role, Role::Any | Role::Victim) && self.matches(victim, cgroup);
+        victim_ok
+            || (matches!(self.role, Role::Any | Role::Aggressor)
+                && aggressors.iter().any(|a| self.matches(a, cgroup)))
     }
 
     /// Whether every glob the rule has matches the process.
     fn matches(&self, p: &Party, cgroup_of: &dyn Fn(u32) -> Option<String>) -> bool {
         let comm = self.comm.as_ref().is_none_or(|g| g.matches(&p.comm));
-        let cgroup = self.cgroup.as_ref().is_none_or(|g| cgroup_of(p.pid).is_some_and(|c| g.matches(&c)));
+        let cgroup = self
+            .cgroup
+            .as_ref()
+            .is_none_or(|g| cgroup_of(p.pid).is_some_and(|c| g.matches(&c)));
         let pod = self.pod.as_ref().is_none_or(|g| {
             let name = match (&p.namespace, &p.pod) {
                 (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
@@ -182,19 +212,52 @@ mod tests {
         let q = Quiet::new(&c.alerts.quiet);
         let r = |pid: u32| (pid == 2).then(|| "/batch.slice/train.scope".to_owned());
         let r: &dyn Fn(u32) -> Option<String> = &r;
-        let at = |h: u64, m: u64| UNIX_EPOCH + Duration::from_secs(days_from_civil(2026, 12, 3) as u64 * 86_400 + h * 3600 + m * 60);
-        let (server, trainer) = (party(1, "model-server", Some(("prod", "server-0"))), party(2, "trainer", None));
+        let at = |h: u64, m: u64| {
+            UNIX_EPOCH
+                + Duration::from_secs(
+                    days_from_civil(2026, 12, 3) as u64 * 86_400 + h * 3600 + m * 60,
+                )
+        };
+        let (server, trainer) = (
+            party(1, "model-server", Some(("prod", "server-0"))),
+            party(2, "trainer", None),
+        );
         let canary = party(3, "model-server", Some(("canary", "server-1")));
         // The trainer's slowdowns of others are quiet from 01:00 to 05:00, not after.
-        assert_eq!(q.find(&server, std::slice::from_ref(&trainer), r, at(1, 0)).as_deref(), Some("nightly-batch"));
-        assert_eq!(q.find(&server, std::slice::from_ref(&trainer), r, at(5, 0)), None);
-        assert_eq!(q.find(&trainer, &[], r, at(4, 59)).as_deref(), Some("nightly-batch"));
+        assert_eq!(
+            q.find(&server, std::slice::from_ref(&trainer), r, at(1, 0))
+                .as_deref(),
+            Some("nightly-batch")
+        );
+        assert_eq!(
+            q.find(&server, std::slice::from_ref(&trainer), r, at(5, 0)),
+            None
+        );
+        assert_eq!(
+            q.find(&trainer, &[], r, at(4, 59)).as_deref(),
+            Some("nightly-batch")
+        );
         // The canary pod's own alerts are quiet all day; it slowing others is not.
-        assert_eq!(q.find(&canary, &[], r, at(12, 0)).as_deref(), Some("canary"));
-        assert_eq!(q.find(&server, std::slice::from_ref(&canary), r, at(12, 0)), None);
+        assert_eq!(
+            q.find(&canary, &[], r, at(12, 0)).as_deref(),
+            Some("canary")
+        );
+        assert_eq!(
+            q.find(&server, std::slice::from_ref(&canary), r, at(12, 0)),
+            None
+        );
         // By cgroup: the trainer's cgroup is under batch.slice.
-        let q = Quiet::new(&Config::parse("[[alerts.quiet]]\nname = \"batch\"\ncgroup = \"/batch.slice/*\"\n").unwrap().alerts.quiet);
-        assert_eq!(q.find(&server, std::slice::from_ref(&trainer), r, at(12, 0)).as_deref(), Some("batch"));
+        let q = Quiet::new(
+            &Config::parse("[[alerts.quiet]]\nname = \"batch\"\ncgroup = \"/batch.slice/*\"\n")
+                .unwrap()
+                .alerts
+                .quiet,
+        );
+        assert_eq!(
+            q.find(&server, std::slice::from_ref(&trainer), r, at(12, 0))
+                .as_deref(),
+            Some("batch")
+        );
         assert_eq!(q.find(&server, &[], r, at(12, 0)), None);
     }
 
@@ -205,8 +268,20 @@ mod tests {
             e("[[alerts.quiet]]\nname = \"x\"\nhours = \"01:00-05:00\"\n"),
             "alerts.quiet \"x\": give comm, cgroup or pod (a glob), or the entry would quiet every alert"
         );
-        assert_eq!(e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"[\"\n").split(" (").next().unwrap(), "alerts.quiet \"x\": comm = \"[\": not a glob");
-        assert!(e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"a\"\nrole = \"bystander\"\n").contains("unknown variant `bystander`"));
-        assert_eq!(e("[[alerts.quiet]]\ncomm = \"a\"\n"), "alerts.quiet: give every entry a name");
+        assert_eq!(
+            e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"[\"\n")
+                .split(" (")
+                .next()
+                .unwrap(),
+            "alerts.quiet \"x\": comm = \"[\": not a glob"
+        );
+        assert!(
+            e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"a\"\nrole = \"bystander\"\n")
+                .contains("unknown variant `bystander`")
+        );
+        assert_eq!(
+            e("[[alerts.quiet]]\ncomm = \"a\"\n"),
+            "alerts.quiet: give every entry a name"
+        );
     }
 }

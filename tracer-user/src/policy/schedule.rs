@@ -70,10 +70,16 @@ impl ScheduleEntry {
 /// Checks `[[detect.schedule]]`: names, each entry's period, and the settings it puts in force
 /// over `[detect]`'s; the error is the whole line.
 pub fn validate(detect: &DetectConfig) -> anyhow::Result<()> {
-    super::check_entries("detect.schedule", detect.schedule.iter().map(|e| e.name.as_str()))?;
+    super::check_entries(
+        "detect.schedule",
+        detect.schedule.iter().map(|e| e.name.as_str()),
+    )?;
     for e in &detect.schedule {
-        e.period().map_err(|why| anyhow::anyhow!("detect.schedule {:?}: {why}", e.name))?;
-        e.over(detect).validate().map_err(|why| anyhow::anyhow!("detect.schedule {:?}: {why}", e.name))?;
+        e.period()
+            .map_err(|why| anyhow::anyhow!("detect.schedule {:?}: {why}", e.name))?;
+        e.over(detect)
+            .validate()
+            .map_err(|why| anyhow::anyhow!("detect.schedule {:?}: {why}", e.name))?;
     }
     Ok(())
 }
@@ -89,7 +95,11 @@ impl Schedule {
     /// The schedule of a validated `[detect]` table (entries that do not parse are left out:
     /// `Config::parse` has refused them already).
     pub fn new(cfg: &DetectConfig) -> Schedule {
-        let entries = cfg.schedule.iter().filter_map(|e| Some((e.name.clone(), e.period().ok()?, e.over(cfg)))).collect();
+        let entries = cfg
+            .schedule
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), e.period().ok()?, e.over(cfg))))
+            .collect();
         let mut base = cfg.clone();
         base.schedule = Vec::new();
         Schedule { base, entries }
@@ -121,18 +131,41 @@ mod tests {
         )
         .unwrap();
         let s = Schedule::new(&c.detect);
-        let at = |y, m, d, h: u64, min: u64| UNIX_EPOCH + Duration::from_secs(days_from_civil(y, m, d) as u64 * 86_400 + h * 3600 + min * 60);
+        let at = |y, m, d, h: u64, min: u64| {
+            UNIX_EPOCH
+                + Duration::from_secs(
+                    days_from_civil(y, m, d) as u64 * 86_400 + h * 3600 + min * 60,
+                )
+        };
         let tiers = |t| {
             let (name, cfg) = s.at(t);
-            (name.map(str::to_owned), cfg.warning, cfg.page, cfg.min_increase_us, cfg.firing_after_s)
+            (
+                name.map(str::to_owned),
+                cfg.warning,
+                cfg.page,
+                cfg.min_increase_us,
+                cfg.firing_after_s,
+            )
         };
         assert_eq!(tiers(at(2026, 12, 3, 21, 59)), (None, 0.1, 0.5, 10.0, 30));
-        assert_eq!(tiers(at(2026, 12, 3, 22, 0)), (Some("night".into()), 0.3, 1.0, 50.0, 30));
-        assert_eq!(tiers(at(2026, 12, 4, 6, 59)), (Some("night".into()), 0.3, 1.0, 50.0, 30));
+        assert_eq!(
+            tiers(at(2026, 12, 3, 22, 0)),
+            (Some("night".into()), 0.3, 1.0, 50.0, 30)
+        );
+        assert_eq!(
+            tiers(at(2026, 12, 4, 6, 59)),
+            (Some("night".into()), 0.3, 1.0, 50.0, 30)
+        );
         assert_eq!(tiers(at(2026, 12, 4, 7, 0)), (None, 0.1, 0.5, 10.0, 30));
         // During the sale the sale's entry wins, nights included (it comes first).
-        assert_eq!(tiers(at(2026, 11, 28, 23, 0)), (Some("sale".into()), 0.05, 0.2, 10.0, 10));
-        assert_eq!(tiers(at(2026, 11, 26, 23, 59)), (Some("night".into()), 0.3, 1.0, 50.0, 30));
+        assert_eq!(
+            tiers(at(2026, 11, 28, 23, 0)),
+            (Some("sale".into()), 0.05, 0.2, 10.0, 10)
+        );
+        assert_eq!(
+            tiers(at(2026, 11, 26, 23, 59)),
+            (Some("night".into()), 0.3, 1.0, 50.0, 30)
+        );
     }
 
     #[test]
@@ -146,15 +179,26 @@ mod tests {
             e("[[detect.schedule]]\nname = \"night\"\nhours = \"22-6\"\n"),
             "detect.schedule \"night\": hours = \"22-6\": give \"HH:MM-HH:MM\" (24-hour clock, end excluded; \"22:00-06:00\" wraps past midnight)"
         );
-        assert_eq!(e("[[detect.schedule]]\nhours = \"22:00-06:00\"\n"), "detect.schedule: give every entry a name");
+        assert_eq!(
+            e("[[detect.schedule]]\nhours = \"22:00-06:00\"\n"),
+            "detect.schedule: give every entry a name"
+        );
         assert_eq!(
             e("[[detect.schedule]]\nname = \"a\"\n[[detect.schedule]]\nname = \"a\"\n"),
             "detect.schedule \"a\": the name is taken by an earlier entry"
         );
-        assert!(e("[[detect.schedule]]\nname = \"a\"\ncolour = 1\n").contains("unknown field `colour`"));
-        let many: String = (0..65).map(|i| format!("[[detect.schedule]]\nname = \"e{i}\"\n")).collect();
+        assert!(
+            e("[[detect.schedule]]\nname = \"a\"\ncolour = 1\n").contains("unknown field `colour`")
+        );
+        let many: String = (0..65)
+            .map(|i| format!("[[detect.schedule]]\nname = \"e{i}\"\n"))
+            .collect();
         assert_eq!(e(&many), "detect.schedule: 65 entries: give at most 64");
         let long = format!("[[detect.schedule]]\nname = \"{}\"\n", "n".repeat(100));
-        assert!(e(&long).ends_with(": give at most 64 printable characters"), "{}", e(&long));
+        assert!(
+            e(&long).ends_with(": give at most 64 printable characters"),
+            "{}",
+            e(&long)
+        );
     }
 }

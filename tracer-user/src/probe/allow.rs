@@ -6,12 +6,16 @@
 //! own image, does not.
 use std::{collections::HashSet, os::unix::fs::MetadataExt as _};
 
-use anyhow::{Result, bail};
+use anyhow::{bail, Result};
 
 /// Where the host's root is seen from: pid 1's root (the node's init, with `hostPID`), else
 /// cudatrace's own root (run on the host itself, or where pid 1 is not the node's).
 fn host_root() -> &'static str {
-    if std::fs::read_dir("/proc/1/root/").is_ok() { "/proc/1/root" } else { "" }
+    if std::fs::read_dir("/proc/1/root/").is_ok() {
+        "/proc/1/root"
+    } else {
+        ""
+    }
 }
 
 /// The allowed library files: the globs and the (device, inode) pairs they matched last.
@@ -29,9 +33,14 @@ impl AllowList {
             if !p.starts_with('/') {
                 bail!("--lib-allow {p:?}: give an absolute path or glob, such as /usr/lib/x86_64-linux-gnu/libcuda.so.*");
             }
-            glob::Pattern::new(p).map_err(|e| anyhow::anyhow!("--lib-allow {p:?}: not a glob ({e})"))?;
+            glob::Pattern::new(p)
+                .map_err(|e| anyhow::anyhow!("--lib-allow {p:?}: not a glob ({e})"))?;
         }
-        let mut list = AllowList { patterns, files: HashSet::new(), root: host_root() };
+        let mut list = AllowList {
+            patterns,
+            files: HashSet::new(),
+            root: host_root(),
+        };
         list.refresh();
         Ok(list)
     }
@@ -79,9 +88,18 @@ mod tests {
         std::fs::write(&copy, b"driver").unwrap();
         let list = AllowList::new(vec![format!("{}/libcuda.so.*", dir.display())]).unwrap();
         assert!(list.allows(&std::fs::metadata(&real).unwrap()));
-        assert!(!list.allows(&std::fs::metadata(&copy).unwrap()), "same bytes, another file");
-        assert!(AllowList::default().allows(&std::fs::metadata(&copy).unwrap()), "no list: anything");
-        assert!(AllowList::new(vec!["libcuda.so.*".into()]).unwrap_err().to_string().contains("absolute"));
+        assert!(
+            !list.allows(&std::fs::metadata(&copy).unwrap()),
+            "same bytes, another file"
+        );
+        assert!(
+            AllowList::default().allows(&std::fs::metadata(&copy).unwrap()),
+            "no list: anything"
+        );
+        assert!(AllowList::new(vec!["libcuda.so.*".into()])
+            .unwrap_err()
+            .to_string()
+            .contains("absolute"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

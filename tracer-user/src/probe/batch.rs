@@ -58,7 +58,11 @@ pub fn lookup_all<K: Plain, V: Plain>(fd: BorrowedFd<'_>) -> io::Result<Option<V
     let mut first = true;
     loop {
         let mut attr = BatchAttr {
-            in_batch: if first { 0 } else { &token_in as *const u64 as u64 },
+            in_batch: if first {
+                0
+            } else {
+                &token_in as *const u64 as u64
+            },
             out_batch: &mut token_out as *mut u64 as u64,
             keys: keys.as_mut_ptr() as u64,
             values: values.as_mut_ptr() as u64,
@@ -70,7 +74,14 @@ pub fn lookup_all<K: Plain, V: Plain>(fd: BorrowedFd<'_>) -> io::Result<Option<V
         // its size; `keys` and `values` hold `count` elements of the map's key and value sizes
         // (`K` and `V` are those types, `Plain`, so any bytes written are values), and the batch
         // tokens are 8 bytes, more than the 4 a hash map's position takes. All outlive the call.
-        let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_LOOKUP_BATCH, &mut attr as *mut BatchAttr, size_of::<BatchAttr>()) };
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                size_of::<BatchAttr>(),
+            )
+        };
         let err = (rc < 0).then(io::Error::last_os_error);
         match err.as_ref().and_then(io::Error::raw_os_error) {
             // A bucket larger than the chunk: ask for more at once, from the same position.

@@ -16,7 +16,10 @@ pub const DISCOVERY: [(Capability, &str); 2] = [
         Capability::CAP_SYS_PTRACE,
         "to read other users' /proc/PID/maps and open their libraries through /proc/PID/root",
     ),
-    (Capability::CAP_DAC_READ_SEARCH, "to read other users' /proc/PID/environ (CUDA_VISIBLE_DEVICES)"),
+    (
+        Capability::CAP_DAC_READ_SEARCH,
+        "to read other users' /proc/PID/environ (CUDA_VISIBLE_DEVICES)",
+    ),
 ];
 
 fn effective() -> CapsHashSet {
@@ -45,7 +48,11 @@ fn missing_from(caps: &CapsHashSet, discovering: bool, root: bool) -> Option<Str
         load.push("CAP_PERFMON");
     }
     if !load.is_empty() {
-        let who = if root { "root without" } else { "not root and without" };
+        let who = if root {
+            "root without"
+        } else {
+            "not root and without"
+        };
         return Some(format!(
             "cudatrace needs root or CAP_BPF and CAP_PERFMON to load its probes, and runs as {who} {}: \
              run it with sudo, or grant the capabilities (securityContext.capabilities.add in Kubernetes)",
@@ -55,8 +62,11 @@ fn missing_from(caps: &CapsHashSet, discovering: bool, root: bool) -> Option<Str
     if !discovering {
         return None;
     }
-    let lacking: Vec<String> =
-        DISCOVERY.iter().filter(|(c, _)| !has(*c)).map(|(c, what)| format!("{c} ({what})")).collect();
+    let lacking: Vec<String> = DISCOVERY
+        .iter()
+        .filter(|(c, _)| !has(*c))
+        .map(|(c, what)| format!("{c} ({what})"))
+        .collect();
     (!lacking.is_empty()).then(|| {
         format!(
             "cudatrace needs {} to find the libcuda of every process without --lib, and runs without: \
@@ -105,12 +115,32 @@ mod tests {
         use Capability::*;
         let all = set(&[CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH]);
         assert_eq!(missing_from(&all, true, false), None);
-        assert_eq!(missing_from(&set(&[CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH]), true, true), None);
+        assert_eq!(
+            missing_from(
+                &set(&[CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH]),
+                true,
+                true
+            ),
+            None
+        );
         let no_bpf = missing_from(&set(&[CAP_PERFMON]), false, false).unwrap();
         assert!(no_bpf.contains("not root and without CAP_BPF:"), "{no_bpf}");
-        let no_ptrace = missing_from(&set(&[CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH]), true, false).unwrap();
-        assert!(no_ptrace.starts_with("cudatrace needs CAP_SYS_PTRACE (to read other users' /proc/PID/maps"), "{no_ptrace}");
+        let no_ptrace = missing_from(
+            &set(&[CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH]),
+            true,
+            false,
+        )
+        .unwrap();
+        assert!(
+            no_ptrace
+                .starts_with("cudatrace needs CAP_SYS_PTRACE (to read other users' /proc/PID/maps"),
+            "{no_ptrace}"
+        );
         assert!(!no_ptrace.contains("CAP_DAC_READ_SEARCH"), "{no_ptrace}");
-        assert_eq!(missing_from(&set(&[CAP_BPF, CAP_PERFMON]), false, false), None, "--lib needs no discovery rights");
+        assert_eq!(
+            missing_from(&set(&[CAP_BPF, CAP_PERFMON]), false, false),
+            None,
+            "--lib needs no discovery rights"
+        );
     }
 }

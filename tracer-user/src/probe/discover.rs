@@ -59,7 +59,8 @@ pub struct Prepared {
 /// it, magic links are refused; non-blocking (a FIFO cannot hang it).
 fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     let dir = File::open(root)?;
-    let relative = std::ffi::CString::new(path.trim_start_matches('/')).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+    let relative = std::ffi::CString::new(path.trim_start_matches('/'))
+        .map_err(|_| std::io::ErrorKind::InvalidInput)?;
     // SAFETY: open_how is plain data; zeroed is a valid value, then the fields are set.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC) as u64;
@@ -68,7 +69,13 @@ fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     // SAFETY: the directory fd is open for the call, the path is NUL-terminated and `how` is
     // an open_how of the size passed.
     let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), relative.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            relative.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
@@ -88,7 +95,8 @@ fn prepare(pid: u32, m: &Mapping) -> Result<Prepared, String> {
             .open(format!("/proc/{pid}/map_files/{}", m.range))
             .map_err(|e| format!("{shown} was deleted after pid {pid} mapped it; it can be read only through /proc/{pid}/map_files, which needs CAP_CHECKPOINT_RESTORE ({e})"))?
     } else {
-        open_in_root(Path::new(&format!("/proc/{pid}/root")), &m.path).map_err(|e| format!("cannot open {shown} inside pid {pid}'s root: {e}"))?
+        open_in_root(Path::new(&format!("/proc/{pid}/root")), &m.path)
+            .map_err(|e| format!("cannot open {shown} inside pid {pid}'s root: {e}"))?
     };
     let meta = symbols::check(&file, &path).map_err(|e| e.to_string())?;
     if (meta.dev(), meta.ino()) != (m.dev, m.inode) {
@@ -99,7 +107,12 @@ fn prepare(pid: u32, m: &Mapping) -> Result<Prepared, String> {
         ));
     }
     let resolution = symbols::resolve(&file, &path).map_err(|e| e.to_string())?;
-    Ok(Prepared { path, file, meta, resolution })
+    Ok(Prepared {
+        path,
+        file,
+        meta,
+        resolution,
+    })
 }
 
 /// A file that failed: when to try again and what it said.
@@ -126,11 +139,17 @@ impl Scanner {
         let now = Instant::now();
         let mut out = Vec::new();
         let mut tried = HashSet::new();
-        let Ok(procs) = fs::read_dir("/proc") else { return out };
+        let Ok(procs) = fs::read_dir("/proc") else {
+            return out;
+        };
         for p in procs.flatten() {
             let name = p.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(file) = File::open(format!("/proc/{pid}/maps")) else { continue };
+            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(file) = File::open(format!("/proc/{pid}/maps")) else {
+                continue;
+            };
             for m in maps::libcuda_mappings(file) {
                 let key = (m.dev, m.inode);
                 if skip.contains(&key) || !tried.insert(key) {
@@ -159,11 +178,21 @@ impl Scanner {
 
     fn failed_again(&mut self, key: FileKey, why: String, now: Instant) {
         if self.failed.len() >= MAX_FAILED && !self.failed.contains_key(&key) {
-            if let Some(oldest) = self.failed.iter().min_by_key(|(_, r)| r.next).map(|(k, _)| *k) {
+            if let Some(oldest) = self
+                .failed
+                .iter()
+                .min_by_key(|(_, r)| r.next)
+                .map(|(k, _)| *k)
+            {
                 self.failed.remove(&oldest);
             }
         }
-        let r = self.failed.entry(key).or_insert(Retry { next: now, delay: FIRST_RETRY / 2, said: String::new(), pass: self.pass });
+        let r = self.failed.entry(key).or_insert(Retry {
+            next: now,
+            delay: FIRST_RETRY / 2,
+            said: String::new(),
+            pass: self.pass,
+        });
         r.delay = (r.delay * 2).min(MAX_RETRY);
         r.next = now + r.delay;
         r.pass = self.pass;
@@ -223,7 +252,11 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", dir.join("abs")).unwrap();
         std::os::unix::fs::symlink("../../../../etc/hostname", dir.join("up")).unwrap();
         let read = |name: &str| std::io::read_to_string(open_in_root(&dir, name).unwrap()).unwrap();
-        assert_eq!(read("abs"), "inside", "an absolute symlink resolves inside the root");
+        assert_eq!(
+            read("abs"),
+            "inside",
+            "an absolute symlink resolves inside the root"
+        );
         assert_eq!(read("up"), "inside", "`..` stops at the root");
         let _ = fs::remove_dir_all(&dir);
     }

@@ -67,7 +67,14 @@ pub struct StderrLog {
 impl StderrLog {
     /// A logger showing records up to `level`.
     pub fn new(level: LogLevel) -> StderrLog {
-        StderrLog { level: level.filter(), budget: Mutex::new(Budget { second: Instant::now(), printed: 0, suppressed: 0 }) }
+        StderrLog {
+            level: level.filter(),
+            budget: Mutex::new(Budget {
+                second: Instant::now(),
+                printed: 0,
+                suppressed: 0,
+            }),
+        }
     }
 }
 
@@ -86,7 +93,11 @@ impl log::Log for StderrLog {
             if b.suppressed > 0 {
                 let _ = writeln!(err, "cudatrace: ebpf: {} more lines held back (at most {LINES_PER_SECOND} a second)", b.suppressed);
             }
-            *b = Budget { second: Instant::now(), printed: 0, suppressed: 0 };
+            *b = Budget {
+                second: Instant::now(),
+                printed: 0,
+                suppressed: 0,
+            };
         }
         if b.printed >= LINES_PER_SECOND {
             b.suppressed += 1;
@@ -113,16 +124,31 @@ mod tests {
         let debug = log::Metadata::builder().level(log::Level::Debug).build();
         assert!(log.enabled(&warn) && !log.enabled(&debug));
         assert!(StderrLog::new(LogLevel::Debug).enabled(&debug));
-        assert_eq!((LogLevel::Off.aya(), LogLevel::Warn.aya(), LogLevel::Debug.aya()), (0, 2, 4));
+        assert_eq!(
+            (
+                LogLevel::Off.aya(),
+                LogLevel::Warn.aya(),
+                LogLevel::Debug.aya()
+            ),
+            (0, 2, 4)
+        );
     }
 
     #[test]
     fn a_flood_is_cut_to_the_budget() {
         let log = StderrLog::new(LogLevel::Warn);
         for _ in 0..1000 {
-            log.log(&log::Record::builder().level(log::Level::Warn).args(format_args!("x")).build());
+            log.log(
+                &log::Record::builder()
+                    .level(log::Level::Warn)
+                    .args(format_args!("x"))
+                    .build(),
+            );
         }
         let b = log.budget.lock().unwrap();
-        assert_eq!((b.printed, b.suppressed), (LINES_PER_SECOND, 1000 - u64::from(LINES_PER_SECOND)));
+        assert_eq!(
+            (b.printed, b.suppressed),
+            (LINES_PER_SECOND, 1000 - u64::from(LINES_PER_SECOND))
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! and no user-space work.
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
-use tracer_common::{FILTER_CGROUP, FILTER_COMM, Filter};
+use anyhow::{bail, Context as _, Result};
+use tracer_common::{Filter, FILTER_CGROUP, FILTER_COMM};
 
 /// Which processes to trace.
 #[derive(Clone, Debug, Default)]
@@ -30,7 +30,10 @@ pub fn build(opts: &FilterOptions) -> Result<Filter> {
     if let Some(dir) = &opts.cgroup {
         use std::os::unix::fs::MetadataExt as _;
         let meta = std::fs::metadata(dir).with_context(|| {
-            format!("--cgroup {}: no such cgroup directory; give a cgroup v2 path under /sys/fs/cgroup", dir.display())
+            format!(
+                "--cgroup {}: no such cgroup directory; give a cgroup v2 path under /sys/fs/cgroup",
+                dir.display()
+            )
         })?;
         f.cgroup_id = meta.ino();
         f.flags |= FILTER_CGROUP;
@@ -44,9 +47,16 @@ mod tests {
 
     #[test]
     fn comm_is_checked_and_padded() {
-        let f = build(&FilterOptions { comm: Some("python3".into()), ..Default::default() }).unwrap();
+        let f = build(&FilterOptions {
+            comm: Some("python3".into()),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!((f.flags, &f.comm[..8]), (FILTER_COMM, &b"python3\0"[..]));
-        let long = build(&FilterOptions { comm: Some("a".repeat(16)), ..Default::default() });
+        let long = build(&FilterOptions {
+            comm: Some("a".repeat(16)),
+            ..Default::default()
+        });
         assert!(long.unwrap_err().to_string().contains("1 to 15 bytes"));
         assert_eq!(build(&FilterOptions::default()).unwrap().flags, 0);
     }

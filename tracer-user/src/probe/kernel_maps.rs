@@ -2,14 +2,18 @@
 //! the filter, tracked processes, counters, and the launches counted in-kernel.
 use anyhow::Result;
 use aya::{
-    Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
+    Ebpf,
 };
 use tracer_common::{
-    CONFIG_AGGREGATE, CONFIG_ENABLED, CONFIG_RATE_LIMIT, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
-    CONFIG_WAKEUP_BYTES, Entry, Filter, STAT_DROPPED, STAT_ORPHAN_RETURNS, STAT_RATE_LIMITED,
     launches::{LaunchCell, LaunchKey},
-    names::{MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_FILTER, MAP_LAUNCHES, MAP_LIMITED, MAP_STATS, MAP_TRACKED},
+    names::{
+        MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_FILTER, MAP_LAUNCHES, MAP_LIMITED, MAP_STATS,
+        MAP_TRACKED,
+    },
+    Entry, Filter, CONFIG_AGGREGATE, CONFIG_ENABLED, CONFIG_RATE_LIMIT, CONFIG_SAMPLE_EVERY,
+    CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED, STAT_ORPHAN_RETURNS,
+    STAT_RATE_LIMITED,
 };
 
 use super::loader::take;
@@ -63,7 +67,9 @@ impl Maps {
             drops: take(ebpf, MAP_DROPS)?,
             limited: take(ebpf, MAP_LIMITED)?,
             launches_fd: ebpf.map(MAP_LAUNCHES).and_then(|m| match m {
-                aya::maps::Map::HashMap(data) => std::os::fd::AsFd::as_fd(data.fd()).try_clone_to_owned().ok(),
+                aya::maps::Map::HashMap(data) => std::os::fd::AsFd::as_fd(data.fd())
+                    .try_clone_to_owned()
+                    .ok(),
                 _ => None,
             }),
             launches: take(ebpf, MAP_LAUNCHES)?,
@@ -88,7 +94,11 @@ impl Maps {
     /// Counts launches in-kernel and writes the ones `sampling` says (`None`: every launch is
     /// written, as `trace` wants).
     pub fn set_aggregation(&mut self, sampling: Option<Sampling>) -> Result<()> {
-        let s = sampling.unwrap_or(Sampling { first_per_second: 0, one_in: 0, slow_us: 0 });
+        let s = sampling.unwrap_or(Sampling {
+            first_per_second: 0,
+            one_in: 0,
+            slow_us: 0,
+        });
         self.set_config(CONFIG_SAMPLE_FIRST, s.first_per_second)?;
         self.set_config(CONFIG_SAMPLE_EVERY, s.one_in)?;
         self.set_config(CONFIG_SLOW_US, s.slow_us)?;
@@ -121,7 +131,10 @@ impl Maps {
     /// returns.
     pub fn counters(&self) -> Result<([u64; 2], u64)> {
         let sum = |i: u32| -> Result<u64> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
-        Ok(([sum(STAT_DROPPED)?, sum(STAT_RATE_LIMITED)?], sum(STAT_ORPHAN_RETURNS)?))
+        Ok((
+            [sum(STAT_DROPPED)?, sum(STAT_RATE_LIMITED)?],
+            sum(STAT_ORPHAN_RETURNS)?,
+        ))
     }
 
     /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs
@@ -130,14 +143,23 @@ impl Maps {
         [&self.drops, &self.limited]
             .into_iter()
             .enumerate()
-            .flat_map(|(reason, map)| map.iter().filter_map(Result::ok).map(move |(pid, per_cpu)| (pid, reason, per_cpu.iter().sum())))
+            .flat_map(|(reason, map)| {
+                map.iter()
+                    .filter_map(Result::ok)
+                    .map(move |(pid, per_cpu)| (pid, reason, per_cpu.iter().sum()))
+            })
             .collect()
     }
 
     /// Threads inside a driver call now (their slot is busy), and processes tracked for their
     /// exit.
     pub fn inflight_and_tracked(&self) -> (usize, usize) {
-        let busy = self.entries.iter().filter_map(Result::ok).filter(|(_, e)| e.start_ns != 0).count();
+        let busy = self
+            .entries
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, e)| e.start_ns != 0)
+            .count();
         (busy, self.tracked.keys().count())
     }
 
@@ -145,7 +167,11 @@ impl Maps {
     pub fn launch_cells(&self) -> Vec<(LaunchKey, LaunchCell)> {
         use std::os::fd::AsFd as _;
         // In batches where the kernel has them; else two system calls per cell.
-        if let Some(Ok(Some(cells))) = self.launches_fd.as_ref().map(|fd| super::batch::lookup_all(fd.as_fd())) {
+        if let Some(Ok(Some(cells))) = self
+            .launches_fd
+            .as_ref()
+            .map(|fd| super::batch::lookup_all(fd.as_fd()))
+        {
             return cells;
         }
         self.launches.iter().filter_map(Result::ok).collect()

@@ -8,21 +8,23 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 use aya::{
-    Ebpf, EbpfLoader,
     maps::{MapData, RingBuf},
     programs::{
-        RawTracePoint, UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        RawTracePoint, UProbe,
     },
+    Ebpf, EbpfLoader,
 };
 use tracer_common::{
+    names::{
+        MAP_EVENTS, PROG_EXIT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RENAME, PROG_RETURN,
+    },
     Api, Layout,
-    names::{MAP_EVENTS, PROG_EXIT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RENAME, PROG_RETURN},
 };
 
-pub use super::kernel_maps::{DROP_REASONS, Maps};
+pub use super::kernel_maps::{Maps, DROP_REASONS};
 use super::{
     allow::AllowList,
     discover::{FileKey, Prepared},
@@ -35,7 +37,6 @@ use super::{
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 /// Refused files remembered at most (past it they are forgotten, then refused and counted again).
 const MAX_REFUSED_FILES: usize = 4096;
-
 
 /// What was attached in one library.
 #[derive(Debug, Clone)]
@@ -87,13 +88,23 @@ pub struct Probes {
     log: Option<aya_log::EbpfLogger<StderrLog>>,
 }
 
-pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(ebpf: &mut Ebpf, name: &str) -> Result<T> {
-    let map = ebpf.take_map(name).with_context(|| format!("eBPF object lacks map {name}"))?;
+pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
+    ebpf: &mut Ebpf,
+    name: &str,
+) -> Result<T> {
+    let map = ebpf
+        .take_map(name)
+        .with_context(|| format!("eBPF object lacks map {name}"))?;
     T::try_from(map).with_context(|| format!("map {name} is not of the expected type"))
 }
 
 /// Loads the programs, sizing the ring buffer to `ringbuf_bytes`; they log up to `log_level`.
-pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libraries: usize) -> Result<Probes> {
+pub fn load(
+    ringbuf_bytes: u32,
+    pid: Option<u32>,
+    log_level: LogLevel,
+    max_libraries: usize,
+) -> Result<Probes> {
     let level = log_level.aya();
     let mut ebpf = EbpfLoader::new()
         .map_max_entries(MAP_EVENTS, ringbuf_bytes)
@@ -101,22 +112,35 @@ pub fn load(ringbuf_bytes: u32, pid: Option<u32>, log_level: LogLevel, max_libra
         .override_global("AYA_LOG_LEVEL", &level, true)
         .load(EBPF_OBJECT)
         .context("cannot load the eBPF programs (is BPF enabled in this kernel, and are you root?)")?;
-    let exit: &mut RawTracePoint =
-        ebpf.program_mut(PROG_EXIT).context("eBPF object lacks program cuda_exit")?.try_into()?;
-    exit.load().context("the kernel refused eBPF program cuda_exit")?;
+    let exit: &mut RawTracePoint = ebpf
+        .program_mut(PROG_EXIT)
+        .context("eBPF object lacks program cuda_exit")?
+        .try_into()?;
+    exit.load()
+        .context("the kernel refused eBPF program cuda_exit")?;
     // A raw tracepoint needs no tracefs; it is attached by name.
-    exit.attach("sched_process_exit").context("cannot attach to sched_process_exit")?;
-    let rename: &mut RawTracePoint =
-        ebpf.program_mut(PROG_RENAME).context("eBPF object lacks program cuda_rename")?.try_into()?;
-    rename.load().context("the kernel refused eBPF program cuda_rename")?;
-    rename.attach("task_rename").context("cannot attach to task_rename")?;
+    exit.attach("sched_process_exit")
+        .context("cannot attach to sched_process_exit")?;
+    let rename: &mut RawTracePoint = ebpf
+        .program_mut(PROG_RENAME)
+        .context("eBPF object lacks program cuda_rename")?
+        .try_into()?;
+    rename
+        .load()
+        .context("the kernel refused eBPF program cuda_rename")?;
+    rename
+        .attach("task_rename")
+        .context("cannot attach to task_rename")?;
     // uprobe_multi unless asked for classic uprobes (CUDATRACE_ATTACH=classic, which the tests
     // use to keep the fallback exercised); the programs are loaded while every map is in `ebpf`.
     let attach = if std::env::var("CUDATRACE_ATTACH").is_ok_and(|v| v == "classic") {
         load_classic(&mut ebpf)?
     } else {
         match MultiPrograms::load(EBPF_OBJECT, &ebpf) {
-            Ok(programs) => Attach::Multi { programs, links: Vec::new() },
+            Ok(programs) => Attach::Multi {
+                programs,
+                links: Vec::new(),
+            },
             Err(e) if e.unsupported() => fall_back(&mut ebpf, &e)?,
             Err(e) => return Err(e.into()),
         }
@@ -157,7 +181,8 @@ fn load_classic(ebpf: &mut Ebpf) -> Result<Attach> {
             .program_mut(name)
             .with_context(|| format!("eBPF object lacks program {name}"))?
             .try_into()?;
-        prog.load().with_context(|| format!("the kernel refused eBPF program {name}"))?;
+        prog.load()
+            .with_context(|| format!("the kernel refused eBPF program {name}"))?;
     }
     Ok(Attach::Classic)
 }
@@ -178,11 +203,15 @@ impl Probes {
     pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>> {
         let (file, meta) = match symbols::open(path) {
             Ok(opened) => opened,
-            Err(symbols::SymbolError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => bail!(
-                "library not found: {} ({source}); pass the path of a libcuda.so.1 with --lib \
+            Err(symbols::SymbolError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                bail!(
+                    "library not found: {} ({source}); pass the path of a libcuda.so.1 with --lib \
                  (`ldconfig -p | grep libcuda` lists the host's)",
-                path.display()
-            ),
+                    path.display()
+                )
+            }
             Err(e) => return Err(e.into()),
         };
         if !self.admit(path, &meta)? {
@@ -220,19 +249,32 @@ impl Probes {
             }
             let first = self.refused_files.insert(key);
             if !allowed {
-                bail!("{}: not attached: not one of the host's files --lib-allow names ({})", path.display(), self.allow.describe());
+                bail!(
+                    "{}: not attached: not one of the host's files --lib-allow names ({})",
+                    path.display(),
+                    self.allow.describe()
+                );
             }
             if first {
                 self.refused += 1;
             }
-            bail!("{}: not attached: {} distinct libraries are attached already (max_libraries)", path.display(), self.max_libraries);
+            bail!(
+                "{}: not attached: {} distinct libraries are attached already (max_libraries)",
+                path.display(),
+                self.max_libraries
+            );
         }
         self.seen.insert(key);
         Ok(true)
     }
 
     /// Attaches the entry points `resolution` found in the open `file`.
-    fn attach_resolved(&mut self, path: &Path, file: &std::fs::File, resolution: Resolution) -> Result<Option<&LibraryProbes>> {
+    fn attach_resolved(
+        &mut self,
+        path: &Path,
+        file: &std::fs::File,
+        resolution: Resolution,
+    ) -> Result<Option<&LibraryProbes>> {
         use std::os::unix::fs::MetadataExt as _;
         let meta = file.metadata()?;
         let key = (meta.dev(), meta.ino());
@@ -253,7 +295,11 @@ impl Probes {
             match programs.attach(&probe_path, path, &resolution.found, pid) {
                 Ok(new) => {
                     links.push(new);
-                    self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution, file: key });
+                    self.libraries.push(LibraryProbes {
+                        path: path.to_path_buf(),
+                        resolution,
+                        file: key,
+                    });
                     return Ok(self.libraries.last());
                 }
                 // A kernel that loads the programs but has no uprobe_multi links (before 6.6).
@@ -270,17 +316,30 @@ impl Probes {
                 Layout::Regs => PROG_REGS,
             };
             for program in [entry, PROG_RETURN] {
-                let prog: &mut UProbe = self.ebpf.program_mut(program).expect("loaded above").try_into()?;
+                let prog: &mut UProbe = self
+                    .ebpf
+                    .program_mut(program)
+                    .expect("loaded above")
+                    .try_into()?;
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(r.offset),
                     cookie: Some(r.api.cookie()),
                 };
-                prog.attach(point, &probe_path, self.scope).with_context(|| {
-                    format!("cannot attach {program} to {} in {}", r.api.symbol(), path.display())
-                })?;
+                prog.attach(point, &probe_path, self.scope)
+                    .with_context(|| {
+                        format!(
+                            "cannot attach {program} to {} in {}",
+                            r.api.symbol(),
+                            path.display()
+                        )
+                    })?;
             }
         }
-        self.libraries.push(LibraryProbes { path: path.to_path_buf(), resolution, file: key });
+        self.libraries.push(LibraryProbes {
+            path: path.to_path_buf(),
+            resolution,
+            file: key,
+        });
         Ok(self.libraries.last())
     }
 
@@ -341,7 +400,10 @@ impl Probes {
 
     /// Number of probes (entry plus return) attached in all libraries.
     pub fn probe_count(&self) -> usize {
-        self.libraries.iter().map(|l| l.resolution.found.len() * 2).sum()
+        self.libraries
+            .iter()
+            .map(|l| l.resolution.found.len() * 2)
+            .sum()
     }
 
     /// (symbol, library, attached) of every entry point in every attached library.
@@ -351,7 +413,11 @@ impl Probes {
             let path = lib.path.display().to_string();
             let r = &lib.resolution;
             rows.extend(r.found.iter().map(|f| (f.api.symbol(), path.clone(), true)));
-            rows.extend(r.aliases.iter().map(|(a, _)| (a.symbol(), path.clone(), true)));
+            rows.extend(
+                r.aliases
+                    .iter()
+                    .map(|(a, _)| (a.symbol(), path.clone(), true)),
+            );
             rows.extend(r.missing.iter().map(|a| (a.symbol(), path.clone(), false)));
         }
         rows
@@ -371,8 +437,11 @@ pub fn report(lib: &LibraryProbes) -> String {
         libc::minor(lib.file.0)
     );
     if !r.aliases.is_empty() {
-        let aliases: Vec<String> =
-            r.aliases.iter().map(|(a, b)| format!("{}={}", a.symbol(), b.symbol())).collect();
+        let aliases: Vec<String> = r
+            .aliases
+            .iter()
+            .map(|(a, b)| format!("{}={}", a.symbol(), b.symbol()))
+            .collect();
         let _ = write!(s, "; same code as an attached one: {}", aliases.join(" "));
     }
     if !r.missing.is_empty() {
@@ -394,7 +463,10 @@ mod tests {
         let file = object::File::parse(EBPF_OBJECT).expect("the embedded eBPF object is ELF");
         let names: Vec<&str> = file.symbols().filter_map(|s| s.name().ok()).collect();
         for name in MAPS.iter().chain(PROGRAMS.iter()) {
-            assert!(names.contains(name), "{name} is not in the eBPF object; symbols: {names:?}");
+            assert!(
+                names.contains(name),
+                "{name} is not in the eBPF object; symbols: {names:?}"
+            );
         }
     }
 }

@@ -50,13 +50,24 @@ pub fn parse_line(line: &str) -> Option<Mapping> {
         return None;
     }
     let (major, minor) = dev.split_once(':')?;
-    let dev = libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?);
+    let dev = libc::makedev(
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    );
     let (path, deleted) = match path.strip_suffix(" (deleted)") {
         Some(p) => (p, true),
         None => (path, false),
     };
-    range.split_once('-').filter(|(a, b)| !a.is_empty() && !b.is_empty())?;
-    Some(Mapping { range: range.to_owned(), dev, inode, path: path.to_owned(), deleted })
+    range
+        .split_once('-')
+        .filter(|(a, b)| !a.is_empty() && !b.is_empty())?;
+    Some(Mapping {
+        range: range.to_owned(),
+        dev,
+        inode,
+        path: path.to_owned(),
+        deleted,
+    })
 }
 
 /// The libcuda mappings in a maps text read from `reader`, at most [`MAX_MAPS_BYTES`] of it;
@@ -68,7 +79,11 @@ pub fn libcuda_mappings(reader: impl std::io::Read) -> Vec<Mapping> {
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        match lines.by_ref().take(MAX_LINE as u64).read_until(b'\n', &mut buf) {
+        match lines
+            .by_ref()
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut buf)
+        {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
@@ -81,7 +96,9 @@ pub fn libcuda_mappings(reader: impl std::io::Read) -> Vec<Mapping> {
             continue;
         }
         let line = String::from_utf8_lossy(&buf);
-        let Some(m) = parse_line(line.trim_end_matches('\n')) else { continue };
+        let Some(m) = parse_line(line.trim_end_matches('\n')) else {
+            continue;
+        };
         let name = m.path.rsplit('/').next().unwrap_or_default();
         if is_libcuda(name) && files.insert((m.dev, m.inode)) {
             found.push(m);
@@ -100,11 +117,26 @@ mod tests {
     #[test]
     fn paths_with_spaces_and_deleted_files() {
         let m = parse_line("7f1c2a000000-7f1c2a200000 r-xp 00001000 fd:01 1234567                    /opt/my libs/libcuda.so.1").unwrap();
-        assert_eq!((m.range.as_str(), m.inode, m.path.as_str(), m.deleted), ("7f1c2a000000-7f1c2a200000", 1234567, "/opt/my libs/libcuda.so.1", false));
+        assert_eq!(
+            (m.range.as_str(), m.inode, m.path.as_str(), m.deleted),
+            (
+                "7f1c2a000000-7f1c2a200000",
+                1234567,
+                "/opt/my libs/libcuda.so.1",
+                false
+            )
+        );
         assert_eq!(m.dev, libc::makedev(0xfd, 1));
-        let d = parse_line("7f00-7f10 r-xp 00000000 08:02 42 /usr/lib/libcuda.so.1 (deleted)").unwrap();
-        assert_eq!((d.path.as_str(), d.deleted), ("/usr/lib/libcuda.so.1", true));
-        assert_eq!(parse_line("7ffd-7ffe rw-p 00000000 00:00 0                          [stack]"), None);
+        let d =
+            parse_line("7f00-7f10 r-xp 00000000 08:02 42 /usr/lib/libcuda.so.1 (deleted)").unwrap();
+        assert_eq!(
+            (d.path.as_str(), d.deleted),
+            ("/usr/lib/libcuda.so.1", true)
+        );
+        assert_eq!(
+            parse_line("7ffd-7ffe rw-p 00000000 00:00 0                          [stack]"),
+            None
+        );
         assert_eq!(parse_line("7ffd-7ffe rw-p 00000000 00:00 0"), None);
         assert_eq!(parse_line("garbage"), None);
         assert_eq!(parse_line("a-b r 0 zz:01 5 /x"), None);
@@ -117,15 +149,32 @@ mod tests {
                     3-4 r-xp 0 08:01 8 /usr/lib/libcudart.so.12\n\
                     4-5 r-xp 0 08:01 9 /tmp/a b/libcuda.so.550.54.15 (deleted)\n";
         let found = libcuda_mappings(text.as_bytes());
-        assert_eq!(found.iter().map(|m| (m.inode, m.path.as_str(), m.deleted)).collect::<Vec<_>>(), [
-            (7, "/usr/lib/libcuda.so.1", false),
-            (9, "/tmp/a b/libcuda.so.550.54.15", true)
-        ]);
+        assert_eq!(
+            found
+                .iter()
+                .map(|m| (m.inode, m.path.as_str(), m.deleted))
+                .collect::<Vec<_>>(),
+            [
+                (7, "/usr/lib/libcuda.so.1", false),
+                (9, "/tmp/a b/libcuda.so.550.54.15", true)
+            ]
+        );
         // A line far longer than any path, then a real one: skipped, then read.
-        let long = format!("1-2 r 0 08:01 3 /{}/libcuda.so.1\n5-6 r 0 08:01 4 /ok/libcuda.so.1\n", "x".repeat(100_000));
-        assert_eq!(libcuda_mappings(long.as_bytes()).iter().map(|m| m.inode).collect::<Vec<_>>(), [4]);
+        let long = format!(
+            "1-2 r 0 08:01 3 /{}/libcuda.so.1\n5-6 r 0 08:01 4 /ok/libcuda.so.1\n",
+            "x".repeat(100_000)
+        );
+        assert_eq!(
+            libcuda_mappings(long.as_bytes())
+                .iter()
+                .map(|m| m.inode)
+                .collect::<Vec<_>>(),
+            [4]
+        );
         // At most MAX_FILES distinct files of one process.
-        let many: String = (1..=100).map(|i| format!("1-2 r 0 08:01 {i} /f{i}/libcuda.so.1\n")).collect();
+        let many: String = (1..=100)
+            .map(|i| format!("1-2 r 0 08:01 {i} /f{i}/libcuda.so.1\n"))
+            .collect();
         assert_eq!(libcuda_mappings(many.as_bytes()).len(), MAX_FILES);
         // Past the byte cap nothing more is read.
         let mut huge = "1-2 r 0 08:01 1 /pad\n".repeat((MAX_MAPS_BYTES / 20) as usize + 10);

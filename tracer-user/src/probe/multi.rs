@@ -15,11 +15,11 @@ use std::{
     path::Path,
 };
 
-use aya::{Ebpf, maps::Map};
+use aya::{maps::Map, Ebpf};
 use thiserror::Error;
 use tracer_common::{
-    Layout,
     names::{PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN},
+    Layout,
 };
 
 use super::symbols::Resolved;
@@ -60,10 +60,15 @@ impl MultiError {
     /// Whether the kernel lacks uprobe_multi (before 6.6), rather than refusing this attach.
     pub fn unsupported(&self) -> bool {
         let errno = match self {
-            MultiError::Load { source, .. } | MultiError::Link { source, .. } => source.raw_os_error(),
+            MultiError::Load { source, .. } | MultiError::Link { source, .. } => {
+                source.raw_os_error()
+            }
             MultiError::Object(_) => return false,
         };
-        matches!(errno, Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS | libc::E2BIG))
+        matches!(
+            errno,
+            Some(libc::EINVAL | libc::EOPNOTSUPP | libc::ENOSYS | libc::E2BIG)
+        )
     }
 }
 
@@ -106,7 +111,10 @@ struct LinkCreateAttr {
 // The kernel's layout (include/uapi/linux/bpf.h), checked here.
 const _: () = {
     use std::mem::{offset_of, size_of};
-    assert!(offset_of!(ProgLoadAttr, prog_name) == 48 && offset_of!(ProgLoadAttr, expected_attach_type) == 68);
+    assert!(
+        offset_of!(ProgLoadAttr, prog_name) == 48
+            && offset_of!(ProgLoadAttr, expected_attach_type) == 68
+    );
     assert!(size_of::<ProgLoadAttr>() == 72);
     assert!(offset_of!(LinkCreateAttr, path) == 16 && offset_of!(LinkCreateAttr, cookies) == 40);
     assert!(offset_of!(LinkCreateAttr, cnt) == 48 && offset_of!(LinkCreateAttr, pid) == 56);
@@ -115,7 +123,14 @@ const _: () = {
 fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a live, initialised `#[repr(C)]` prefix of `union bpf_attr` for `cmd`,
     // and its size is passed with it; the pointers inside it outlive the call.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, (attr as *mut T).cast::<libc::c_void>(), size_of::<T>()) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            (attr as *mut T).cast::<libc::c_void>(),
+            size_of::<T>(),
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -137,9 +152,7 @@ fn map_fd(map: &Map) -> Option<RawFd> {
         | Map::PerCpuArray(m)
         | Map::PerCpuHashMap(m)
         | Map::PerCpuLruHashMap(m)
-        | Map::RingBuf(m) => {
-            Some(m.fd().as_fd().as_raw_fd())
-        }
+        | Map::RingBuf(m) => Some(m.fd().as_fd().as_raw_fd()),
         _ => None,
     }
 }
@@ -148,20 +161,32 @@ impl MultiPrograms {
     /// Loads the uprobe programs of `object` relocated against `ebpf`'s maps (which must all
     /// still be in it).
     pub fn load(object: &[u8], ebpf: &Ebpf) -> Result<MultiPrograms, MultiError> {
-        let mut obj = aya_obj::Object::parse(object).map_err(|e| MultiError::Object(e.to_string()))?;
-        let fds: HashMap<&str, RawFd> = ebpf.maps().filter_map(|(name, map)| Some((name, map_fd(map)?))).collect();
+        let mut obj =
+            aya_obj::Object::parse(object).map_err(|e| MultiError::Object(e.to_string()))?;
+        let fds: HashMap<&str, RawFd> = ebpf
+            .maps()
+            .filter_map(|(name, map)| Some((name, map_fd(map)?)))
+            .collect();
         let maps: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
         let mut with_fds = Vec::new();
         for (name, map) in &maps {
-            let fd = fds.get(name.as_str()).ok_or_else(|| MultiError::Object(format!("map {name} was not created")))?;
+            let fd = fds
+                .get(name.as_str())
+                .ok_or_else(|| MultiError::Object(format!("map {name} was not created")))?;
             with_fds.push((name.as_str(), *fd, map));
         }
-        let text_sections: HashSet<usize> = obj.functions.keys().map(|(section, _)| *section).collect();
-        obj.relocate_maps(with_fds.into_iter(), &text_sections).map_err(|e| MultiError::Object(e.to_string()))?;
-        obj.relocate_calls(&text_sections).map_err(|e| MultiError::Object(e.to_string()))?;
+        let text_sections: HashSet<usize> =
+            obj.functions.keys().map(|(section, _)| *section).collect();
+        obj.relocate_maps(with_fds.into_iter(), &text_sections)
+            .map_err(|e| MultiError::Object(e.to_string()))?;
+        obj.relocate_calls(&text_sections)
+            .map_err(|e| MultiError::Object(e.to_string()))?;
         let mut by_name = HashMap::new();
         for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
-            let prog = obj.programs.get(name).ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
+            let prog = obj
+                .programs
+                .get(name)
+                .ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
             let function = &obj.functions[&prog.function_key()];
             let license: &CString = &prog.license;
             let mut attr = ProgLoadAttr {
@@ -174,7 +199,10 @@ impl MultiPrograms {
             };
             let bytes = name.as_bytes();
             attr.prog_name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
-            let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|source| MultiError::Load { program: name, source })?;
+            let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|source| MultiError::Load {
+                program: name,
+                source,
+            })?;
             by_name.insert(name, fd);
         }
         Ok(MultiPrograms { by_name })
@@ -183,7 +211,13 @@ impl MultiPrograms {
     /// Attaches every resolved symbol of the library at `path` (`shown` names it in errors): one
     /// link per entry program (by argument layout) and one for the return program, each
     /// symbol's api in its cookie. `pid` restricts the probes to one process.
-    pub fn attach(&self, path: &Path, shown: &Path, found: &[Resolved], pid: Option<u32>) -> Result<Vec<OwnedFd>, MultiError> {
+    pub fn attach(
+        &self,
+        path: &Path,
+        shown: &Path,
+        found: &[Resolved],
+        pid: Option<u32>,
+    ) -> Result<Vec<OwnedFd>, MultiError> {
         let c_path = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| MultiError::Object(format!("{} has a NUL byte", path.display())))?;
         let mut links = Vec::new();
@@ -194,7 +228,10 @@ impl MultiPrograms {
             (PROG_RETURN, None),
         ];
         for (program, layout) in groups {
-            let chosen: Vec<&Resolved> = found.iter().filter(|r| layout.is_none_or(|l| r.api.info().layout == l)).collect();
+            let chosen: Vec<&Resolved> = found
+                .iter()
+                .filter(|r| layout.is_none_or(|l| r.api.info().layout == l))
+                .collect();
             if chosen.is_empty() {
                 continue;
             }
@@ -207,7 +244,11 @@ impl MultiPrograms {
                 offsets: offsets.as_ptr() as u64,
                 cookies: cookies.as_ptr() as u64,
                 cnt: offsets.len() as u32,
-                multi_flags: if layout.is_none() { BPF_F_UPROBE_MULTI_RETURN } else { 0 },
+                multi_flags: if layout.is_none() {
+                    BPF_F_UPROBE_MULTI_RETURN
+                } else {
+                    0
+                },
                 pid: pid.unwrap_or(0),
                 ..Default::default()
             };

@@ -18,7 +18,8 @@ use tracer_common::Api;
 pub const MAX_LIBRARY_BYTES: u64 = 2 << 30;
 
 /// The size cap in force ([`MAX_LIBRARY_BYTES`] unless the config's `max_library_mib` says).
-static LIBRARY_CAP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(MAX_LIBRARY_BYTES);
+static LIBRARY_CAP: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(MAX_LIBRARY_BYTES);
 
 /// Sets the largest library file read (the config's `max_library_mib`), before anything is read.
 pub fn set_max_library_bytes(bytes: u64) {
@@ -91,7 +92,10 @@ pub struct Resolution {
 /// `/dev/zero`, not a huge sparse file). The open file is what gets read and probed, so a path
 /// changed in between cannot swap it.
 pub fn open(path: &Path) -> Result<(File, Metadata), SymbolError> {
-    let read_error = |source| SymbolError::Read { path: path.display().to_string(), source };
+    let read_error = |source| SymbolError::Read {
+        path: path.display().to_string(),
+        source,
+    };
     let file = File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
@@ -103,12 +107,21 @@ pub fn open(path: &Path) -> Result<(File, Metadata), SymbolError> {
 
 /// The metadata of an open `file` when it is a regular file of at most [`MAX_LIBRARY_BYTES`].
 pub fn check(file: &File, path: &Path) -> Result<Metadata, SymbolError> {
-    let meta = file.metadata().map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
+    let meta = file.metadata().map_err(|source| SymbolError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
     if !meta.is_file() {
-        return Err(SymbolError::NotRegular { path: path.display().to_string() });
+        return Err(SymbolError::NotRegular {
+            path: path.display().to_string(),
+        });
     }
     if meta.len() > cap() {
-        return Err(SymbolError::TooLarge { path: path.display().to_string(), bytes: meta.len(), max: cap() });
+        return Err(SymbolError::TooLarge {
+            path: path.display().to_string(),
+            bytes: meta.len(),
+            max: cap(),
+        });
     }
     Ok(meta)
 }
@@ -120,13 +133,19 @@ pub fn resolve(file: &File, path: &Path) -> Result<Resolution, SymbolError> {
     reader
         .take(cap())
         .read_to_end(&mut data)
-        .map_err(|source| SymbolError::Read { path: path.display().to_string(), source })?;
+        .map_err(|source| SymbolError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
     resolve_bytes(&data, path)
 }
 
 /// Resolves every [`Api`] exported by the ELF image `data` (`path` names it in errors).
 pub fn resolve_bytes(data: &[u8], path: &Path) -> Result<Resolution, SymbolError> {
-    let file = object::File::parse(data).map_err(|source| SymbolError::Parse { path: path.display().to_string(), source })?;
+    let file = object::File::parse(data).map_err(|source| SymbolError::Parse {
+        path: path.display().to_string(),
+        source,
+    })?;
     let wanted: HashMap<&str, Api> = Api::ALL.iter().map(|a| (a.symbol(), *a)).collect();
     let mut offsets: HashMap<Api, u64> = HashMap::new();
     for sym in file.dynamic_symbols().chain(file.symbols()) {
@@ -135,7 +154,9 @@ pub fn resolve_bytes(data: &[u8], path: &Path) -> Result<Resolution, SymbolError
         }
         let Ok(name) = sym.name() else { continue };
         // Versioned names (`cuInit@@libcuda.so.1`) are stored without the version in dynsym.
-        let Some(api) = wanted.get(name).copied() else { continue };
+        let Some(api) = wanted.get(name).copied() else {
+            continue;
+        };
         if offsets.contains_key(&api) {
             continue;
         }
@@ -164,5 +185,7 @@ pub fn resolve_bytes(data: &[u8], path: &Path) -> Result<Resolution, SymbolError
 fn file_offset(file: &object::File<'_>, sym: &object::Symbol<'_, '_>) -> Option<u64> {
     let section = file.section_by_index(sym.section_index()?).ok()?;
     let (offset, _) = section.file_range()?;
-    sym.address().checked_sub(section.address())?.checked_add(offset)
+    sym.address()
+        .checked_sub(section.address())?
+        .checked_add(offset)
 }

@@ -7,9 +7,9 @@
 //! list with shares.
 use std::time::SystemTime;
 
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
-use crate::alert::{AlertChange, rfc3339};
+use crate::alert::{rfc3339, AlertChange};
 
 /// The Alertmanager API v2 form of `change`, ending at `ends`.
 pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemTime) -> Value {
@@ -45,7 +45,9 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
 pub fn instance() -> String {
     match std::env::var("NODE_NAME") {
         Ok(node) if !node.is_empty() => node,
-        _ => std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default(),
+        _ => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -54,7 +56,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::alert::{AlertState, tests::record};
+    use crate::alert::{tests::record, AlertState};
 
     #[test]
     fn alertmanager_form() {
@@ -62,10 +64,25 @@ mod tests {
         let ends = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_240);
         let v = form(&r, "node-1", "http://127.0.0.1:9464/metrics", ends);
         assert_eq!(v["labels"]["alertname"], "CudatraceComputeContention");
-        assert_eq!((v["labels"]["pid"].as_str(), v["labels"]["instance"].as_str()), (Some("10"), Some("node-1")));
+        assert_eq!(
+            (
+                v["labels"]["pid"].as_str(),
+                v["labels"]["instance"].as_str()
+            ),
+            (Some("10"), Some("node-1"))
+        );
         assert_eq!(v["annotations"]["aggressors"], "20:trainer");
-        assert_eq!((v["labels"]["aggressors"].as_str(), v["labels"]["gpu"].as_str()), (Some("20:trainer"), Some("0")));
-        assert_eq!((v["startsAt"].as_str(), v["endsAt"].as_str()), (Some("2027-01-15T08:00:00Z"), Some("2027-01-15T08:04:00Z")));
+        assert_eq!(
+            (
+                v["labels"]["aggressors"].as_str(),
+                v["labels"]["gpu"].as_str()
+            ),
+            (Some("20:trainer"), Some("0"))
+        );
+        assert_eq!(
+            (v["startsAt"].as_str(), v["endsAt"].as_str()),
+            (Some("2027-01-15T08:00:00Z"), Some("2027-01-15T08:04:00Z"))
+        );
         assert_eq!(
             r.summary(),
             "server (pid 10) slowed by trainer (pid 20) 90% on GPU 0: wait_per_launch 4.000e-3 seconds vs baseline p99 1.100e-3 (compute_contention, 3.6x)"

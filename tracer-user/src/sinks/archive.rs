@@ -10,7 +10,7 @@ use std::{
     time::SystemTime,
 };
 
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 use crate::alert::{AlertChange, AlertState, Cause};
 
@@ -36,29 +36,62 @@ fn signal_words(signal: &str) -> &str {
 /// The root cause of an alert in words, as an SRE would say it: "trainer (pid 4313) took 92% of
 /// GPU 0; model-server's wait per launch 8.5x its p99".
 pub fn root_cause(c: &AlertChange) -> String {
-    let victim = format!("{}'s {} {:.1}x its p99", c.victim.comm, signal_words(c.evidence.signal), c.evidence.ratio);
+    let victim = format!(
+        "{}'s {} {:.1}x its p99",
+        c.victim.comm,
+        signal_words(c.evidence.signal),
+        c.evidence.ratio
+    );
     let gpu = &c.gpu;
     let share = |p: &crate::alert::Party| p.share.unwrap_or(0.0) * 100.0;
     let by = match (c.cause, c.aggressors.first()) {
-        (Cause::ComputeContention, Some(a)) => format!("{} (pid {}) took {:.0}% of GPU {gpu}", a.comm, a.pid, share(a)),
-        (Cause::CopyContention, Some(a)) => format!("{} (pid {}) moved {:.0}% of the bytes copied on GPU {gpu}", a.comm, a.pid, share(a)),
-        (Cause::MemoryPressure, Some(a)) => format!("GPU {gpu}'s memory nearly full, {} (pid {}) holding {:.0}% of it", a.comm, a.pid, share(a)),
+        (Cause::ComputeContention, Some(a)) => format!(
+            "{} (pid {}) took {:.0}% of GPU {gpu}",
+            a.comm,
+            a.pid,
+            share(a)
+        ),
+        (Cause::CopyContention, Some(a)) => format!(
+            "{} (pid {}) moved {:.0}% of the bytes copied on GPU {gpu}",
+            a.comm,
+            a.pid,
+            share(a)
+        ),
+        (Cause::MemoryPressure, Some(a)) => format!(
+            "GPU {gpu}'s memory nearly full, {} (pid {}) holding {:.0}% of it",
+            a.comm,
+            a.pid,
+            share(a)
+        ),
         (Cause::MemoryPressure, None) => format!("GPU {gpu}'s memory nearly full"),
         (Cause::Throttling, _) => {
-            let why = if c.evidence.clock_event_reasons.is_empty() { "clock events".into() } else { c.evidence.clock_event_reasons.join(", ") };
+            let why = if c.evidence.clock_event_reasons.is_empty() {
+                "clock events".into()
+            } else {
+                c.evidence.clock_event_reasons.join(", ")
+            };
             format!("GPU {gpu} throttled ({why})")
         }
-        (Cause::CpuOrDriverContention, _) => format!("launches slower while GPU {gpu} was idle (host CPU or driver)"),
+        (Cause::CpuOrDriverContention, _) => {
+            format!("launches slower while GPU {gpu} was idle (host CPU or driver)")
+        }
         (_, _) => "no cause seen".into(),
     };
     let more = c.aggressors.len().saturating_sub(1);
-    let more = if more > 0 && matches!(c.cause, Cause::ComputeContention | Cause::CopyContention) { format!(" (and {more} more)") } else { String::new() };
+    let more = if more > 0 && matches!(c.cause, Cause::ComputeContention | Cause::CopyContention) {
+        format!(" (and {more} more)")
+    } else {
+        String::new()
+    };
     format!("{by}{more}; {victim}")
 }
 
 /// Seconds between two RFC 3339 times (0 when either does not parse or the end is earlier).
 fn seconds_between(start: &str, end: &str) -> f64 {
-    match (humantime::parse_rfc3339(start), humantime::parse_rfc3339(end)) {
+    match (
+        humantime::parse_rfc3339(start),
+        humantime::parse_rfc3339(end),
+    ) {
         (Ok(a), Ok(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64()),
         _ => 0.0,
     }
@@ -72,7 +105,11 @@ impl Archive {
 
     /// Checks that the archive can be appended to (made if missing), before anything is traced.
     pub fn check(&self) -> io::Result<()> {
-        OpenOptions::new().create(true).append(true).open(&self.path).map(|_| ())
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map(|_| ())
     }
 
     /// Appends the resolved ones of `changes`; rotates first when the file would outgrow its
@@ -84,7 +121,10 @@ impl Archive {
                 m.remove("state");
                 m.remove("at");
                 m.insert("ended_at".into(), json!(c.at));
-                m.insert("duration_s".into(), json!(seconds_between(&c.started_at, &c.at)));
+                m.insert(
+                    "duration_s".into(),
+                    json!(seconds_between(&c.started_at, &c.at)),
+                );
                 m.insert("root_cause".into(), json!(root_cause(c)));
             }
             let mut line = serde_json::to_string(&v).map_err(io::Error::other)?;
@@ -93,7 +133,11 @@ impl Archive {
             if size > 0 && size + line.len() as u64 > self.max_bytes {
                 fs::rename(&self.path, rotated(&self.path))?;
             }
-            OpenOptions::new().create(true).append(true).open(&self.path)?.write_all(line.as_bytes())?;
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)?
+                .write_all(line.as_bytes())?;
         }
         Ok(())
     }
@@ -117,7 +161,10 @@ pub struct Read {
 /// Reads `path` and `path.1` (when present), oldest first. Only the files' lines are trusted to
 /// be bounded by [`MAX_LINE`]: longer ones are skipped unread.
 pub fn read(path: &Path) -> io::Result<Read> {
-    let mut out = Read { incidents: Vec::new(), skipped: 0 };
+    let mut out = Read {
+        incidents: Vec::new(),
+        skipped: 0,
+    };
     let old = rotated(path);
     let mut found = false;
     for p in [old.as_path(), path] {
@@ -131,7 +178,10 @@ pub fn read(path: &Path) -> io::Result<Read> {
         let mut line = Vec::new();
         loop {
             line.clear();
-            let n = reader.by_ref().take(MAX_LINE + 1).read_until(b'\n', &mut line)?;
+            let n = reader
+                .by_ref()
+                .take(MAX_LINE + 1)
+                .read_until(b'\n', &mut line)?;
             if n == 0 {
                 break;
             }
@@ -139,13 +189,25 @@ pub fn read(path: &Path) -> io::Result<Read> {
                 // Too long: skip to the end of this line, in bounded steps.
                 out.skipped += 1;
                 let mut rest = Vec::new();
-                while reader.by_ref().take(MAX_LINE).read_until(b'\n', &mut rest)? > 0 && rest.last() != Some(&b'\n') {
+                while reader
+                    .by_ref()
+                    .take(MAX_LINE)
+                    .read_until(b'\n', &mut rest)?
+                    > 0
+                    && rest.last() != Some(&b'\n')
+                {
                     rest.clear();
                 }
                 continue;
             }
             match serde_json::from_slice::<Value>(&line) {
-                Ok(v) if v["alert"].is_string() && v["ended_at"].is_string() && v["victim"].is_object() => out.incidents.push(v),
+                Ok(v)
+                    if v["alert"].is_string()
+                        && v["ended_at"].is_string()
+                        && v["victim"].is_object() =>
+                {
+                    out.incidents.push(v)
+                }
                 _ if line.iter().all(u8::is_ascii_whitespace) => {}
                 _ => out.skipped += 1,
             }
@@ -159,7 +221,10 @@ pub fn read(path: &Path) -> io::Result<Read> {
 
 /// Whether an incident ended at or after `since`.
 pub fn ended_since(v: &Value, since: SystemTime) -> bool {
-    v["ended_at"].as_str().and_then(|t| humantime::parse_rfc3339(t).ok()).is_some_and(|t| t >= since)
+    v["ended_at"]
+        .as_str()
+        .and_then(|t| humantime::parse_rfc3339(t).ok())
+        .is_some_and(|t| t >= since)
 }
 
 #[cfg(test)]
@@ -168,7 +233,11 @@ mod tests {
     use crate::{alert::tests::record, pipeline::decode::monotonic_ns};
 
     fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("cudatrace-archive-{name}-{}-{}", std::process::id(), monotonic_ns()));
+        let dir = std::env::temp_dir().join(format!(
+            "cudatrace-archive-{name}-{}-{}",
+            std::process::id(),
+            monotonic_ns()
+        ));
         fs::create_dir_all(&dir).unwrap();
         dir.join("incidents.jsonl")
     }
@@ -176,7 +245,9 @@ mod tests {
     #[test]
     fn resolved_alerts_are_archived_with_their_root_cause_and_rotated() {
         let path = temp("rotate");
-        Archive::new(path.clone(), u64::MAX).record(&[record(AlertState::Firing), record(AlertState::Resolved)]).unwrap();
+        Archive::new(path.clone(), u64::MAX)
+            .record(&[record(AlertState::Firing), record(AlertState::Resolved)])
+            .unwrap();
         let line = fs::metadata(&path).unwrap().len();
         // Room for two lines: the fourth incident rotates the file.
         let a = Archive::new(path.clone(), 2 * line + 10);
@@ -184,10 +255,23 @@ mod tests {
             a.record(&[record(AlertState::Resolved)]).unwrap();
         }
         let back = read(&path).unwrap();
-        assert_eq!((back.incidents.len(), back.skipped), (4, 0), "only resolved alerts; none lost to the rotation");
-        assert_eq!((fs::metadata(rotated(&path)).unwrap().len(), fs::metadata(&path).unwrap().len()), (2 * line, 2 * line));
+        assert_eq!(
+            (back.incidents.len(), back.skipped),
+            (4, 0),
+            "only resolved alerts; none lost to the rotation"
+        );
+        assert_eq!(
+            (
+                fs::metadata(rotated(&path)).unwrap().len(),
+                fs::metadata(&path).unwrap().len()
+            ),
+            (2 * line, 2 * line)
+        );
         let v = &back.incidents[0];
-        assert_eq!(v["root_cause"], "trainer (pid 20) took 90% of GPU 0; server's wait per launch 3.6x its p99");
+        assert_eq!(
+            v["root_cause"],
+            "trainer (pid 20) took 90% of GPU 0; server's wait per launch 3.6x its p99"
+        );
         assert_eq!(v["duration_s"], 30.0);
         assert_eq!(v["ended_at"], "2027-01-15T08:00:30Z");
         assert!(v.get("state").is_none());
@@ -201,7 +285,9 @@ mod tests {
         text += &"x".repeat(MAX_LINE as usize * 3);
         text += "\n";
         fs::write(&path, &text).unwrap();
-        Archive::new(path.clone(), 1 << 30).record(&[record(AlertState::Resolved)]).unwrap();
+        Archive::new(path.clone(), 1 << 30)
+            .record(&[record(AlertState::Resolved)])
+            .unwrap();
         let back = read(&path).unwrap();
         assert_eq!((back.incidents.len(), back.skipped), (1, 3));
         assert!(read(&path.with_extension("missing")).is_err());

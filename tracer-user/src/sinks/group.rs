@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 use crate::alert::{AlertChange, AlertState, Incident};
 
@@ -28,7 +28,11 @@ struct Group {
 impl Group {
     /// The webhook's body for it.
     fn body(self) -> Value {
-        body(&self.incident, self.victims.into_values().collect(), self.left_out)
+        body(
+            &self.incident,
+            self.victims.into_values().collect(),
+            self.left_out,
+        )
     }
 }
 
@@ -44,7 +48,12 @@ impl Groups {
         let i = match self.open.iter().position(|g| g.incident == change.incident) {
             Some(i) => i,
             None => {
-                self.open.push(Group { incident: change.incident.clone(), due: now + wait, victims: BTreeMap::new(), left_out: 0 });
+                self.open.push(Group {
+                    incident: change.incident.clone(),
+                    due: now + wait,
+                    victims: BTreeMap::new(),
+                    left_out: 0,
+                });
                 self.open.len() - 1
             }
         };
@@ -63,14 +72,19 @@ impl Groups {
 
     /// Takes the groups due at `now`, as the webhook's bodies.
     pub fn take_due(&mut self, now: Instant) -> Vec<Value> {
-        let (due, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.open).into_iter().partition(|g| g.due <= now);
+        let (due, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.open)
+            .into_iter()
+            .partition(|g| g.due <= now);
         self.open = open;
         due.into_iter().map(Group::body).collect()
     }
 
     /// Takes every group (at shutdown).
     pub fn take_all(&mut self) -> Vec<Value> {
-        std::mem::take(&mut self.open).into_iter().map(Group::body).collect()
+        std::mem::take(&mut self.open)
+            .into_iter()
+            .map(Group::body)
+            .collect()
     }
 }
 
@@ -82,8 +96,15 @@ fn body(incident: &Incident, victims: Vec<AlertChange>, left_out: u64) -> Value 
         AlertState::Pending => 1,
         AlertState::Resolved => 0,
     };
-    let state = victims.iter().map(|v| v.state).max_by_key(|s| rank(*s)).unwrap_or(AlertState::Resolved);
-    let names: Vec<String> = victims.iter().map(|v| format!("{} (pid {})", v.victim.comm, v.victim.pid)).collect();
+    let state = victims
+        .iter()
+        .map(|v| v.state)
+        .max_by_key(|s| rank(*s))
+        .unwrap_or(AlertState::Resolved);
+    let names: Vec<String> = victims
+        .iter()
+        .map(|v| format!("{} (pid {})", v.victim.comm, v.victim.pid))
+        .collect();
     json!({
         "incident": incident,
         "state": state,
@@ -127,10 +148,26 @@ mod tests {
         let due = g.take_due(t0 + wait);
         assert_eq!(due.len(), 1);
         let v = &due[0];
-        assert_eq!((v["state"].as_str(), v["incident"]["aggressors"].as_str()), (Some("firing"), Some("20:trainer")));
-        let victims: Vec<(u64, &str)> = v["victims"].as_array().unwrap().iter().map(|r| (r["victim"]["pid"].as_u64().unwrap(), r["state"].as_str().unwrap())).collect();
+        assert_eq!(
+            (v["state"].as_str(), v["incident"]["aggressors"].as_str()),
+            (Some("firing"), Some("20:trainer"))
+        );
+        let victims: Vec<(u64, &str)> = v["victims"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["victim"]["pid"].as_u64().unwrap(),
+                    r["state"].as_str().unwrap(),
+                )
+            })
+            .collect();
         assert_eq!(victims, vec![(10, "firing"), (11, "firing")]);
-        assert_eq!(v["summary"], "compute_contention on GPU 0 by 20:trainer: server (pid 10), server-b (pid 11)");
+        assert_eq!(
+            v["summary"],
+            "compute_contention on GPU 0 by 20:trainer: server (pid 10), server-b (pid 11)"
+        );
         // GPU 1's incident is its own group, due 4 s later.
         assert_eq!(g.take_all().len(), 1);
     }
@@ -145,6 +182,12 @@ mod tests {
             g.add(r, now, Duration::ZERO);
         }
         let due = g.take_due(now);
-        assert_eq!((due[0]["victims"].as_array().unwrap().len(), due[0]["victims_left_out"].as_u64()), (MAX_VICTIMS, Some(744)));
+        assert_eq!(
+            (
+                due[0]["victims"].as_array().unwrap().len(),
+                due[0]["victims_left_out"].as_u64()
+            ),
+            (MAX_VICTIMS, Some(744))
+        );
     }
 }

@@ -10,8 +10,8 @@
 use std::{
     collections::HashMap,
     sync::{
-        Arc,
         atomic::{AtomicU64, Ordering},
+        Arc,
     },
     time::{Duration, SystemTime},
 };
@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
+    client::legacy::{connect::HttpConnector, Client},
     rt::TokioExecutor,
 };
 use serde_json::Value;
@@ -55,7 +55,12 @@ impl SinkTask {
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(QUEUE);
-        SinkTask { name, tx, task: tokio::spawn(run(rx)), dropped: Arc::new(AtomicU64::new(0)) }
+        SinkTask {
+            name,
+            tx,
+            task: tokio::spawn(run(rx)),
+            dropped: Arc::new(AtomicU64::new(0)),
+        }
     }
 }
 
@@ -71,8 +76,10 @@ type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes
 /// A client for http and https URLs: TLS verified against the public roots and the
 /// certificates in `ca_file`.
 fn client(ca_file: Option<&std::path::Path>) -> Result<HttpClient> {
-    use rustls::pki_types::{CertificateDer, pem::PemObject as _};
-    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    use rustls::pki_types::{pem::PemObject as _, CertificateDer};
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
     if let Some(path) = ca_file {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
             .and_then(|c| c.collect::<Result<_, _>>())
@@ -81,15 +88,26 @@ fn client(ca_file: Option<&std::path::Path>) -> Result<HttpClient> {
             anyhow::bail!("alerts.ca_file {}: no certificate in it", path.display());
         }
         for cert in certs {
-            roots.add(cert).with_context(|| format!("alerts.ca_file {}: a certificate rustls refuses", path.display()))?;
+            roots.add(cert).with_context(|| {
+                format!(
+                    "alerts.ca_file {}: a certificate rustls refuses",
+                    path.display()
+                )
+            })?;
         }
     }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .context("TLS versions")?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("TLS versions")?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
     Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
@@ -101,28 +119,46 @@ impl Sinks {
         }
         let client = client(cfg.ca_file.as_deref())?;
         let mut sinks = Vec::new();
-        if let Some(endpoint) = cfg.webhook_url.as_deref().and_then(|u| Endpoint::new("webhook", u, &cfg.webhook_auth)) {
+        if let Some(endpoint) = cfg
+            .webhook_url
+            .as_deref()
+            .and_then(|u| Endpoint::new("webhook", u, &cfg.webhook_auth))
+        {
             let client = client.clone();
             let group = Duration::from_secs(cfg.webhook_group_s);
-            sinks.push(SinkTask::spawn("webhook", move |rx| webhook(client, endpoint, rx, group)));
+            sinks.push(SinkTask::spawn("webhook", move |rx| {
+                webhook(client, endpoint, rx, group)
+            }));
         }
         let manager = cfg.alertmanager_url.as_deref().and_then(|u| {
             let base = u.trim_end_matches('/');
-            let url = if base.ends_with("/api/v2/alerts") { base.to_owned() } else { format!("{base}/api/v2/alerts") };
+            let url = if base.ends_with("/api/v2/alerts") {
+                base.to_owned()
+            } else {
+                format!("{base}/api/v2/alerts")
+            };
             Endpoint::new("alertmanager", &url, &cfg.alertmanager_auth)
         });
         if let Some(endpoint) = manager {
             let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
-            sinks.push(SinkTask::spawn("alertmanager", |rx| alertmanager_sink(client, endpoint, rx, generator, resend)));
+            sinks.push(SinkTask::spawn("alertmanager", |rx| {
+                alertmanager_sink(client, endpoint, rx, generator, resend)
+            }));
         }
-        Ok((!sinks.is_empty()).then_some(Sinks { sinks, sent: Default::default() }))
+        Ok((!sinks.is_empty()).then_some(Sinks {
+            sinks,
+            sent: Default::default(),
+        }))
     }
 
     /// Queues a record for every sink; a sink whose queue is full drops it (said on stderr
     /// once per 1,000 dropped).
     pub fn send(&self, record: &AlertChange) {
         {
-            let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut sent = self
+                .sent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let was_sent = match record.state {
                 AlertState::Resolved => sent.remove(&record.key()),
                 _ => sent.contains(&record.key()),
@@ -138,7 +174,10 @@ impl Sinks {
             if sink.tx.try_send(record.clone()).is_err() {
                 let dropped = sink.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if dropped % 1000 == 1 {
-                    eprintln!("cudatrace: {} is {QUEUE} alert records behind: {dropped} dropped so far", sink.name);
+                    eprintln!(
+                        "cudatrace: {} is {QUEUE} alert records behind: {dropped} dropped so far",
+                        sink.name
+                    );
                 }
             }
         }
@@ -174,7 +213,12 @@ fn secret(path: &std::path::Path) -> Result<String, String> {
 
 impl Endpoint {
     fn new(name: &'static str, url: &str, auth: &SinkAuth) -> Option<Endpoint> {
-        url.parse().ok().map(|uri| Endpoint { name, uri, auth: auth.clone(), failing: None })
+        url.parse().ok().map(|uri| Endpoint {
+            name,
+            uri,
+            auth: auth.clone(),
+            failing: None,
+        })
     }
 
     /// The `Authorization` header, when credentials are configured.
@@ -186,7 +230,10 @@ impl Endpoint {
         match (&self.auth.username, &self.auth.password_file) {
             (Some(user), Some(file)) => {
                 let pair = format!("{user}:{}", secret(file)?);
-                Ok(Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))))
+                Ok(Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                )))
             }
             _ => Ok(None),
         }
@@ -201,7 +248,8 @@ impl Endpoint {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(500) * 2u32.pow(attempt - 1)).await;
             }
-            let mut req = http::Request::post(self.uri.clone()).header(http::header::CONTENT_TYPE, "application/json");
+            let mut req = http::Request::post(self.uri.clone())
+                .header(http::header::CONTENT_TYPE, "application/json");
             match self.authorization() {
                 Ok(Some(value)) => req = req.header(http::header::AUTHORIZATION, value),
                 Ok(None) => {}
@@ -239,10 +287,17 @@ impl Endpoint {
 
 /// The webhook's task: every record as it is, or (with `group` > 0) one body per incident for
 /// the changes within `group` of its first.
-async fn webhook(client: HttpClient, mut endpoint: Endpoint, mut rx: mpsc::Receiver<AlertChange>, group: Duration) {
+async fn webhook(
+    client: HttpClient,
+    mut endpoint: Endpoint,
+    mut rx: mpsc::Receiver<AlertChange>,
+    group: Duration,
+) {
     if group.is_zero() {
         while let Some(record) = rx.recv().await {
-            endpoint.post(&client, &serde_json::to_value(&record).unwrap_or_default()).await;
+            endpoint
+                .post(&client, &serde_json::to_value(&record).unwrap_or_default())
+                .await;
         }
         return;
     }

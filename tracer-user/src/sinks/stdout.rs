@@ -42,7 +42,15 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
         return std::borrow::Cow::Borrowed(s);
     }
     std::borrow::Cow::Owned(
-        s.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect(),
+        s.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
     )
 }
 
@@ -56,7 +64,11 @@ pub struct Printer {
 impl Printer {
     /// A printer of JSON lines (`json`) or of a table.
     pub fn new(json: bool) -> Self {
-        Printer { json, out: BufWriter::with_capacity(1 << 16, io::stdout()), header: false }
+        Printer {
+            json,
+            out: BufWriter::with_capacity(1 << 16, io::stdout()),
+            header: false,
+        }
     }
 
     /// Prints one event.
@@ -117,7 +129,13 @@ impl Printer {
 
 fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>) -> String {
     let mut s = match d {
-        Detail::Launch { function, grid, block, shared_mem_bytes, stream } => {
+        Detail::Launch {
+            function,
+            grid,
+            block,
+            shared_mem_bytes,
+            stream,
+        } => {
             let name = kernel.map_or_else(|| format!("{function:#x}"), |k| k.demangled.to_string());
             format!(
                 "{name} grid={}x{}x{} block={}x{}x{} smem={shared_mem_bytes} stream={stream:#x}",
@@ -125,7 +143,12 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
             )
         }
         Detail::Graph { graph_exec, stream } => format!("graph={graph_exec:#x} stream={stream:#x}"),
-        Detail::Copy { bytes, direction, stream, .. } => match stream {
+        Detail::Copy {
+            bytes,
+            direction,
+            stream,
+            ..
+        } => match stream {
             Some(st) => format!("{direction} {bytes} bytes stream={st:#x}"),
             None => format!("{direction} {bytes} bytes"),
         },
@@ -147,7 +170,11 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
         },
     };
     if let Some(e) = est {
-        s += &format!(" (estimate: {} launches, {} us on the GPU)", e.launches, e.gpu_ns_estimate / 1000);
+        s += &format!(
+            " (estimate: {} launches, {} us on the GPU)",
+            e.launches,
+            e.gpu_ns_estimate / 1000
+        );
     }
     s
 }

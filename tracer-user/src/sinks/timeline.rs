@@ -11,8 +11,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use flate2::{Compression, write::GzEncoder};
-use serde_json::{Value, json};
+use flate2::{write::GzEncoder, Compression};
+use serde_json::{json, Value};
 
 use crate::{
     alert::AlertChange,
@@ -114,9 +114,18 @@ impl Timeline {
 
     /// One traced call: a slice on its thread's track; a wait that closed batches adds a slice
     /// on its stream's estimate track.
-    pub fn call(&mut self, ev: &Event, kernel: Option<&KernelName>, batch: Option<&BatchEstimate>) -> io::Result<()> {
+    pub fn call(
+        &mut self,
+        ev: &Event,
+        kernel: Option<&KernelName>,
+        batch: Option<&BatchEstimate>,
+    ) -> io::Result<()> {
         let (pid, tid) = (u64::from(ev.pid), u64::from(ev.tid));
-        self.name(pid, Some((tid, format!("{} thread {tid}", &*ev.comm))), &ev.comm)?;
+        self.name(
+            pid,
+            Some((tid, format!("{} thread {tid}", &*ev.comm))),
+            &ev.comm,
+        )?;
         let info = ev.api.info();
         let name = match (&ev.detail, kernel) {
             (Detail::Launch { .. }, Some(k)) => k.demangled.to_string(),
@@ -139,7 +148,9 @@ impl Timeline {
 
     /// The track of a wait's stream (the context-wide one for waits on every stream).
     fn stream_track(&mut self, pid: u32, stream: Option<u64>) -> (u64, String) {
-        let Some(s) = stream else { return (ESTIMATE_TID, "GPU-time estimate: every stream".into()) };
+        let Some(s) = stream else {
+            return (ESTIMATE_TID, "GPU-time estimate: every stream".into());
+        };
         if let Some(tid) = self.stream_tids.get(&(pid, s)) {
             return (*tid, format!("GPU-time estimate: stream {s:#x}"));
         }
@@ -158,7 +169,9 @@ impl Timeline {
     /// streams' estimates, which may reach back past the previous batch's end).
     fn batch(&mut self, ev: &Event, b: &BatchEstimate) -> io::Result<()> {
         let stream = match ev.detail {
-            Detail::Sync { stream: Some(s), .. } => Some(s),
+            Detail::Sync {
+                stream: Some(s), ..
+            } => Some(s),
             _ => None,
         };
         let (tid, track) = self.stream_track(ev.pid, stream);
@@ -213,7 +226,10 @@ impl Timeline {
     /// were left out. Returns (events written, events left out).
     pub fn finish(mut self, now_ns: u64) -> io::Result<(u64, u64)> {
         if self.left_out > 0 {
-            let note = format!("cut at --max-events {}: {} events left out", self.written, self.left_out);
+            let note = format!(
+                "cut at --max-events {}: {} events left out",
+                self.written, self.left_out
+            );
             self.raw(&json!({"ph": "i", "s": "g", "name": note, "cat": "cudatrace", "pid": GPU_PID, "tid": 0, "ts": us(now_ns)}))?;
         }
         self.out.write_all(b"\n],\"otherData\":")?;

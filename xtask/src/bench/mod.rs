@@ -18,13 +18,13 @@ use std::{
 };
 
 use std::sync::{
-    Arc,
     atomic::{AtomicBool, AtomicU64, Ordering},
+    Arc,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 use integration_tests::{exposition, free_port, http, wait_for_background_detach};
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 const ROUNDS: usize = 7;
 
@@ -72,7 +72,8 @@ fn wait_line(child: &mut Child, from_stdout: bool, needle: &str) -> Result<()> {
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(120)).context("tracer did not become ready")
+    rx.recv_timeout(Duration::from_secs(120))
+        .context("tracer did not become ready")
 }
 
 fn bpftrace(lib: &Path, symbol: &str, histogram: bool) -> Result<Running> {
@@ -93,7 +94,10 @@ fn bpftrace(lib: &Path, symbol: &str, histogram: bool) -> Result<Running> {
         .spawn()
         .context("bpftrace (Debian package) is needed: scripts/setup.sh installs it")?;
     wait_line(&mut child, true, "ready")?;
-    Ok(Running { child, stopped: false })
+    Ok(Running {
+        child,
+        stopped: false,
+    })
 }
 
 fn start_binary(bin: &Path, p: &Paths, port: u16) -> Result<Running> {
@@ -105,7 +109,10 @@ fn start_binary(bin: &Path, p: &Paths, port: u16) -> Result<Running> {
         .stderr(Stdio::piped())
         .spawn()?;
     wait_line(&mut child, false, "ready:")?;
-    Ok(Running { child, stopped: false })
+    Ok(Running {
+        child,
+        stopped: false,
+    })
 }
 
 impl Running {
@@ -137,13 +144,17 @@ fn workload(p: &Paths, args: &[&str]) -> Result<Value> {
         bail!("workload failed: {}", String::from_utf8_lossy(&out.stderr));
     }
     let text = String::from_utf8(out.stdout)?;
-    Ok(serde_json::from_str(text.lines().last().context("workload printed nothing")?)?)
+    Ok(serde_json::from_str(
+        text.lines().last().context("workload printed nothing")?,
+    )?)
 }
 
 /// User plus system CPU seconds of a process, from /proc/PID/stat.
 fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat[stat.rfind(')').context("stat")? + 2..].split_whitespace().collect();
+    let fields: Vec<&str> = stat[stat.rfind(')').context("stat")? + 2..]
+        .split_whitespace()
+        .collect();
     // utime and stime are fields 14 and 15: indexes 11 and 12 after the state field.
     let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
     // SAFETY: sysconf has no preconditions.
@@ -165,7 +176,8 @@ fn rss_bytes(pid: u32) -> Result<u64> {
 }
 
 fn scrape(port: u16, metric: &str) -> Result<f64> {
-    let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None).map_err(anyhow::Error::msg)?;
+    let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None)
+        .map_err(anyhow::Error::msg)?;
     let samples = exposition::parse(&text);
     let found = exposition::select(&samples, metric, &[]);
     anyhow::ensure!(!found.is_empty(), "{metric} not exported");
@@ -174,9 +186,14 @@ fn scrape(port: u16, metric: &str) -> Result<f64> {
 
 /// `cudatrace_calls_total` of cuLaunchKernel, every process.
 fn launches_of(port: u16) -> Result<f64> {
-    let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None).map_err(anyhow::Error::msg)?;
+    let text = http::try_get(&format!("http://127.0.0.1:{port}/metrics"), None)
+        .map_err(anyhow::Error::msg)?;
     let samples = exposition::parse(&text);
-    Ok(exposition::sum(&samples, "cudatrace_calls_total", &[("api", "cuLaunchKernel")]))
+    Ok(exposition::sum(
+        &samples,
+        "cudatrace_calls_total",
+        &[("api", "cuLaunchKernel")],
+    ))
 }
 
 /// What one throughput run measured.
@@ -224,7 +241,16 @@ fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>, threads: u32) -> Re
     });
     let cpu0 = cpu_seconds(t.pid())?;
     let rss0 = rss_bytes(t.pid())?;
-    let r = workload(p, &["--threads", &threads.to_string(), "calls", "1000000000", "30"])?;
+    let r = workload(
+        p,
+        &[
+            "--threads",
+            &threads.to_string(),
+            "calls",
+            "1000000000",
+            "30",
+        ],
+    )?;
     stop.store(true, Ordering::Relaxed);
     if let Some(s) = scraper {
         let _ = s.join();
@@ -253,30 +279,57 @@ fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>, threads: u32) -> Re
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())))
+        .and_then(|c| {
+            c.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
         .unwrap_or_else(|| "unknown CPU".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cpu}, {} cores, Linux {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), kernel.trim())
+    format!(
+        "{cpu}, {} cores, Linux {}",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        kernel.trim()
+    )
 }
 
 /// Runs the benchmark and writes bench/results/.
 pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     let before = std::env::var_os("CUDATRACE_BENCH_BEFORE").map(PathBuf::from);
-    let p = Paths { cudatrace, before, workload: standin.join("cuda-workload"), lib: standin.join("libcuda.so.1") };
+    let p = Paths {
+        cudatrace,
+        before,
+        workload: standin.join("cuda-workload"),
+        lib: standin.join("libcuda.so.1"),
+    };
     let setups = if p.before.is_some() { 6 } else { 5 };
     let mut overheads = Vec::new();
     for sym in &overhead::SYMBOLS {
-        eprintln!("bench: {ROUNDS} interleaved rounds of {} {} calls, setups A to {}", sym.calls, sym.name, if setups == 6 { "F" } else { "E" });
+        eprintln!(
+            "bench: {ROUNDS} interleaved rounds of {} {} calls, setups A to {}",
+            sym.calls,
+            sym.name,
+            if setups == 6 { "F" } else { "E" }
+        );
         overheads.push(overhead::measure(&p, sym, ROUNDS)?);
     }
     // Added cost per call, paired with the same round's untraced run.
-    let added = |o: &overhead::Overhead, i: usize| -> Vec<f64> { o.ns[i].iter().zip(&o.ns[0]).map(|(t, a)| t - a).collect() };
+    let added = |o: &overhead::Overhead, i: usize| -> Vec<f64> {
+        o.ns[i].iter().zip(&o.ns[0]).map(|(t, a)| t - a).collect()
+    };
     let med = |o: &overhead::Overhead, i: usize| median(&mut added(o, i));
 
     // Throughput at full speed, one and two workload threads, then one thread scraped 20 times a
@@ -284,7 +337,9 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     eprintln!("bench: throughput, 30 s at full speed under cudatrace run, 1 and 2 threads");
     let quiet = throughput(&p, &p.cudatrace, None, 1)?;
     let two = throughput(&p, &p.cudatrace, None, 2)?;
-    eprintln!("bench: throughput, 30 s at full speed under cudatrace run, scraped 20 times a second");
+    eprintln!(
+        "bench: throughput, 30 s at full speed under cudatrace run, scraped 20 times a second"
+    );
     let scraped = throughput(&p, &p.cudatrace, Some(20), 1)?;
     let quiet_before = match &p.before {
         Some(bin) => {
@@ -326,7 +381,10 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     });
     let dir = root.join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(&result)? + "\n")?;
+    std::fs::write(
+        dir.join("latest.json"),
+        serde_json::to_string_pretty(&result)? + "\n",
+    )?;
 
     let mut md = format!("# cudatrace benchmark\n\nMachine: {}\n", machine());
     for (sym, o) in overhead::SYMBOLS.iter().zip(&overheads) {
@@ -340,8 +398,21 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         for i in 0..setups {
             let mut a = added(o, i);
             a.sort_by(|x, y| x.total_cmp(y));
-            let spread = if i == 0 { "0".to_owned() } else { format!("{:.0} ({:.0} to {:.0})", median(&mut a.clone()), a[0], a[a.len() - 1]) };
-            md += &format!("| {} | {:.0} | {spread} |\n", overhead::SETUPS[i], median(&mut o.ns[i].clone()));
+            let spread = if i == 0 {
+                "0".to_owned()
+            } else {
+                format!(
+                    "{:.0} ({:.0} to {:.0})",
+                    median(&mut a.clone()),
+                    a[0],
+                    a[a.len() - 1]
+                )
+            };
+            md += &format!(
+                "| {} | {:.0} | {spread} |\n",
+                overhead::SETUPS[i],
+                median(&mut o.ns[i].clone())
+            );
         }
         md += &format!(
             "\nD/B = {:.2}, D/C = {:.2}, E/B = {:.2}{}; D attach (start to ready) median {:.0} ms, stop (SIGINT to exit) median {:.0} ms.\n",
@@ -353,7 +424,10 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
             median(&mut o.stop_ms.clone())
         );
     }
-    for (label, t) in [("one workload thread", &quiet), ("two workload threads", &two)] {
+    for (label, t) in [
+        ("one workload thread", &quiet),
+        ("two workload threads", &two),
+    ] {
         md += &format!(
             "\nThroughput, {label}, 30 s under `cudatrace run`: {:.0} launches/s, {:.0} made, {:.0} counted, {:.0} records, \
              {:.0} dropped, {:.1} ms of tracer CPU per million launches.\n",
@@ -381,19 +455,61 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
 
 /// The targets of the performance issue, each said reached or not with its figure.
 fn targets(launch: &overhead::Overhead, one: &Throughput, two: &Throughput) -> String {
-    let added = |i: usize| -> f64 { median(&mut launch.ns[i].iter().zip(&launch.ns[0]).map(|(t, a)| t - a).collect::<Vec<_>>()) };
+    let added = |i: usize| -> f64 {
+        median(
+            &mut launch.ns[i]
+                .iter()
+                .zip(&launch.ns[0])
+                .map(|(t, a)| t - a)
+                .collect::<Vec<_>>(),
+        )
+    };
     let (b, c, d) = (added(1), added(2), added(3));
     let stop = median(&mut launch.stop_ms.clone());
     let mib = |v: u64| v as f64 / 1048576.0;
     let yes = |ok: bool| if ok { "reached" } else { "not reached" };
     let rows = [
-        (format!("D within 1.15x of B on cuLaunchKernel: D/B = {:.2}", d / b), d <= 1.15 * b),
-        (format!("D below C on cuLaunchKernel: D {d:.0} ns, C {c:.0} ns added"), d < c),
-        (format!("under 20 ms of tracer CPU per million launches: {:.1} (one thread), {:.1} (two)", one.cpu_ms_per_million, two.cpu_ms_per_million), one.cpu_ms_per_million < 20.0 && two.cpu_ms_per_million < 20.0),
-        (format!("0 drops at the top rate of two workload threads: {:.0} dropped of {:.0} launches", two.dropped, two.calls), two.dropped == 0.0),
-        (format!("every launch counted: {:.0} of {:.0} (one thread), {:.0} of {:.0} (two)", one.launches, one.calls, two.launches, two.calls), one.launches == one.calls && two.launches == two.calls),
-        (format!("detach under 1 s: stop median {stop:.0} ms"), stop < 1000.0),
-        (format!("memory flat in events: {:.1} to {:.1} MiB over the two-thread run", mib(two.rss.0), mib(two.rss.1)), two.rss.1 <= two.rss.0 + (4 << 20)),
+        (
+            format!("D within 1.15x of B on cuLaunchKernel: D/B = {:.2}", d / b),
+            d <= 1.15 * b,
+        ),
+        (
+            format!("D below C on cuLaunchKernel: D {d:.0} ns, C {c:.0} ns added"),
+            d < c,
+        ),
+        (
+            format!(
+                "under 20 ms of tracer CPU per million launches: {:.1} (one thread), {:.1} (two)",
+                one.cpu_ms_per_million, two.cpu_ms_per_million
+            ),
+            one.cpu_ms_per_million < 20.0 && two.cpu_ms_per_million < 20.0,
+        ),
+        (
+            format!(
+                "0 drops at the top rate of two workload threads: {:.0} dropped of {:.0} launches",
+                two.dropped, two.calls
+            ),
+            two.dropped == 0.0,
+        ),
+        (
+            format!(
+                "every launch counted: {:.0} of {:.0} (one thread), {:.0} of {:.0} (two)",
+                one.launches, one.calls, two.launches, two.calls
+            ),
+            one.launches == one.calls && two.launches == two.calls,
+        ),
+        (
+            format!("detach under 1 s: stop median {stop:.0} ms"),
+            stop < 1000.0,
+        ),
+        (
+            format!(
+                "memory flat in events: {:.1} to {:.1} MiB over the two-thread run",
+                mib(two.rss.0),
+                mib(two.rss.1)
+            ),
+            two.rss.1 <= two.rss.0 + (4 << 20),
+        ),
     ];
     let mut md = "\n## Targets\n\n".to_owned();
     for (what, ok) in rows {
@@ -416,7 +532,10 @@ fn memory(p: &Paths) -> Result<serde_json::Map<String, Value>> {
             done += 1;
         }
         std::thread::sleep(Duration::from_millis(500));
-        rss.insert(format!("processes_{target}_kernels_10"), json!(rss_bytes(t.pid())?));
+        rss.insert(
+            format!("processes_{target}_kernels_10"),
+            json!(rss_bytes(t.pid())?),
+        );
     }
     workload(p, &["kernels", "10000"])?;
     std::thread::sleep(Duration::from_millis(500));

@@ -12,7 +12,7 @@ use std::{
 use anyhow::{Context as _, Result};
 use integration_tests::free_port;
 
-use super::{Paths, Running, bpftrace, start_binary, wait_line, workload};
+use super::{bpftrace, start_binary, wait_line, workload, Paths, Running};
 
 /// A probed symbol the bench calls, and how.
 pub struct Symbol {
@@ -27,8 +27,16 @@ pub struct Symbol {
 /// cuLaunchKernel (the stand-in's starts with `push`, emulated) and cuMemcpyHtoD_v2 (`mov`,
 /// single-stepped out of line: about 25 times the cost, so fewer calls).
 pub const SYMBOLS: [Symbol; 2] = [
-    Symbol { name: "cuLaunchKernel", scenario: "calls", calls: 300_000 },
-    Symbol { name: "cuMemcpyHtoD_v2", scenario: "copy-calls", calls: 20_000 },
+    Symbol {
+        name: "cuLaunchKernel",
+        scenario: "calls",
+        calls: 300_000,
+    },
+    Symbol {
+        name: "cuMemcpyHtoD_v2",
+        scenario: "copy-calls",
+        calls: 20_000,
+    },
 ];
 
 /// The setups, in the order they run each round.
@@ -53,26 +61,49 @@ pub struct Overhead {
 
 /// `cudatrace trace --json` with its records thrown away.
 fn start_trace(bin: &Path, lib: &Path) -> Result<Running> {
-    let mut child = Command::new(bin).args(["trace", "--json", "--lib"]).arg(lib).stdout(Stdio::null()).stderr(Stdio::piped()).spawn()?;
+    let mut child = Command::new(bin)
+        .args(["trace", "--json", "--lib"])
+        .arg(lib)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
     wait_line(&mut child, false, "ready:")?;
-    Ok(Running { child, stopped: false })
+    Ok(Running {
+        child,
+        stopped: false,
+    })
 }
 
 /// The first instruction of `symbol` in `lib`, as objdump writes it (`push %rbp`).
 pub fn first_instruction(lib: &Path, symbol: &str) -> String {
-    let out = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(lib).output();
-    let Ok(out) = out else { return "unknown (objdump not found)".into() };
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(lib)
+        .output();
+    let Ok(out) = out else {
+        return "unknown (objdump not found)".into();
+    };
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut lines = text.lines().skip_while(|l| !l.ends_with(&format!("<{symbol}>:")));
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.ends_with(&format!("<{symbol}>:")));
     lines.next();
-    lines.next().and_then(|l| l.split_once(':')).map(|(_, i)| i.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_else(|| "unknown".into())
+    lines
+        .next()
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, i)| i.split_whitespace().collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// `rounds` interleaved rounds on `sym`.
 pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
     let calls = sym.calls.to_string();
     let setups = if p.before.is_some() { 6 } else { 5 };
-    let mut o = Overhead { ns: vec![Vec::new(); 6], attach_ms: Vec::new(), stop_ms: Vec::new() };
+    let mut o = Overhead {
+        ns: vec![Vec::new(); 6],
+        attach_ms: Vec::new(),
+        stop_ms: Vec::new(),
+    };
     for round in 0..rounds {
         for i in 0..setups {
             let started = Instant::now();
@@ -82,7 +113,11 @@ pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
                 2 => Some(bpftrace(&p.lib, sym.name, true)?),
                 3 => Some(start_binary(&p.cudatrace, p, free_port())?),
                 4 => Some(start_trace(&p.cudatrace, &p.lib)?),
-                _ => Some(start_binary(p.before.as_deref().expect("F only with a before binary"), p, free_port())?),
+                _ => Some(start_binary(
+                    p.before.as_deref().expect("F only with a before binary"),
+                    p,
+                    free_port(),
+                )?),
             };
             if i == 3 {
                 o.attach_ms.push(started.elapsed().as_secs_f64() * 1e3);
@@ -96,7 +131,12 @@ pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
                 }
             }
             let v = r["ns_per_call"].as_f64().context("ns_per_call")?;
-            eprintln!("bench: {} round {} {}: {v:.1} ns/call", sym.name, round + 1, SETUPS[i]);
+            eprintln!(
+                "bench: {} round {} {}: {v:.1} ns/call",
+                sym.name,
+                round + 1,
+                SETUPS[i]
+            );
             o.ns[i].push(v);
         }
     }

@@ -95,10 +95,14 @@ impl Streams {
                 s.batch_start.get_or_insert(ev.start_ns);
                 None
             }
-            Detail::Sync { stream: Some(stream), event: None } => Some(self.close(ev, Some(key(ev, stream)))),
-            Detail::Sync { stream: None, event: None } if ev.api.info().shape == Shape::CtxSync => {
-                Some(self.close(ev, None))
-            }
+            Detail::Sync {
+                stream: Some(stream),
+                event: None,
+            } => Some(self.close(ev, Some(key(ev, stream)))),
+            Detail::Sync {
+                stream: None,
+                event: None,
+            } if ev.api.info().shape == Shape::CtxSync => Some(self.close(ev, None)),
             Detail::Copy { stream: None, .. } if ev.api.info().kind == Kind::Memcpy => {
                 Some(self.close(ev, Some(key(ev, 0))))
             }
@@ -109,7 +113,10 @@ impl Streams {
     /// Closes the batch of one stream, or of every stream of the process when `only` is None.
     fn close(&mut self, ev: &Event, only: Option<(u64, u32)>) -> BatchEstimate {
         let end = ev.start_ns.saturating_add(ev.duration_ns);
-        let mut closed = BatchEstimate { launches: 0, gpu_ns_estimate: 0 };
+        let mut closed = BatchEstimate {
+            launches: 0,
+            gpu_ns_estimate: 0,
+        };
         let mut account = |s: &mut StreamTime| {
             if let Some(start) = s.batch_start.take() {
                 // Saturating: a tenant's calls can claim any start and duration.
@@ -198,13 +205,44 @@ mod tests {
         g.observe(&launch(Api::LaunchKernel, 1_000, 7));
         g.observe(&launch(Api::LaunchKernel, 2_000, 7));
         g.observe(&launch(Api::LaunchKernel, 2_500, 8));
-        let sync = Event::of(Api::StreamSynchronize, 1, Detail::Sync { stream: Some(7), event: None }).timed(3_000, 5_000);
-        assert_eq!(g.observe(&sync), Some(BatchEstimate { launches: 2, gpu_ns_estimate: 7_000 }));
+        let sync = Event::of(
+            Api::StreamSynchronize,
+            1,
+            Detail::Sync {
+                stream: Some(7),
+                event: None,
+            },
+        )
+        .timed(3_000, 5_000);
+        assert_eq!(
+            g.observe(&sync),
+            Some(BatchEstimate {
+                launches: 2,
+                gpu_ns_estimate: 7_000
+            })
+        );
         let s7 = g.sorted().into_iter().find(|(k, _)| k.0 == 7).unwrap().1;
-        assert_eq!((s7.launches_completed, s7.wait_ns, s7.gpu_ns_estimate), (2, 5_000, 7_000));
+        assert_eq!(
+            (s7.launches_completed, s7.wait_ns, s7.gpu_ns_estimate),
+            (2, 5_000, 7_000)
+        );
         // The context wait closes stream 8 too; stream 7 has nothing pending.
-        let ctx = Event::of(Api::CtxSynchronize, 1, Detail::Sync { stream: None, event: None }).timed(9_000, 1_000);
-        assert_eq!(g.observe(&ctx), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 7_500 }));
+        let ctx = Event::of(
+            Api::CtxSynchronize,
+            1,
+            Detail::Sync {
+                stream: None,
+                event: None,
+            },
+        )
+        .timed(9_000, 1_000);
+        assert_eq!(
+            g.observe(&ctx),
+            Some(BatchEstimate {
+                launches: 1,
+                gpu_ns_estimate: 7_500
+            })
+        );
         assert_eq!(g.estimate_ns(), 14_500);
         assert_eq!(g.sorted().len(), 2);
         assert_eq!(g.lines(1)[0], "gpu-time estimate: pid=1 stream=0x7 launches=2 completed=2 batches=1 gpu_ns_estimate=7000 wait_ns=5000");
@@ -217,8 +255,20 @@ mod tests {
             g.observe(&launch(Api::LaunchKernel, 1, s));
         }
         assert_eq!((g.sorted().len(), g.overflowed), (MAX_STREAMS + 1, 7));
-        let sync = Event::of(Api::CtxSynchronize, 1, Detail::Sync { stream: None, event: None }).timed(100, 10);
-        assert_eq!(g.observe(&sync).map(|b| b.launches), Some(MAX_STREAMS as u64 + 7), "every launch still closed");
+        let sync = Event::of(
+            Api::CtxSynchronize,
+            1,
+            Detail::Sync {
+                stream: None,
+                event: None,
+            },
+        )
+        .timed(100, 10);
+        assert_eq!(
+            g.observe(&sync).map(|b| b.launches),
+            Some(MAX_STREAMS as u64 + 7),
+            "every launch still closed"
+        );
     }
 
     #[test]
@@ -226,9 +276,40 @@ mod tests {
         let mut g = Streams::default();
         g.observe(&launch(Api::LaunchKernelPtsz, 100, 0));
         g.observe(&launch(Api::LaunchKernel, 100, 0));
-        let sync = Event::of(Api::StreamSynchronizePtsz, 1, Detail::Sync { stream: Some(0), event: None }).timed(200, 50);
-        assert_eq!(g.observe(&sync), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 150 }));
-        let copy = Event::of(Api::MemcpyDtoH, 1, Detail::Copy { bytes: 1, direction: "dtoh", dst: 0, src: 0, stream: None }).timed(300, 50);
-        assert_eq!(g.observe(&copy), Some(BatchEstimate { launches: 1, gpu_ns_estimate: 250 }));
+        let sync = Event::of(
+            Api::StreamSynchronizePtsz,
+            1,
+            Detail::Sync {
+                stream: Some(0),
+                event: None,
+            },
+        )
+        .timed(200, 50);
+        assert_eq!(
+            g.observe(&sync),
+            Some(BatchEstimate {
+                launches: 1,
+                gpu_ns_estimate: 150
+            })
+        );
+        let copy = Event::of(
+            Api::MemcpyDtoH,
+            1,
+            Detail::Copy {
+                bytes: 1,
+                direction: "dtoh",
+                dst: 0,
+                src: 0,
+                stream: None,
+            },
+        )
+        .timed(300, 50);
+        assert_eq!(
+            g.observe(&copy),
+            Some(BatchEstimate {
+                launches: 1,
+                gpu_ns_estimate: 250
+            })
+        );
     }
 }

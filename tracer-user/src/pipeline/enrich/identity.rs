@@ -44,11 +44,17 @@ impl Identity {
     /// node's pod list has them, else the pod UID and container id from the cgroup path.
     pub fn pod_labels(&self) -> [Option<String>; 3] {
         let named = self.kube.as_ref();
-        let container = named.map(|k| k.container.as_str()).filter(|c| !c.is_empty());
+        let container = named
+            .map(|k| k.container.as_str())
+            .filter(|c| !c.is_empty());
         [
             named.map(|k| k.namespace.clone()),
-            named.map(|k| k.pod.clone()).or_else(|| self.pod_uid.clone()),
-            container.map(str::to_owned).or_else(|| self.container_id.clone()),
+            named
+                .map(|k| k.pod.clone())
+                .or_else(|| self.pod_uid.clone()),
+            container
+                .map(str::to_owned)
+                .or_else(|| self.container_id.clone()),
         ]
     }
 }
@@ -78,7 +84,9 @@ const PF_EXITING: u64 = 0x4;
 /// Whether /proc/PID/stat shows a process that has not begun to exit (not a zombie, and
 /// `PF_EXITING` clear).
 pub fn parse_alive(stat: &str) -> bool {
-    let Some(end) = stat.rfind(')') else { return false };
+    let Some(end) = stat.rfind(')') else {
+        return false;
+    };
     let mut fields = stat[end + 1..].split_whitespace();
     let state = fields.next();
     // flags is field 9: the sixth after state.
@@ -98,11 +106,17 @@ const MAX_TASKS_CHECKED: usize = 256;
 /// Whether the process still runs: its leader, or (after the leader called `pthread_exit`)
 /// any of its first [`MAX_TASKS_CHECKED`] threads.
 pub fn process_alive(pid: u32) -> bool {
-    let stat = |path: String| read_bounded(&path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let stat = |path: String| {
+        read_bounded(&path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
     if parse_alive(&stat(format!("/proc/{pid}/stat"))) {
         return true;
     }
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
     tasks
         .flatten()
         .take(MAX_TASKS_CHECKED)
@@ -123,7 +137,11 @@ pub fn parse_cgroup(text: &str) -> Option<String> {
     let v2 = paths.iter().find(|(id, _)| *id == "0").map(|(_, p)| *p);
     match v2 {
         Some(p) if p != "/" => Some(p.to_owned()),
-        _ => paths.iter().map(|(_, p)| *p).find(|p| *p != "/").map(str::to_owned),
+        _ => paths
+            .iter()
+            .map(|(_, p)| *p)
+            .find(|p| *p != "/")
+            .map(str::to_owned),
     }
 }
 
@@ -131,7 +149,11 @@ pub fn parse_cgroup(text: &str) -> Option<String> {
 /// cgroup inside its own `user.slice` subtree (`user-1000.slice`, `user@1000.service`), named
 /// like a runtime's or a pod's, so ids are never taken from there.
 fn outside_user_delegation(cgroup: &str) -> bool {
-    !cgroup.split('/').any(|c| c == "user.slice" || (c.starts_with("user-") && c.ends_with(".slice")) || c.starts_with("user@"))
+    !cgroup.split('/').any(|c| {
+        c == "user.slice"
+            || (c.starts_with("user-") && c.ends_with(".slice"))
+            || c.starts_with("user@")
+    })
 }
 
 /// Container id in a cgroup path: 64 hex digits after `docker-`, `cri-containerd-`, `crio-`,
@@ -179,14 +201,20 @@ const MAX_CMDLINE: usize = 4096;
 fn read_bounded(path: &str) -> Option<Vec<u8>> {
     use std::io::Read as _;
     let mut out = Vec::new();
-    fs::File::open(path).ok()?.take(MAX_PROC_READ).read_to_end(&mut out).ok()?;
+    fs::File::open(path)
+        .ok()?
+        .take(MAX_PROC_READ)
+        .read_to_end(&mut out)
+        .ok()?;
     Some(out)
 }
 
 /// The process's name from /proc (the leader's), or `pid<N>` when it is gone already.
 pub fn comm(pid: u32) -> Comm {
     match read_bounded(&format!("/proc/{pid}/comm")) {
-        Some(b) if !b.is_empty() => Comm::from(String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).as_ref()),
+        Some(b) if !b.is_empty() => {
+            Comm::from(String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).as_ref())
+        }
         _ => Comm::from(format!("pid{pid}")),
     }
 }
@@ -195,21 +223,34 @@ pub fn comm(pid: u32) -> Comm {
 /// line (it may hold secrets) only when `with_cmdline`.
 pub fn read(pid: u32, with_cmdline: bool) -> Identity {
     let proc = format!("/proc/{pid}");
-    let stat = read_bounded(&format!("{proc}/stat")).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let stat = read_bounded(&format!("{proc}/stat"))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     let start_time = parse_start_time(&stat).unwrap_or(0);
-    let exe = fs::read_link(format!("{proc}/exe")).ok().map(|p| p.display().to_string());
-    let cmdline = with_cmdline.then(|| read_bounded(&format!("{proc}/cmdline"))).flatten().filter(|c| !c.is_empty()).map(|c| {
-        let parts: Vec<String> =
-            c.split(|&b| b == 0).filter(|p| !p.is_empty()).map(|p| String::from_utf8_lossy(p).into_owned()).collect();
-        parts.join(" ").chars().take(MAX_CMDLINE).collect()
-    });
+    let exe = fs::read_link(format!("{proc}/exe"))
+        .ok()
+        .map(|p| p.display().to_string());
+    let cmdline = with_cmdline
+        .then(|| read_bounded(&format!("{proc}/cmdline")))
+        .flatten()
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            let parts: Vec<String> = c
+                .split(|&b| b == 0)
+                .filter(|p| !p.is_empty())
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect();
+            parts.join(" ").chars().take(MAX_CMDLINE).collect()
+        });
     let cgroup = read_bounded(&format!("{proc}/cgroup"))
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .as_deref()
         .and_then(parse_cgroup);
     let cuda_visible_devices = read_bounded(&format!("{proc}/environ")).and_then(|env| {
-        env.split(|&b| b == 0)
-            .find_map(|kv| kv.strip_prefix(b"CUDA_VISIBLE_DEVICES=").map(|v| String::from_utf8_lossy(v).into_owned()))
+        env.split(|&b| b == 0).find_map(|kv| {
+            kv.strip_prefix(b"CUDA_VISIBLE_DEVICES=")
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
     });
     Identity {
         start_time,
@@ -236,20 +277,32 @@ mod tests {
         assert_eq!(parse_start_time(stat), Some(987654));
         assert!(parse_alive(stat));
         assert!(!parse_alive("4242 (x) Z 1 4242 4242 0 -1 4194560"));
-        assert!(!parse_alive("4242 (x) R 1 4242 4242 0 -1 4194564 100"), "PF_EXITING set");
+        assert!(
+            !parse_alive("4242 (x) R 1 4242 4242 0 -1 4194564 100"),
+            "PF_EXITING set"
+        );
         assert!(!parse_alive(""));
     }
 
     #[test]
     fn container_ids_of_each_runtime() {
-        assert_eq!(container_id(&format!("/system.slice/docker-{ID}.scope")).as_deref(), Some(ID));
+        assert_eq!(
+            container_id(&format!("/system.slice/docker-{ID}.scope")).as_deref(),
+            Some(ID)
+        );
         assert_eq!(container_id(&format!("/docker/{ID}")).as_deref(), Some(ID));
         assert_eq!(
             container_id(&format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234.slice/cri-containerd-{ID}.scope")).as_deref(),
             Some(ID)
         );
-        assert_eq!(container_id(&format!("/kubepods/burstable/pod0b1c/crio-{ID}.scope")).as_deref(), Some(ID));
-        assert_eq!(container_id("/user.slice/user-1000.slice/session-2.scope"), None);
+        assert_eq!(
+            container_id(&format!("/kubepods/burstable/pod0b1c/crio-{ID}.scope")).as_deref(),
+            Some(ID)
+        );
+        assert_eq!(
+            container_id("/user.slice/user-1000.slice/session-2.scope"),
+            None
+        );
     }
 
     #[test]
@@ -257,7 +310,10 @@ mod tests {
         let uid = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
         let systemd = format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{ID}.scope", uid.replace('-', "_"));
         assert_eq!(pod_uid(&systemd).as_deref(), Some(uid));
-        assert_eq!(pod_uid(&format!("/kubepods/besteffort/pod{uid}/{ID}")).as_deref(), Some(uid));
+        assert_eq!(
+            pod_uid(&format!("/kubepods/besteffort/pod{uid}/{ID}")).as_deref(),
+            Some(uid)
+        );
         assert_eq!(pod_uid("/system.slice/docker.service"), None);
     }
 
@@ -272,26 +328,54 @@ mod tests {
             assert_eq!((pod_uid(&forged), container_id(&forged)), (None, None), "{forged}");
         }
         // A pod UID outside the kubelet's hierarchy is not one either.
-        assert_eq!(pod_uid(&format!("/system.slice/kubepods-pod{uid}.slice")), None);
+        assert_eq!(
+            pod_uid(&format!("/system.slice/kubepods-pod{uid}.slice")),
+            None
+        );
         assert_eq!(pod_uid(&format!("/system.slice/pod{uid}.slice")), None);
     }
 
     #[test]
     fn pod_labels_are_names_once_known_else_ids() {
         let uid = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
-        let mut id = Identity { pod_uid: Some(uid.into()), container_id: Some(ID.into()), ..Default::default() };
+        let mut id = Identity {
+            pod_uid: Some(uid.into()),
+            container_id: Some(ID.into()),
+            ..Default::default()
+        };
         assert_eq!(id.pod_labels(), [None, Some(uid.into()), Some(ID.into())]);
-        id.kube = Some(PodNames { namespace: "serving".into(), pod: "llm-0".into(), container: "server".into() });
-        assert_eq!(id.pod_labels(), [Some("serving".into()), Some("llm-0".into()), Some("server".into())]);
+        id.kube = Some(PodNames {
+            namespace: "serving".into(),
+            pod: "llm-0".into(),
+            container: "server".into(),
+        });
+        assert_eq!(
+            id.pod_labels(),
+            [
+                Some("serving".into()),
+                Some("llm-0".into()),
+                Some("server".into())
+            ]
+        );
         id.kube.as_mut().unwrap().container.clear();
-        assert_eq!(id.pod_labels()[2].as_deref(), Some(ID), "a container the pod does not list keeps its id");
+        assert_eq!(
+            id.pod_labels()[2].as_deref(),
+            Some(ID),
+            "a container the pod does not list keeps its id"
+        );
         assert_eq!(Identity::default().pod_labels(), [None, None, None]);
     }
 
     #[test]
     fn cgroup_prefers_v2_then_v1() {
-        assert_eq!(parse_cgroup("0::/kubepods/x\n").as_deref(), Some("/kubepods/x"));
-        assert_eq!(parse_cgroup("4:memory:/docker/abc\n3:cpu:/\n0::/\n").as_deref(), Some("/docker/abc"));
+        assert_eq!(
+            parse_cgroup("0::/kubepods/x\n").as_deref(),
+            Some("/kubepods/x")
+        );
+        assert_eq!(
+            parse_cgroup("4:memory:/docker/abc\n3:cpu:/\n0::/\n").as_deref(),
+            Some("/docker/abc")
+        );
         assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), None);
     }
 }

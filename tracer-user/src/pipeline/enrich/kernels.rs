@@ -55,7 +55,10 @@ pub fn demangle(mangled: &str) -> String {
         return cut(mangled);
     };
     let options = cpp_demangle::DemangleOptions::default().recursion_limit(RECURSION_LIMIT);
-    let mut sink = Capped { out: String::new(), full: false };
+    let mut sink = Capped {
+        out: String::new(),
+        full: false,
+    };
     match symbol.structured_demangle(&mut sink, &options) {
         Ok(()) => sink.out,
         Err(_) if sink.full => {
@@ -80,7 +83,10 @@ fn cut(s: &str) -> String {
 impl KernelName {
     /// Builds both forms from the looked-up symbol.
     pub fn new(mangled: &str) -> Self {
-        KernelName { mangled: mangled.to_owned(), demangled: demangle(mangled).into() }
+        KernelName {
+            mangled: mangled.to_owned(),
+            demangled: demangle(mangled).into(),
+        }
     }
 }
 
@@ -106,7 +112,11 @@ impl KernelNames {
     pub fn observe(&mut self, ev: &Event) -> Option<Arc<KernelName>> {
         match &ev.detail {
             Detail::Launch { function, .. } => self.by_handle.get(function).cloned(),
-            Detail::Lookup { handle, source, name } if ev.result == 0 && *handle != 0 => {
+            Detail::Lookup {
+                handle,
+                source,
+                name,
+            } if ev.result == 0 && *handle != 0 => {
                 let name = match ev.api.info().shape {
                     Shape::KernelGetFunction => self.by_handle.get(source).cloned()?,
                     _ => Arc::new(KernelName::new(name.as_deref()?)),
@@ -147,8 +157,15 @@ mod tests {
         let start = std::time::Instant::now();
         let out = demangle(&name);
         let took = start.elapsed();
-        assert!(out.len() <= MAX_DEMANGLED && out.ends_with("..."), "{} bytes", out.len());
-        assert!(out.starts_with("f(A, A<A, A>, A<A<A, A>, A<A, A> >"), "{out}");
+        assert!(
+            out.len() <= MAX_DEMANGLED && out.ends_with("..."),
+            "{} bytes",
+            out.len()
+        );
+        assert!(
+            out.starts_with("f(A, A<A, A>, A<A<A, A>, A<A, A> >"),
+            "{out}"
+        );
         assert!(took < std::time::Duration::from_millis(1), "took {took:?}");
         // A name that is not C++ (or nests too deep) comes back as it is, also cut.
         assert_eq!(demangle(&"x".repeat(5000)).len(), MAX_DEMANGLED);
@@ -158,10 +175,21 @@ mod tests {
     fn handles_past_the_cap_are_counted_not_kept() {
         let mut t = KernelNames::default();
         for h in 1..=(MAX_HANDLES as u64 + 5) {
-            t.observe(&Event::of(Api::ModuleGetFunction, 1, Detail::Lookup { handle: h, source: 1, name: Some("k".into()) }));
+            t.observe(&Event::of(
+                Api::ModuleGetFunction,
+                1,
+                Detail::Lookup {
+                    handle: h,
+                    source: 1,
+                    name: Some("k".into()),
+                },
+            ));
         }
         assert_eq!((t.len(), t.overflowed), (MAX_HANDLES, 5));
-        assert!(t.observe(&launch(1, 1)).is_some() && t.observe(&launch(1, MAX_HANDLES as u64 + 1)).is_none());
+        assert!(
+            t.observe(&launch(1, 1)).is_some()
+                && t.observe(&launch(1, MAX_HANDLES as u64 + 1)).is_none()
+        );
     }
 
     #[test]
@@ -169,7 +197,10 @@ mod tests {
         let k = KernelName::new("_Z11hidden_gemmPfS_i");
         assert_eq!(&*k.demangled, "hidden_gemm(float*, float*, int)");
         assert_eq!(k.mangled, "_Z11hidden_gemmPfS_i");
-        assert_eq!(&*KernelName::new("plain_c_kernel").demangled, "plain_c_kernel");
+        assert_eq!(
+            &*KernelName::new("plain_c_kernel").demangled,
+            "plain_c_kernel"
+        );
         // A long name of multi-byte characters is cut by bytes, at a character boundary.
         let wide = "\u{00e9}".repeat(1000);
         assert_eq!(demangle(&wide).len(), MAX_DEMANGLED);
@@ -178,16 +209,36 @@ mod tests {
     #[test]
     fn names_follow_handles() {
         let mut t = KernelNames::default();
-        let lookup = Detail::Lookup { handle: 0x10, source: 0x1, name: Some("_Z3addv".into()) };
+        let lookup = Detail::Lookup {
+            handle: 0x10,
+            source: 0x1,
+            name: Some("_Z3addv".into()),
+        };
         t.observe(&Event::of(Api::ModuleGetFunction, 1, lookup));
         assert_eq!(&*t.observe(&launch(1, 0x10)).unwrap().demangled, "add()");
-        assert_eq!(KernelNames::default().observe(&launch(2, 0x10)), None, "handles are per process");
-        let lib = Detail::Lookup { handle: 0x20, source: 0x2, name: Some("_Z3mulv".into()) };
+        assert_eq!(
+            KernelNames::default().observe(&launch(2, 0x10)),
+            None,
+            "handles are per process"
+        );
+        let lib = Detail::Lookup {
+            handle: 0x20,
+            source: 0x2,
+            name: Some("_Z3mulv".into()),
+        };
         t.observe(&Event::of(Api::LibraryGetKernel, 1, lib));
-        let conv = Detail::Lookup { handle: 0x30, source: 0x20, name: None };
+        let conv = Detail::Lookup {
+            handle: 0x30,
+            source: 0x20,
+            name: None,
+        };
         t.observe(&Event::of(Api::KernelGetFunction, 1, conv));
         assert_eq!(t.observe(&launch(1, 0x30)).unwrap().mangled, "_Z3mulv");
-        assert_eq!(t.observe(&launch(1, 0x20)).unwrap().mangled, "_Z3mulv", "a CUkernel launched as a CUfunction");
+        assert_eq!(
+            t.observe(&launch(1, 0x20)).unwrap().mangled,
+            "_Z3mulv",
+            "a CUkernel launched as a CUfunction"
+        );
         assert_eq!(t.len(), 3);
     }
 }

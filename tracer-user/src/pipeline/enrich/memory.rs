@@ -50,15 +50,13 @@ impl ProcessMemory {
                 m.peak_bytes = m.peak_bytes.max(m.current_bytes);
                 m.allocs += 1;
             }
-            Detail::Free { dptr, .. } => {
-                match m.live.remove(&dptr) {
-                    Some(bytes) => {
-                        m.current_bytes = m.current_bytes.saturating_sub(bytes);
-                        m.frees += 1;
-                    }
-                    None => m.unknown_frees += 1,
+            Detail::Free { dptr, .. } => match m.live.remove(&dptr) {
+                Some(bytes) => {
+                    m.current_bytes = m.current_bytes.saturating_sub(bytes);
+                    m.frees += 1;
                 }
-            }
+                None => m.unknown_frees += 1,
+            },
             _ => {}
         }
     }
@@ -92,23 +90,81 @@ mod tests {
     fn allocations_past_the_cap_count_their_bytes_untracked() {
         let mut t = ProcessMemory::default();
         for p in 1..=(MAX_LIVE as u64 + 3) {
-            t.observe(&Event::of(Api::MemAlloc, 1, Detail::Alloc { dptr: p, bytes: 2, stream: None }));
+            t.observe(&Event::of(
+                Api::MemAlloc,
+                1,
+                Detail::Alloc {
+                    dptr: p,
+                    bytes: 2,
+                    stream: None,
+                },
+            ));
         }
-        assert_eq!((t.live.len(), t.overflowed, t.current_bytes), (MAX_LIVE, 3, 2 * (MAX_LIVE as u64 + 3)));
+        assert_eq!(
+            (t.live.len(), t.overflowed, t.current_bytes),
+            (MAX_LIVE, 3, 2 * (MAX_LIVE as u64 + 3))
+        );
     }
 
     #[test]
     fn current_peak_and_unknown_frees() {
         let mut t = ProcessMemory::default();
-        t.observe(&Event::of(Api::MemAlloc, 1, Detail::Alloc { dptr: 0x1000, bytes: 100, stream: None }));
-        t.observe(&Event::of(Api::MemAllocAsync, 1, Detail::Alloc { dptr: 0x2000, bytes: 50, stream: Some(1) }));
-        t.observe(&Event::of(Api::MemFree, 1, Detail::Free { dptr: 0x1000, stream: None }));
-        t.observe(&Event::of(Api::MemFree, 1, Detail::Free { dptr: 0x9999, stream: None }));
-        let mut failed = Event::of(Api::MemAlloc, 1, Detail::Alloc { dptr: 0x3000, bytes: 7, stream: None });
+        t.observe(&Event::of(
+            Api::MemAlloc,
+            1,
+            Detail::Alloc {
+                dptr: 0x1000,
+                bytes: 100,
+                stream: None,
+            },
+        ));
+        t.observe(&Event::of(
+            Api::MemAllocAsync,
+            1,
+            Detail::Alloc {
+                dptr: 0x2000,
+                bytes: 50,
+                stream: Some(1),
+            },
+        ));
+        t.observe(&Event::of(
+            Api::MemFree,
+            1,
+            Detail::Free {
+                dptr: 0x1000,
+                stream: None,
+            },
+        ));
+        t.observe(&Event::of(
+            Api::MemFree,
+            1,
+            Detail::Free {
+                dptr: 0x9999,
+                stream: None,
+            },
+        ));
+        let mut failed = Event::of(
+            Api::MemAlloc,
+            1,
+            Detail::Alloc {
+                dptr: 0x3000,
+                bytes: 7,
+                stream: None,
+            },
+        );
         failed.result = 2;
         t.observe(&failed);
         let m = &t;
         assert!(m.touched());
-        assert_eq!((m.current_bytes, m.peak_bytes, m.allocs, m.frees, m.unknown_frees), (50, 150, 2, 1, 1));
+        assert_eq!(
+            (
+                m.current_bytes,
+                m.peak_bytes,
+                m.allocs,
+                m.frees,
+                m.unknown_frees
+            ),
+            (50, 150, 2, 1, 1)
+        );
     }
 }

@@ -11,10 +11,7 @@ pub mod pods_api;
 
 use std::sync::Arc;
 
-use crate::{
-    pipeline::decode::Event,
-    registry::Process,
-};
+use crate::{pipeline::decode::Event, registry::Process};
 use gputime::BatchEstimate;
 use kernels::KernelName;
 

@@ -86,7 +86,11 @@ struct ContainerStatus {
 
 /// A name as a label may carry it: printable, at most [`MAX_NAME`] characters.
 fn clean(name: &str) -> Arc<str> {
-    name.chars().filter(|c| !c.is_control()).take(MAX_NAME).collect::<String>().into()
+    name.chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_NAME)
+        .collect::<String>()
+        .into()
 }
 
 impl PodIndex {
@@ -96,21 +100,37 @@ impl PodIndex {
         let list: PodList = serde_json::from_slice(json)?;
         let total = list.items.len();
         let mut pods = HashMap::default();
-        for pod in list.items.into_iter().filter(|p| !p.metadata.uid.is_empty()).take(MAX_PODS) {
+        for pod in list
+            .items
+            .into_iter()
+            .filter(|p| !p.metadata.uid.is_empty())
+            .take(MAX_PODS)
+        {
             let status = pod.status.unwrap_or_default();
-            let containers = [status.container_statuses, status.init_container_statuses, status.ephemeral_container_statuses]
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|c| {
-                    // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
-                    let id = c.container_id?;
-                    let id = id.rsplit_once("://").map_or(id.as_str(), |(_, id)| id).to_owned();
-                    Some((id, clean(&c.name)))
-                })
-                .take(MAX_CONTAINERS)
-                .collect();
-            let entry = PodEntry { namespace: clean(&pod.metadata.namespace), name: clean(&pod.metadata.name), containers };
+            let containers = [
+                status.container_statuses,
+                status.init_container_statuses,
+                status.ephemeral_container_statuses,
+            ]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|c| {
+                // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
+                let id = c.container_id?;
+                let id = id
+                    .rsplit_once("://")
+                    .map_or(id.as_str(), |(_, id)| id)
+                    .to_owned();
+                Some((id, clean(&c.name)))
+            })
+            .take(MAX_CONTAINERS)
+            .collect();
+            let entry = PodEntry {
+                namespace: clean(&pod.metadata.namespace),
+                name: clean(&pod.metadata.name),
+                containers,
+            };
             pods.insert(pod.metadata.uid.chars().take(MAX_NAME).collect(), entry);
         }
         let left_out = total - pods.len().min(total);
@@ -133,7 +153,11 @@ impl PodIndex {
         let container = container_id
             .and_then(|id| pod.containers.iter().find(|(cid, _)| cid == id))
             .map_or_else(String::new, |(_, name)| name.to_string());
-        Some(PodNames { namespace: pod.namespace.to_string(), pod: pod.name.to_string(), container })
+        Some(PodNames {
+            namespace: pod.namespace.to_string(),
+            pod: pod.name.to_string(),
+            container,
+        })
     }
 }
 
@@ -142,7 +166,9 @@ impl PodIndex {
 pub fn label(registry: &mut Registry, index: &PodIndex) -> bool {
     let mut unknown = false;
     for p in registry.iter_mut() {
-        let Some(uid) = p.identity.pod_uid.as_deref() else { continue };
+        let Some(uid) = p.identity.pod_uid.as_deref() else {
+            continue;
+        };
         let names = index.names(uid, p.identity.container_id.as_deref());
         unknown |= names.is_none() && p.exited_at.is_none();
         if names.is_some() && p.identity.kube != names {
@@ -169,12 +195,24 @@ mod tests {
     fn pods_and_containers_by_uid_and_id() {
         let (index, left_out) = PodIndex::parse(LIST.as_bytes()).unwrap();
         assert_eq!((index.len(), left_out), (2, 1));
-        let names = index.names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("bbb")).unwrap();
-        assert_eq!((&*names.namespace, &*names.pod, &*names.container), ("serving", "llm-0", "server"));
-        let init = index.names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("aaa")).unwrap();
+        let names = index
+            .names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("bbb"))
+            .unwrap();
+        assert_eq!(
+            (&*names.namespace, &*names.pod, &*names.container),
+            ("serving", "llm-0", "server")
+        );
+        let init = index
+            .names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("aaa"))
+            .unwrap();
         assert_eq!(&*init.container, "fetch");
-        let unknown_container = index.names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("ccc")).unwrap();
-        assert_eq!((&*unknown_container.pod, &*unknown_container.container), ("llm-0", ""));
+        let unknown_container = index
+            .names("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0", Some("ccc"))
+            .unwrap();
+        assert_eq!(
+            (&*unknown_container.pod, &*unknown_container.container),
+            ("llm-0", "")
+        );
         assert_eq!(&*index.names("u2", None).unwrap().pod, "pending");
         assert!(index.names("nope", None).is_none());
     }
@@ -182,14 +220,23 @@ mod tests {
     #[test]
     fn hostile_lists_are_bounded_or_refused() {
         let many: Vec<String> = (0..MAX_PODS + 10)
-            .map(|i| format!(r#"{{"metadata":{{"name":"p{i}\u0007\n","namespace":"{}","uid":"u{i}"}}}}"#, "n".repeat(1000)))
+            .map(|i| {
+                format!(
+                    r#"{{"metadata":{{"name":"p{i}\u0007\n","namespace":"{}","uid":"u{i}"}}}}"#,
+                    "n".repeat(1000)
+                )
+            })
             .collect();
-        let (index, left_out) = PodIndex::parse(format!(r#"{{"items":[{}]}}"#, many.join(",")).as_bytes()).unwrap();
+        let (index, left_out) =
+            PodIndex::parse(format!(r#"{{"items":[{}]}}"#, many.join(",")).as_bytes()).unwrap();
         assert_eq!((index.len(), left_out), (MAX_PODS, 10));
         let names = index.names("u0", None).unwrap();
         assert_eq!((&*names.pod, names.namespace.len()), ("p0", MAX_NAME));
         let deep = "[".repeat(100_000);
-        assert!(PodIndex::parse(format!(r#"{{"items":{deep}"#).as_bytes()).is_err(), "nesting is refused, not a stack overflow");
+        assert!(
+            PodIndex::parse(format!(r#"{{"items":{deep}"#).as_bytes()).is_err(),
+            "nesting is refused, not a stack overflow"
+        );
         assert!(PodIndex::parse(b"not json").is_err());
     }
 }

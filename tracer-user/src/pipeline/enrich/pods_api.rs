@@ -5,7 +5,7 @@
 //! with growing delays after failures. Responses are bounded in time and size; what the agent
 //! had stays when a fetch fails, and each new kind of failure is said once.
 use std::{
-    sync::{Arc, Mutex, mpsc},
+    sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -48,26 +48,45 @@ impl PodNamesSource {
 
 /// A node name as Kubernetes allows it (a DNS subdomain), so that it is safe in a query.
 fn node_name_ok(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 253 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
 /// The pods URL: the configured one, else the in-cluster API server's pods on `NODE_NAME`.
 /// `Ok(None)`: not asked for (no URL and not in a cluster).
-fn target(cfg: &KubernetesConfig, var: impl Fn(&str) -> Option<String>) -> Result<Option<Target>, String> {
+fn target(
+    cfg: &KubernetesConfig,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Target>, String> {
     let in_cluster = var("KUBERNETES_SERVICE_HOST").is_some();
-    if !cfg.pod_names.unwrap_or(in_cluster || cfg.pods_url.is_some()) {
+    if !cfg
+        .pod_names
+        .unwrap_or(in_cluster || cfg.pods_url.is_some())
+    {
         return Ok(None);
     }
     let url = match &cfg.pods_url {
         Some(url) => url.clone(),
         None => {
-            let host = var("KUBERNETES_SERVICE_HOST").ok_or("not in a cluster (KUBERNETES_SERVICE_HOST is unset) and no kubernetes.pods_url")?;
+            let host = var("KUBERNETES_SERVICE_HOST").ok_or(
+                "not in a cluster (KUBERNETES_SERVICE_HOST is unset) and no kubernetes.pods_url",
+            )?;
             let port = var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|| "443".into());
             let node = var("NODE_NAME").ok_or("NODE_NAME is unset: set it from the downward API (spec.nodeName), as the chart does")?;
             if !node_name_ok(&node) {
-                return Err(format!("NODE_NAME {:?} is not a node name", node.chars().take(64).collect::<String>()));
+                return Err(format!(
+                    "NODE_NAME {:?} is not a node name",
+                    node.chars().take(64).collect::<String>()
+                ));
             }
-            let host = if host.contains(':') { format!("[{host}]") } else { host };
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host
+            };
             format!("https://{host}:{port}/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
         }
     };
@@ -92,7 +111,9 @@ pub fn start(cfg: &KubernetesConfig) -> Option<PodNamesSource> {
     let index = Arc::new(Mutex::new(Arc::new(PodIndex::default())));
     let (wake, woken) = mpsc::sync_channel(1);
     let shared = index.clone();
-    let spawned = std::thread::Builder::new().name("cudatrace-pods".into()).spawn(move || refresher(&target, &shared, &woken));
+    let spawned = std::thread::Builder::new()
+        .name("cudatrace-pods".into())
+        .spawn(move || refresher(&target, &shared, &woken));
     if let Err(e) = spawned {
         eprintln!("cudatrace: pod names off: cannot start a thread ({e})");
         return None;
@@ -109,8 +130,16 @@ fn refresher(target: &Target, index: &Mutex<Arc<PodIndex>>, woken: &mpsc::Receiv
         let wait = match fetch(target) {
             Ok((fresh, left_out)) => {
                 if failures > 0 || said.is_empty() {
-                    let more = if left_out > 0 { format!(" ({left_out} more left out)") } else { String::new() };
-                    eprintln!("cudatrace: pod names: {} pods from {}{more}", fresh.len(), target.url);
+                    let more = if left_out > 0 {
+                        format!(" ({left_out} more left out)")
+                    } else {
+                        String::new()
+                    };
+                    eprintln!(
+                        "cudatrace: pod names: {} pods from {}{more}",
+                        fresh.len(),
+                        target.url
+                    );
                     said = "ok".into();
                 }
                 failures = 0;
@@ -123,7 +152,8 @@ fn refresher(target: &Target, index: &Mutex<Arc<PodIndex>>, woken: &mpsc::Receiv
                     said = why;
                 }
                 failures = failures.saturating_add(1);
-                (MIN_GAP * 2u32.saturating_pow(failures - 1).min(64)).min(target.refresh.max(MIN_GAP))
+                (MIN_GAP * 2u32.saturating_pow(failures - 1).min(64))
+                    .min(target.refresh.max(MIN_GAP))
             }
         };
         match woken.recv_timeout(wait) {
@@ -139,7 +169,12 @@ fn fetch(t: &Target) -> Result<(PodIndex, usize), String> {
     use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
     let token = std::fs::read_to_string(&t.token_file)
         .map_err(|e| format!("cannot read the service account token {} ({e}): mount it, or set kubernetes.pod_names = false", t.token_file.display()))?;
-    let ca = std::fs::read(&t.ca_file).map_err(|e| format!("cannot read the CA certificate {} ({e})", t.ca_file.display()))?;
+    let ca = std::fs::read(&t.ca_file).map_err(|e| {
+        format!(
+            "cannot read the CA certificate {} ({e})",
+            t.ca_file.display()
+        )
+    })?;
     let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&ca)
         .filter_map(|item| match item {
             Ok(PemItem::Certificate(c)) => Some(c),
@@ -152,7 +187,11 @@ fn fetch(t: &Target) -> Result<(PodIndex, usize), String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(TIMEOUT))
         .http_status_as_error(false)
-        .tls_config(TlsConfig::builder().root_certs(RootCerts::new_with_certs(&certs)).build())
+        .tls_config(
+            TlsConfig::builder()
+                .root_certs(RootCerts::new_with_certs(&certs))
+                .build(),
+        )
         .build()
         .into();
     let mut answer = agent
@@ -173,7 +212,13 @@ fn fetch(t: &Target) -> Result<(PodIndex, usize), String> {
         .with_config()
         .limit(MAX_BODY)
         .read_to_vec()
-        .map_err(|e| format!("{}: reading the pod list: {e} (at most {} MiB)", t.url, MAX_BODY >> 20))?;
+        .map_err(|e| {
+            format!(
+                "{}: reading the pod list: {e} (at most {} MiB)",
+                t.url,
+                MAX_BODY >> 20
+            )
+        })?;
     PodIndex::parse(&body).map_err(|e| format!("{}: not a PodList: {e}", t.url))
 }
 
@@ -182,30 +227,60 @@ mod tests {
     use super::*;
 
     fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
     fn in_cluster_url_from_the_environment() {
         let cfg = KubernetesConfig::default();
-        let env = [("KUBERNETES_SERVICE_HOST", "10.0.0.1"), ("KUBERNETES_SERVICE_PORT", "443"), ("NODE_NAME", "gpu-node-7")];
+        let env = [
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("NODE_NAME", "gpu-node-7"),
+        ];
         let t = target(&cfg, vars(&env)).unwrap().unwrap();
-        assert_eq!(t.url, "https://10.0.0.1:443/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-7");
+        assert_eq!(
+            t.url,
+            "https://10.0.0.1:443/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-7"
+        );
         let v6 = [("KUBERNETES_SERVICE_HOST", "fd00::1"), ("NODE_NAME", "n")];
-        assert_eq!(target(&cfg, vars(&v6)).unwrap().unwrap().url, "https://[fd00::1]:443/api/v1/pods?fieldSelector=spec.nodeName%3Dn");
+        assert_eq!(
+            target(&cfg, vars(&v6)).unwrap().unwrap().url,
+            "https://[fd00::1]:443/api/v1/pods?fieldSelector=spec.nodeName%3Dn"
+        );
         // Outside a cluster, not asked for: off without a word.
         assert!(target(&cfg, vars(&[])).unwrap().is_none());
     }
 
     #[test]
     fn what_is_wrong_is_said() {
-        let on = KubernetesConfig { pod_names: Some(true), ..Default::default() };
-        assert!(target(&on, vars(&[])).unwrap_err().contains("KUBERNETES_SERVICE_HOST is unset"));
+        let on = KubernetesConfig {
+            pod_names: Some(true),
+            ..Default::default()
+        };
+        assert!(target(&on, vars(&[]))
+            .unwrap_err()
+            .contains("KUBERNETES_SERVICE_HOST is unset"));
         let no_node = [("KUBERNETES_SERVICE_HOST", "10.0.0.1")];
-        assert!(target(&on, vars(&no_node)).unwrap_err().contains("NODE_NAME is unset"));
-        let bad = [("KUBERNETES_SERVICE_HOST", "10.0.0.1"), ("NODE_NAME", "x&labelSelector=y")];
-        assert!(target(&on, vars(&bad)).unwrap_err().contains("is not a node name"));
-        let off = KubernetesConfig { pod_names: Some(false), ..Default::default() };
+        assert!(target(&on, vars(&no_node))
+            .unwrap_err()
+            .contains("NODE_NAME is unset"));
+        let bad = [
+            ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+            ("NODE_NAME", "x&labelSelector=y"),
+        ];
+        assert!(target(&on, vars(&bad))
+            .unwrap_err()
+            .contains("is not a node name"));
+        let off = KubernetesConfig {
+            pod_names: Some(false),
+            ..Default::default()
+        };
         assert!(target(&off, vars(&bad)).unwrap().is_none());
     }
 }

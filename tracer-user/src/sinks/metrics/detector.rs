@@ -2,9 +2,9 @@
 use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
 
 use super::{
-    SnapshotCell,
-    encode::{Labels, gauge, with},
+    encode::{gauge, with, Labels},
     snapshot::SignalRow,
+    SnapshotCell,
 };
 
 /// The detector collector.
@@ -15,7 +15,15 @@ impl Collector for DetectorCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let snap = self.0.load();
         let signal_rows = |f: &dyn Fn(&SignalRow) -> f64| -> Vec<(Labels, f64)> {
-            snap.signals.iter().map(|s| (with(s.process.labels(), &[("signal", s.signal.as_str().into())]), f(s))).collect()
+            snap.signals
+                .iter()
+                .map(|s| {
+                    (
+                        with(s.process.labels(), &[("signal", s.signal.as_str().into())]),
+                        f(s),
+                    )
+                })
+                .collect()
         };
         gauge(
             &mut enc,
@@ -58,7 +66,12 @@ impl Collector for DetectorCollector {
                 (labels, 1.0)
             })
             .collect();
-        gauge(&mut enc, "cudatrace_alert_active", "1 for each alert cudatrace's detector holds pending or firing (see README).", &alerts)?;
+        gauge(
+            &mut enc,
+            "cudatrace_alert_active",
+            "1 for each alert cudatrace's detector holds pending or firing (see README).",
+            &alerts,
+        )?;
         let schedule = snap.schedule.clone().unwrap_or_else(|| "default".into());
         gauge(
             &mut enc,

@@ -14,7 +14,12 @@ pub fn with(mut labels: Labels, more: &[(&'static str, String)]) -> Labels {
 }
 
 /// Encodes one gauge family (nothing when it has no rows).
-pub fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Labels, f64)]) -> std::fmt::Result {
+pub fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, f64)],
+) -> std::fmt::Result {
     if rows.is_empty() {
         return Ok(());
     }
@@ -26,13 +31,19 @@ pub fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Label
 }
 
 /// Encodes one counter family (nothing when it has no rows); `name` without `_total`.
-pub fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Labels, f64)]) -> std::fmt::Result {
+pub fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, f64)],
+) -> std::fmt::Result {
     if rows.is_empty() {
         return Ok(());
     }
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
-        m.encode_family(labels)?.encode_counter::<NoLabelSet, _, f64>(v, None)?;
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, _, f64>(v, None)?;
     }
     Ok(())
 }

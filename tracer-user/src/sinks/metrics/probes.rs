@@ -3,8 +3,8 @@
 use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
 
 use super::{
+    encode::{counter, gauge, Labels},
     SnapshotCell,
-    encode::{Labels, counter, gauge},
 };
 
 /// The probes and agent collector.
@@ -14,7 +14,12 @@ pub struct ProbesCollector(pub SnapshotCell);
 impl Collector for ProbesCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let snap = self.0.load();
-        counter(&mut enc, "cudatrace_events", "Ring-buffer records consumed.", &[(vec![], snap.events as f64)])?;
+        counter(
+            &mut enc,
+            "cudatrace_events",
+            "Ring-buffer records consumed.",
+            &[(vec![], snap.events as f64)],
+        )?;
         counter(
             &mut enc,
             "cudatrace_processes_evicted",
@@ -22,7 +27,11 @@ impl Collector for ProbesCollector {
             &[(vec![], snap.evicted as f64)],
         )?;
         let reasons = crate::probe::loader::DROP_REASONS;
-        let dropped: Vec<(Labels, f64)> = reasons.iter().zip(snap.dropped).map(|(r, n)| (vec![("reason", (*r).to_owned())], n as f64)).collect();
+        let dropped: Vec<(Labels, f64)> = reasons
+            .iter()
+            .zip(snap.dropped)
+            .map(|(r, n)| (vec![("reason", (*r).to_owned())], n as f64))
+            .collect();
         counter(
             &mut enc,
             "cudatrace_events_dropped",
@@ -38,7 +47,16 @@ impl Collector for ProbesCollector {
         let by_process: Vec<(Labels, f64)> = snap
             .drops_by_process
             .iter()
-            .map(|(pid, comm, reason, n)| (vec![("pid", pid.to_string()), ("comm", comm.clone()), ("reason", (*reason).to_owned())], *n as f64))
+            .map(|(pid, comm, reason, n)| {
+                (
+                    vec![
+                        ("pid", pid.to_string()),
+                        ("comm", comm.clone()),
+                        ("reason", (*reason).to_owned()),
+                    ],
+                    *n as f64,
+                )
+            })
             .collect();
         counter(
             &mut enc,
@@ -46,8 +64,11 @@ impl Collector for ProbesCollector {
             "Records not written, by the process whose calls they were and the reason (ring_full: who filled the ring buffer).",
             &by_process,
         )?;
-        let overflows: Vec<(Labels, f64)> =
-            snap.table_overflows.iter().map(|(table, n)| (vec![("table", (*table).to_owned())], *n as f64)).collect();
+        let overflows: Vec<(Labels, f64)> = snap
+            .table_overflows
+            .iter()
+            .map(|(table, n)| (vec![("table", (*table).to_owned())], *n as f64))
+            .collect();
         counter(
             &mut enc,
             "cudatrace_table_overflows",
@@ -57,9 +78,24 @@ impl Collector for ProbesCollector {
         let probes: Vec<(Labels, f64)> = snap
             .probes
             .iter()
-            .map(|(sym, lib, on)| (vec![("symbol", (*sym).to_owned()), ("library", lib.clone())], f64::from(u8::from(*on))))
+            .map(|(sym, lib, on)| {
+                (
+                    vec![("symbol", (*sym).to_owned()), ("library", lib.clone())],
+                    f64::from(u8::from(*on)),
+                )
+            })
             .collect();
-        gauge(&mut enc, "cudatrace_probe_attached", "1 when the symbol's probes are attached in the library, 0 when it is not exported.", &probes)?;
-        gauge(&mut enc, "cudatrace_nvml_up", "1 when NVML answers, 0 without it.", &[(vec![], f64::from(u8::from(snap.nvml_up)))])
+        gauge(
+            &mut enc,
+            "cudatrace_probe_attached",
+            "1 when the symbol's probes are attached in the library, 0 when it is not exported.",
+            &probes,
+        )?;
+        gauge(
+            &mut enc,
+            "cudatrace_nvml_up",
+            "1 when NVML answers, 0 without it.",
+            &[(vec![], f64::from(u8::from(snap.nvml_up)))],
+        )
     }
 }

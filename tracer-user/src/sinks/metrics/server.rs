@@ -13,20 +13,20 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use axum::{
-    Router,
     extract::State,
-    http::{HeaderMap, StatusCode, header},
+    http::{header, HeaderMap, StatusCode},
     response::IntoResponse,
     routing::get,
+    Router,
 };
-use prometheus_client::registry::Registry;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     service::TowerToHyperService,
 };
-use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
 
-use super::{Snapshot, SnapshotCell, web::WebConfig};
+use super::{web::WebConfig, Snapshot, SnapshotCell};
 
 /// Time a connection has to send a request's headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,23 +53,38 @@ struct Served {
 /// `None` when the request may go on, else the 401 to answer.
 async fn refused(served: &Served, headers: &HeaderMap) -> Option<axum::response::Response> {
     let auth = served.auth.as_ref()?;
-    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
     if auth.allows(given).await {
         return None;
     }
-    Some((StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Basic realm=\"cudatrace\"")], "unauthorized\n").into_response())
+    Some(
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"cudatrace\"")],
+            "unauthorized\n",
+        )
+            .into_response(),
+    )
 }
 
 /// Raises this process's open-file limit to its hard limit (no privilege needed): connections
 /// and libraries both take descriptors. Returns the limit in force.
 pub fn raise_fd_limit() -> u64 {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit and setrlimit get a valid pointer to an rlimit.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
             return 0;
         }
-        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
         if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
             return raised.rlim_cur;
         }
@@ -89,18 +104,36 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
 
 /// Serves `/metrics` on its own thread until the process exits; scrapes send their snapshot
 /// requests to `requests`.
-pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotRequest>, web: WebConfig) -> Result<()> {
-    listener.set_nonblocking(true).context("cannot make the metrics listener non-blocking")?;
+pub fn spawn(
+    listener: std::net::TcpListener,
+    requests: mpsc::Sender<SnapshotRequest>,
+    web: WebConfig,
+) -> Result<()> {
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the metrics listener non-blocking")?;
     let cell = SnapshotCell::default();
     let tls = web.tls.map(tokio_rustls::TlsAcceptor::from);
-    let served = Arc::new(Served { registry: super::registry(&cell), cell, requests, encoding: Mutex::new(()), auth: web.auth });
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the metrics runtime")?;
+    let served = Arc::new(Served {
+        registry: super::registry(&cell),
+        cell,
+        requests,
+        encoding: Mutex::new(()),
+        auth: web.auth,
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the metrics runtime")?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             let result = runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                let app = Router::new().route("/metrics", get(metrics)).route("/", get(index)).with_state(served);
+                let app = Router::new()
+                    .route("/metrics", get(metrics))
+                    .route("/", get(index))
+                    .with_state(served);
                 accept_loop(listener, app, tls).await
             });
             if let Err(e) = result {
@@ -112,7 +145,11 @@ pub fn spawn(listener: std::net::TcpListener, requests: mpsc::Sender<SnapshotReq
 }
 
 /// Serves each accepted connection with the bounds above.
-async fn accept_loop(listener: tokio::net::TcpListener, app: Router, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io::Result<()> {
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, _) = match listener.accept().await {
@@ -133,7 +170,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, app: Router, tls: Option
             match tls {
                 None => serve(stream, app).await,
                 Some(acceptor) => {
-                    if let Ok(Ok(stream)) = tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await
+                    {
                         serve(stream, app).await;
                     }
                 }
@@ -150,7 +189,9 @@ where
 {
     let service = TowerToHyperService::new(app);
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(HEADER_TIMEOUT).max_buf_size(MAX_HEADER_BYTES);
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
     let connection = http.serve_connection(TokioIo::new(stream), service);
     let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
 }
@@ -162,11 +203,17 @@ async fn index(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum::r
     "cudatrace: metrics at /metrics\n".into_response()
 }
 
-async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum::response::Response {
+async fn metrics(
+    State(served): State<Arc<Served>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
     if let Some(no) = refused(&served, &headers).await {
         return no;
     }
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let openmetrics = accept.contains("application/openmetrics-text");
     let _one_at_a_time = served.encoding.lock().await;
     let (tx, rx) = oneshot::channel();
@@ -190,6 +237,11 @@ async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum:
     };
     match result {
         Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response(),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], "encoding failed\n").into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            "encoding failed\n",
+        )
+            .into_response(),
     }
 }

@@ -9,7 +9,7 @@ use super::encode::Labels;
 use crate::{
     aggregate::{Aggregator, Series},
     alert::AlertChange,
-    detect::{Detector, Signal, classify::GpuSet},
+    detect::{classify::GpuSet, Detector, Signal},
     nvml::GpuSample,
     pipeline::enrich::identity::ProcessRef,
     registry::Registry,
@@ -34,7 +34,13 @@ pub struct ProcessLabels {
 impl ProcessLabels {
     fn of(p: ProcessRef<'_>) -> ProcessLabels {
         let [namespace, pod, container] = p.identity.pod_labels().map(Option::unwrap_or_default);
-        ProcessLabels { pid: p.pid, comm: p.comm.to_owned(), namespace, pod, container }
+        ProcessLabels {
+            pid: p.pid,
+            comm: p.comm.to_owned(),
+            namespace,
+            pod,
+            container,
+        }
     }
 
     /// The labels, in order.
@@ -171,18 +177,34 @@ impl Snapshot {
     /// Copies what the metrics need.
     pub fn build(s: &Sources<'_>) -> Snapshot {
         let mut labels: HashMap<u32, Arc<ProcessLabels>> = HashMap::default();
-        let mut of = |p: ProcessRef<'_>| labels.entry(p.pid).or_insert_with(|| Arc::new(ProcessLabels::of(p))).clone();
+        let mut of = |p: ProcessRef<'_>| {
+            labels
+                .entry(p.pid)
+                .or_insert_with(|| Arc::new(ProcessLabels::of(p)))
+                .clone()
+        };
         let calls = s
             .aggregator
             .series(s.registry)
             .into_iter()
-            .map(|v| CallRow { process: of(v.process), api: v.api, kernel: v.kernel, series: v.series })
+            .map(|v| CallRow {
+                process: of(v.process),
+                api: v.api,
+                kernel: v.kernel,
+                series: v.series,
+            })
             .collect();
         let quantiles = s
             .aggregator
             .quantiles(s.registry)
             .into_iter()
-            .map(|q| QuantileRow { process: of(q.process), api: q.api, window: q.window, quantile: q.quantile, seconds: q.seconds })
+            .map(|q| QuantileRow {
+                process: of(q.process),
+                api: q.api,
+                window: q.window,
+                quantile: q.quantile,
+                seconds: q.seconds,
+            })
             .collect();
         let processes = s
             .registry
@@ -202,7 +224,13 @@ impl Snapshot {
         let signals = s
             .detector
             .signals(s.registry)
-            .map(|(p, signal, value, p99, forecast)| SignalRow { process: of(p), signal, value, p99, forecast })
+            .map(|(p, signal, value, p99, forecast)| SignalRow {
+                process: of(p),
+                signal,
+                value,
+                p99,
+                forecast,
+            })
             .collect();
         Snapshot {
             calls,
@@ -212,12 +240,19 @@ impl Snapshot {
             dropped: s.dropped,
             evicted: s.registry.evicted,
             libraries_refused: s.libraries_refused,
-            table_overflows: crate::registry::BOUNDED_TABLES.into_iter().zip(s.registry.overflows()).collect(),
+            table_overflows: crate::registry::BOUNDED_TABLES
+                .into_iter()
+                .zip(s.registry.overflows())
+                .collect(),
             drops_by_process: s
                 .drops_by_process
                 .iter()
                 .map(|(pid, reason, n)| {
-                    let comm = s.registry.get(*pid).map(|p| p.comm.to_string()).unwrap_or_default();
+                    let comm = s
+                        .registry
+                        .get(*pid)
+                        .map(|p| p.comm.to_string())
+                        .unwrap_or_default();
                     (*pid, comm, crate::probe::loader::DROP_REASONS[*reason], *n)
                 })
                 .collect(),

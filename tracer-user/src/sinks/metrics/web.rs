@@ -19,7 +19,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{bail, Context as _, Result};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// Authorization headers remembered as good, at most.
@@ -46,31 +46,52 @@ fn text<'a>(y: &'a Yaml, what: &str) -> Result<&'a str> {
 
 /// Reads and checks a web config file; errors say which key and what to do.
 pub fn load(path: &Path) -> Result<WebConfig> {
-    let body = std::fs::read_to_string(path).with_context(|| format!("bad web config {}: cannot read it", path.display()))?;
-    parse(&body, path.parent().unwrap_or(Path::new("."))).with_context(|| format!("bad web config {}", path.display()))
+    let body = std::fs::read_to_string(path)
+        .with_context(|| format!("bad web config {}: cannot read it", path.display()))?;
+    parse(&body, path.parent().unwrap_or(Path::new(".")))
+        .with_context(|| format!("bad web config {}", path.display()))
 }
 
 fn parse(body: &str, dir: &Path) -> Result<WebConfig> {
     let docs = YamlLoader::load_from_str(body).map_err(|e| anyhow::anyhow!("not YAML: {e}"))?;
-    let root = docs.into_iter().next().unwrap_or(Yaml::Hash(Default::default()));
-    let Some(map) = root.as_hash() else { bail!("give a YAML mapping of tls_server_config and basic_auth_users") };
-    let mut config = WebConfig { tls: None, auth: None };
+    let root = docs
+        .into_iter()
+        .next()
+        .unwrap_or(Yaml::Hash(Default::default()));
+    let Some(map) = root.as_hash() else {
+        bail!("give a YAML mapping of tls_server_config and basic_auth_users")
+    };
+    let mut config = WebConfig {
+        tls: None,
+        auth: None,
+    };
     for (key, value) in map {
         match key.as_str() {
             Some("tls_server_config") => config.tls = Some(tls(value, dir)?),
             Some("basic_auth_users") => {
-                let users = value.as_hash().context("basic_auth_users: give a mapping of user names to bcrypt hashes")?;
+                let users = value
+                    .as_hash()
+                    .context("basic_auth_users: give a mapping of user names to bcrypt hashes")?;
                 let mut out = HashMap::new();
                 for (u, h) in users {
-                    let (u, h) = (text(u, "a basic_auth_users name")?, text(h, "a basic_auth_users hash")?);
+                    let (u, h) = (
+                        text(u, "a basic_auth_users name")?,
+                        text(h, "a basic_auth_users hash")?,
+                    );
                     if !h.starts_with("$2") {
                         bail!("basic_auth_users.{u}: not a bcrypt hash (make one with `htpasswd -nBC 10 \"\" | tr -d ':\\n'`)");
                     }
                     out.insert(u.to_owned(), h.to_owned());
                 }
-                config.auth = Some(BasicAuth { users: out, passed: Mutex::new(HashSet::new()), checking: tokio::sync::Mutex::new(()) });
+                config.auth = Some(BasicAuth {
+                    users: out,
+                    passed: Mutex::new(HashSet::new()),
+                    checking: tokio::sync::Mutex::new(()),
+                });
             }
-            Some(other) => bail!("{other}: not supported (tls_server_config and basic_auth_users are)"),
+            Some(other) => {
+                bail!("{other}: not supported (tls_server_config and basic_auth_users are)")
+            }
             None => bail!("keys must be strings"),
         }
     }
@@ -78,33 +99,45 @@ fn parse(body: &str, dir: &Path) -> Result<WebConfig> {
 }
 
 fn tls(y: &Yaml, dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
-    let map = y.as_hash().context("tls_server_config: give cert_file and key_file")?;
+    use rustls::pki_types::{pem::PemObject as _, CertificateDer, PrivateKeyDer};
+    let map = y
+        .as_hash()
+        .context("tls_server_config: give cert_file and key_file")?;
     let (mut cert, mut key) = (None, None);
     for (k, v) in map {
         let file = |what| -> Result<PathBuf> { Ok(dir.join(text(v, what)?)) };
         match k.as_str() {
             Some("cert_file") => cert = Some(file("tls_server_config.cert_file")?),
             Some("key_file") => key = Some(file("tls_server_config.key_file")?),
-            Some(other) => bail!("tls_server_config.{other}: not supported (cert_file and key_file are)"),
+            Some(other) => {
+                bail!("tls_server_config.{other}: not supported (cert_file and key_file are)")
+            }
             None => bail!("keys must be strings"),
         }
     }
-    let (Some(cert), Some(key)) = (cert, key) else { bail!("tls_server_config: give both cert_file and key_file") };
+    let (Some(cert), Some(key)) = (cert, key) else {
+        bail!("tls_server_config: give both cert_file and key_file")
+    };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
         .and_then(|certs| certs.collect::<Result<_, _>>())
         .map_err(|e| anyhow::anyhow!("tls_server_config.cert_file {}: {e}", cert.display()))?;
     if chain.is_empty() {
-        bail!("tls_server_config.cert_file {}: no certificate in it", cert.display());
+        bail!(
+            "tls_server_config.cert_file {}: no certificate in it",
+            cert.display()
+        );
     }
-    let private = PrivateKeyDer::from_pem_file(&key).map_err(|e| anyhow::anyhow!("tls_server_config.key_file {}: {e}", key.display()))?;
+    let private = PrivateKeyDer::from_pem_file(&key)
+        .map_err(|e| anyhow::anyhow!("tls_server_config.key_file {}: {e}", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS versions")?
         .with_no_client_auth()
         .with_single_cert(chain, private)
-        .map_err(|e| anyhow::anyhow!("tls_server_config: the key does not fit the certificate: {e}"))?;
+        .map_err(|e| {
+            anyhow::anyhow!("tls_server_config: the key does not fit the certificate: {e}")
+        })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -112,18 +145,36 @@ fn tls(y: &Yaml, dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
 impl BasicAuth {
     /// Whether an `Authorization` header names a user with the right password.
     pub async fn allows(&self, header: Option<&str>) -> bool {
-        let Some(given) = header.and_then(|h| h.strip_prefix("Basic ")).map(str::trim) else { return false };
-        if self.passed.lock().unwrap_or_else(|e| e.into_inner()).contains(given) {
+        let Some(given) = header.and_then(|h| h.strip_prefix("Basic ")).map(str::trim) else {
+            return false;
+        };
+        if self
+            .passed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(given)
+        {
             return true;
         }
         use base64::Engine as _;
-        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(given) else { return false };
-        let Ok(pair) = String::from_utf8(decoded) else { return false };
-        let Some((user, password)) = pair.split_once(':') else { return false };
-        let Some(hash) = self.users.get(user).cloned() else { return false };
+        let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(given) else {
+            return false;
+        };
+        let Ok(pair) = String::from_utf8(decoded) else {
+            return false;
+        };
+        let Some((user, password)) = pair.split_once(':') else {
+            return false;
+        };
+        let Some(hash) = self.users.get(user).cloned() else {
+            return false;
+        };
         let password = password.to_owned();
         let _one_at_a_time = self.checking.lock().await;
-        let ok = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false)).await.unwrap_or(false);
+        let ok =
+            tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+                .await
+                .unwrap_or(false);
         if ok {
             let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
             if passed.len() >= MAX_REMEMBERED {
@@ -144,22 +195,42 @@ mod tests {
         let dir = Path::new("/nonexistent");
         assert!(parse("{}", dir).unwrap().tls.is_none());
         let e = |s: &str| format!("{:#}", parse(s, dir).err().unwrap());
-        assert_eq!(e("http_server_config: {}"), "http_server_config: not supported (tls_server_config and basic_auth_users are)");
+        assert_eq!(
+            e("http_server_config: {}"),
+            "http_server_config: not supported (tls_server_config and basic_auth_users are)"
+        );
         assert!(e("basic_auth_users:\n  a: plain\n").contains("not a bcrypt hash"));
-        assert!(e("tls_server_config:\n  cert_file: a.crt\n").contains("give both cert_file and key_file"));
-        assert!(e("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n").contains("/nonexistent/a.crt"));
-        assert!(e("tls_server_config:\n  client_ca_file: x\n").contains("client_ca_file: not supported"));
+        assert!(e("tls_server_config:\n  cert_file: a.crt\n")
+            .contains("give both cert_file and key_file"));
+        assert!(
+            e("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n")
+                .contains("/nonexistent/a.crt")
+        );
+        assert!(e("tls_server_config:\n  client_ca_file: x\n")
+            .contains("client_ca_file: not supported"));
     }
 
     #[tokio::test]
     async fn basic_auth_checks_bcrypt_and_remembers() {
         let hash = bcrypt::hash("s3cret", 4).unwrap();
-        let c = parse(&format!("basic_auth_users:\n  prom: '{hash}'\n"), Path::new(".")).unwrap();
+        let c = parse(
+            &format!("basic_auth_users:\n  prom: '{hash}'\n"),
+            Path::new("."),
+        )
+        .unwrap();
         let auth = c.auth.unwrap();
         use base64::Engine as _;
-        let header = |s: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s));
+        let header = |s: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
         assert!(auth.allows(Some(&header("prom:s3cret"))).await);
-        assert!(auth.allows(Some(&header("prom:s3cret"))).await, "remembered");
+        assert!(
+            auth.allows(Some(&header("prom:s3cret"))).await,
+            "remembered"
+        );
         assert!(!auth.allows(Some(&header("prom:wrong"))).await);
         assert!(!auth.allows(Some(&header("nobody:s3cret"))).await);
         assert!(!auth.allows(Some("Bearer x")).await);

@@ -104,7 +104,11 @@ impl View {
             let a = t0.get(&pid).map_or(0, f);
             t1.get(&pid).map_or(0, f).saturating_sub(a)
         };
-        let gpu_total: u64 = now.processes.iter().map(|p| gained(p.process.pid, |t| t.gpu_ns)).sum();
+        let gpu_total: u64 = now
+            .processes
+            .iter()
+            .map(|p| gained(p.process.pid, |t| t.gpu_ns))
+            .sum();
         let mut on_gpus: HashMap<u32, Vec<u32>> = HashMap::new();
         for g in &now.gpus {
             for p in &g.processes {
@@ -135,20 +139,32 @@ impl View {
                         .map(|s| (s.value, if s.p99 > 0.0 { s.value / s.p99 } else { 0.0 })),
                     copy_bytes_per_s: gained(pid, |t| t.copy_bytes) as f64 / secs,
                     memory_bytes: p.memory_bytes,
-                    gpu_share: if gpu_total > 0 { gained(pid, |t| t.gpu_ns) as f64 / gpu_total as f64 } else { 0.0 },
+                    gpu_share: if gpu_total > 0 {
+                        gained(pid, |t| t.gpu_ns) as f64 / gpu_total as f64
+                    } else {
+                        0.0
+                    },
                     alert: now
                         .alerts
                         .iter()
                         .filter(|a| a.victim.pid == pid)
                         .max_by_key(|a| a.state == AlertState::Firing)
                         .map(|a| {
-                            let who = a.aggressors.first().map(|g| format!("{} (pid {})", g.comm, g.pid)).unwrap_or_default();
+                            let who = a
+                                .aggressors
+                                .first()
+                                .map(|g| format!("{} (pid {})", g.comm, g.pid))
+                                .unwrap_or_default();
                             (a.state, a.cause.as_str(), who)
                         }),
                 }
             })
             .collect();
-        rows.sort_by(|a, b| b.launches_per_s.total_cmp(&a.launches_per_s).then(a.pid.cmp(&b.pid)));
+        rows.sort_by(|a, b| {
+            b.launches_per_s
+                .total_cmp(&a.launches_per_s)
+                .then(a.pid.cmp(&b.pid))
+        });
         View {
             gpus: now
                 .gpus
@@ -161,7 +177,13 @@ impl View {
                     power_w: g.power_mw.map(|mw| f64::from(mw) / 1000.0),
                     throttle: g
                         .reasons
-                        .map(|bits| REASONS.iter().filter(|(b, n)| bits & b != 0 && *n != "gpu_idle").map(|(_, n)| *n).collect())
+                        .map(|bits| {
+                            REASONS
+                                .iter()
+                                .filter(|(b, n)| bits & b != 0 && *n != "gpu_idle")
+                                .map(|(_, n)| *n)
+                                .collect()
+                        })
                         .unwrap_or_default(),
                 })
                 .collect(),
@@ -184,7 +206,12 @@ fn launch_quantiles(s: &Snapshot, pid: u32) -> Option<(f64, f64)> {
     let q = |quantile: f64| {
         s.quantiles
             .iter()
-            .find(|q| q.process.pid == pid && q.api == busiest && q.window == "1m" && q.quantile == quantile)
+            .find(|q| {
+                q.process.pid == pid
+                    && q.api == busiest
+                    && q.window == "1m"
+                    && q.quantile == quantile
+            })
             .map(|q| q.seconds)
     };
     Some((q(0.5)?, q(0.99)?))

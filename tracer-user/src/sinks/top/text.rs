@@ -16,15 +16,39 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 /// One field: control characters made visible, spaces replaced (a tenant's name must not
 /// shift the columns), cut to `width`, `-` when empty.
 fn field(s: &str, width: usize) -> String {
-    let s: String = printable(s).chars().map(|c| if c.is_whitespace() { '_' } else { c }).take(width).collect();
-    if s.is_empty() { "-".into() } else { s }
+    let s: String = printable(s)
+        .chars()
+        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .take(width)
+        .collect();
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s
+    }
 }
 
 /// A process's line.
 pub fn row(r: &Row) -> String {
-    let gpus = if r.gpus.is_empty() { "-".into() } else { r.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",") };
+    let gpus = if r.gpus.is_empty() {
+        "-".into()
+    } else {
+        r.gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let alert = match &r.alert {
-        Some((state, cause, who)) => format!("{}:{cause}{}", state.as_str(), if who.is_empty() { String::new() } else { format!(" by {}", printable(who)) }),
+        Some((state, cause, who)) => format!(
+            "{}:{cause}{}",
+            state.as_str(),
+            if who.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", printable(who))
+            }
+        ),
         None => "-".into(),
     };
     format!(
@@ -46,7 +70,12 @@ pub fn row(r: &Row) -> String {
 
 /// The whole screen; `clock` is the wall time to show (HH:MM:SS).
 pub fn screen(v: &View, clock: &str) -> String {
-    let mut out = format!("cudatrace top - {clock}  processes: {}  records: {}  dropped: {}\n", v.rows.len(), v.events, v.dropped);
+    let mut out = format!(
+        "cudatrace top - {clock}  processes: {}  records: {}  dropped: {}\n",
+        v.rows.len(),
+        v.events,
+        v.dropped
+    );
     if v.nvml_off {
         out += "NVML not available: no GPU lines (per-process figures are from the driver calls)\n";
     }
@@ -61,7 +90,11 @@ pub fn screen(v: &View, clock: &str) -> String {
             gib(g.memory.1),
             g.temperature.map_or_else(|| "-".into(), |t| t.to_string()),
             opt(g.power_w, 1),
-            if g.throttle.is_empty() { "none".into() } else { g.throttle.join(",") }
+            if g.throttle.is_empty() {
+                "none".into()
+            } else {
+                g.throttle.join(",")
+            }
         );
     }
     out += HEADER;
@@ -91,17 +124,52 @@ mod tests {
             copy_bytes_per_s: 2.5e6,
             memory_bytes: 2 << 20,
             gpu_share: 0.4,
-            alert: Some((AlertState::Firing, "compute_contention", "trainer (pid 4313)".into())),
+            alert: Some((
+                AlertState::Firing,
+                "compute_contention",
+                "trainer (pid 4313)".into(),
+            )),
         };
         let line = row(&r);
         let fields: Vec<&str> = line.split_whitespace().collect();
         let names: Vec<&str> = HEADER.split_whitespace().collect();
-        assert_eq!(&fields[..12], ["4242", "model_server", "-", "0,1", "1234.5", "2.1", "5.3", "0.120", "8.50", "2.50", "2.0", "40.0"]);
+        assert_eq!(
+            &fields[..12],
+            [
+                "4242",
+                "model_server",
+                "-",
+                "0,1",
+                "1234.5",
+                "2.1",
+                "5.3",
+                "0.120",
+                "8.50",
+                "2.50",
+                "2.0",
+                "40.0"
+            ]
+        );
         assert_eq!(names.len(), 13);
-        assert_eq!(&fields[12..], ["firing:compute_contention", "by", "trainer", "(pid", "4313)"]);
+        assert_eq!(
+            &fields[12..],
+            [
+                "firing:compute_contention",
+                "by",
+                "trainer",
+                "(pid",
+                "4313)"
+            ]
+        );
         // A terminal escape is shown, not obeyed.
         assert_eq!(field("a\x1b[2J", 15), "a\\u{1b}[2J");
-        let empty = Row { launch_p50_p99: None, wait_per_launch: None, alert: None, gpus: vec![], ..r };
+        let empty = Row {
+            launch_p50_p99: None,
+            wait_per_launch: None,
+            alert: None,
+            gpus: vec![],
+            ..r
+        };
         assert_eq!(row(&empty).split_whitespace().count(), 13);
     }
 }

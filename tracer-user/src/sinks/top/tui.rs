@@ -5,16 +5,19 @@
 use std::{collections::VecDeque, sync::Arc};
 
 use ratatui::{
-    DefaultTerminal, Frame,
     crossterm::event::{KeyCode, KeyEvent, KeyModifiers},
     layout::{Constraint, Layout},
     style::{Modifier, Style},
     text::Line,
     widgets::{Block, Borders, Cell, Paragraph, Row as TableRow, Table, TableState},
+    DefaultTerminal, Frame,
 };
 
-use super::{Row, View, text};
-use crate::{alert::AlertChange, sinks::{metrics::Snapshot, stdout::printable}};
+use super::{text, Row, View};
+use crate::{
+    alert::AlertChange,
+    sinks::{metrics::Snapshot, stdout::printable},
+};
 
 /// A column: its title, its width, whether narrow terminals keep it, and how rows sort by it.
 struct Column {
@@ -33,18 +36,78 @@ fn alert_rank(r: &Row) -> f64 {
 }
 
 const COLUMNS: [Column; 12] = [
-    Column { title: "PID", width: 7, narrow: true, key: |r| f64::from(r.pid) },
-    Column { title: "COMM", width: 15, narrow: true, key: |_| 0.0 },
-    Column { title: "POD", width: 16, narrow: false, key: |_| 0.0 },
-    Column { title: "GPU", width: 4, narrow: false, key: |r| r.gpus.first().map_or(-1.0, |g| f64::from(*g)) },
-    Column { title: "LAUNCH/S", width: 9, narrow: true, key: |r| r.launches_per_s },
-    Column { title: "P50_US", width: 7, narrow: true, key: |r| r.launch_p50_p99.map_or(-1.0, |q| q.0) },
-    Column { title: "P99_US", width: 7, narrow: true, key: |r| r.launch_p50_p99.map_or(-1.0, |q| q.1) },
-    Column { title: "WAIT/L_MS", width: 9, narrow: true, key: |r| r.wait_per_launch.map_or(-1.0, |w| w.0) },
-    Column { title: "xBASE", width: 6, narrow: true, key: |r| r.wait_per_launch.map_or(-1.0, |w| w.1) },
-    Column { title: "COPY_MB/S", width: 10, narrow: false, key: |r| r.copy_bytes_per_s },
-    Column { title: "MEM_MIB", width: 8, narrow: false, key: |r| r.memory_bytes as f64 },
-    Column { title: "GPU%", width: 5, narrow: true, key: |r| r.gpu_share },
+    Column {
+        title: "PID",
+        width: 7,
+        narrow: true,
+        key: |r| f64::from(r.pid),
+    },
+    Column {
+        title: "COMM",
+        width: 15,
+        narrow: true,
+        key: |_| 0.0,
+    },
+    Column {
+        title: "POD",
+        width: 16,
+        narrow: false,
+        key: |_| 0.0,
+    },
+    Column {
+        title: "GPU",
+        width: 4,
+        narrow: false,
+        key: |r| r.gpus.first().map_or(-1.0, |g| f64::from(*g)),
+    },
+    Column {
+        title: "LAUNCH/S",
+        width: 9,
+        narrow: true,
+        key: |r| r.launches_per_s,
+    },
+    Column {
+        title: "P50_US",
+        width: 7,
+        narrow: true,
+        key: |r| r.launch_p50_p99.map_or(-1.0, |q| q.0),
+    },
+    Column {
+        title: "P99_US",
+        width: 7,
+        narrow: true,
+        key: |r| r.launch_p50_p99.map_or(-1.0, |q| q.1),
+    },
+    Column {
+        title: "WAIT/L_MS",
+        width: 9,
+        narrow: true,
+        key: |r| r.wait_per_launch.map_or(-1.0, |w| w.0),
+    },
+    Column {
+        title: "xBASE",
+        width: 6,
+        narrow: true,
+        key: |r| r.wait_per_launch.map_or(-1.0, |w| w.1),
+    },
+    Column {
+        title: "COPY_MB/S",
+        width: 10,
+        narrow: false,
+        key: |r| r.copy_bytes_per_s,
+    },
+    Column {
+        title: "MEM_MIB",
+        width: 8,
+        narrow: false,
+        key: |r| r.memory_bytes as f64,
+    },
+    Column {
+        title: "GPU%",
+        width: 5,
+        narrow: true,
+        key: |r| r.gpu_share,
+    },
 ];
 
 /// Alert changes remembered for the detail pane.
@@ -87,11 +150,20 @@ pub enum Ask {
 impl Screen {
     /// Takes over the terminal (alternate screen, raw mode; restored on drop and on panic).
     pub fn start() -> Screen {
-        Screen { terminal: ratatui::init(), state: State::new() }
+        Screen {
+            terminal: ratatui::init(),
+            state: State::new(),
+        }
     }
 
     /// New data to show (ignored while paused), and alert changes since the last.
-    pub fn update(&mut self, view: View, snapshot: Arc<Snapshot>, changes: Vec<AlertChange>, clock: &str) {
+    pub fn update(
+        &mut self,
+        view: View,
+        snapshot: Arc<Snapshot>,
+        changes: Vec<AlertChange>,
+        clock: &str,
+    ) {
         self.state.update(view, snapshot, changes, clock);
     }
 
@@ -136,7 +208,13 @@ impl State {
         }
     }
 
-    fn update(&mut self, view: View, snapshot: Arc<Snapshot>, changes: Vec<AlertChange>, clock: &str) {
+    fn update(
+        &mut self,
+        view: View,
+        snapshot: Arc<Snapshot>,
+        changes: Vec<AlertChange>,
+        clock: &str,
+    ) {
         for c in changes {
             if self.recent.len() == RECENT_ALERTS {
                 self.recent.pop_front();
@@ -174,7 +252,9 @@ impl State {
             KeyCode::Char('p') | KeyCode::Char(' ') => self.paused = !self.paused,
             KeyCode::Char('r') => self.sort.1 = !self.sort.1,
             KeyCode::Right | KeyCode::Char('>') => self.sort.0 = (self.sort.0 + 1) % COLUMNS.len(),
-            KeyCode::Left | KeyCode::Char('<') => self.sort.0 = (self.sort.0 + COLUMNS.len() - 1) % COLUMNS.len(),
+            KeyCode::Left | KeyCode::Char('<') => {
+                self.sort.0 = (self.sort.0 + COLUMNS.len() - 1) % COLUMNS.len()
+            }
             KeyCode::Down | KeyCode::Char('j') => self.table.select_next(),
             KeyCode::Up | KeyCode::Char('k') => self.table.select_previous(),
             KeyCode::Enter => {
@@ -197,14 +277,33 @@ impl State {
             .view
             .rows
             .iter()
-            .filter(|r| needle.is_empty() || format!("{} {} {}", r.pid, r.comm, r.pod).to_lowercase().contains(&needle))
+            .filter(|r| {
+                needle.is_empty()
+                    || format!("{} {} {}", r.pid, r.comm, r.pod)
+                        .to_lowercase()
+                        .contains(&needle)
+            })
             .cloned()
             .collect();
         let (col, desc) = self.sort;
         rows.sort_by(|a, b| {
-            let o = if col == 1 { a.comm.cmp(&b.comm) } else if col == 2 { a.pod.cmp(&b.pod) } else { (COLUMNS[col].key)(a).total_cmp(&(COLUMNS[col].key)(b)) };
-            let o = if col == 11 && o.is_eq() { alert_rank(a).total_cmp(&alert_rank(b)) } else { o };
-            if desc { o.reverse() } else { o }
+            let o = if col == 1 {
+                a.comm.cmp(&b.comm)
+            } else if col == 2 {
+                a.pod.cmp(&b.pod)
+            } else {
+                (COLUMNS[col].key)(a).total_cmp(&(COLUMNS[col].key)(b))
+            };
+            let o = if col == 11 && o.is_eq() {
+                alert_rank(a).total_cmp(&alert_rank(b))
+            } else {
+                o
+            };
+            if desc {
+                o.reverse()
+            } else {
+                o
+            }
         });
         rows
     }
@@ -213,7 +312,11 @@ impl State {
         let area = f.area();
         let narrow = area.width < 130;
         let head = header_lines(&self.view, &self.clock);
-        let detail_height = if self.detail.is_some() { area.height / 2 } else { 0 };
+        let detail_height = if self.detail.is_some() {
+            area.height / 2
+        } else {
+            0
+        };
         let [top, body, detail, help_row] = Layout::vertical([
             Constraint::Length(head.len() as u16),
             Constraint::Min(3),
@@ -222,46 +325,93 @@ impl State {
         ])
         .areas(area);
         f.render_widget(Paragraph::new(head), top);
-        let cols: Vec<(usize, &Column)> = COLUMNS.iter().enumerate().filter(|(_, c)| c.narrow || !narrow).collect();
+        let cols: Vec<(usize, &Column)> = COLUMNS
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.narrow || !narrow)
+            .collect();
         let titles = cols.iter().map(|(i, c)| {
-            let mark = if *i == self.sort.0 { if self.sort.1 { "v" } else { "^" } } else { "" };
+            let mark = if *i == self.sort.0 {
+                if self.sort.1 {
+                    "v"
+                } else {
+                    "^"
+                }
+            } else {
+                ""
+            };
             Cell::from(format!("{}{mark}", c.title))
         });
-        let mut widths: Vec<Constraint> = cols.iter().map(|(_, c)| Constraint::Length(c.width)).collect();
+        let mut widths: Vec<Constraint> = cols
+            .iter()
+            .map(|(_, c)| Constraint::Length(c.width))
+            .collect();
         widths.push(Constraint::Fill(1));
         let lines = rows.iter().map(|r| {
             let fields: Vec<String> = text::row(r).split_whitespace().map(str::to_owned).collect();
-            let mut cells: Vec<Cell> = cols.iter().map(|(i, _)| Cell::from(fields.get(*i).cloned().unwrap_or_default())).collect();
-            cells.push(Cell::from(fields.get(12..).map(|a| a.join(" ")).unwrap_or_default()));
+            let mut cells: Vec<Cell> = cols
+                .iter()
+                .map(|(i, _)| Cell::from(fields.get(*i).cloned().unwrap_or_default()))
+                .collect();
+            cells.push(Cell::from(
+                fields.get(12..).map(|a| a.join(" ")).unwrap_or_default(),
+            ));
             TableRow::new(cells)
         });
         let t = Table::new(lines, widths)
-            .header(TableRow::new(titles.chain([Cell::from("ALERT")])).style(Style::new().add_modifier(Modifier::REVERSED)))
+            .header(
+                TableRow::new(titles.chain([Cell::from("ALERT")]))
+                    .style(Style::new().add_modifier(Modifier::REVERSED)),
+            )
             .row_highlight_style(Style::new().add_modifier(Modifier::BOLD));
         f.render_stateful_widget(t, body, &mut self.table);
         if let Some(pid) = self.detail {
-            f.render_widget(Paragraph::new(self.detail_lines(pid)).block(Block::new().borders(Borders::TOP).title(format!(" pid {pid} "))), detail);
+            f.render_widget(
+                Paragraph::new(self.detail_lines(pid)).block(
+                    Block::new()
+                        .borders(Borders::TOP)
+                        .title(format!(" pid {pid} ")),
+                ),
+                detail,
+            );
         }
         let help = if self.filter.1 {
-            format!("filter: {}_  (Enter: keep, Esc: clear)", printable(&self.filter.0))
+            format!(
+                "filter: {}_  (Enter: keep, Esc: clear)",
+                printable(&self.filter.0)
+            )
         } else {
             format!(
                 "q quit  </> sort  r reverse  / filter{}  p pause{}  up/down, Enter: details",
-                if self.filter.0.is_empty() { String::new() } else { format!(" [{}]", printable(&self.filter.0)) },
+                if self.filter.0.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{}]", printable(&self.filter.0))
+                },
                 if self.paused { " [paused]" } else { "" }
             )
         };
-        f.render_widget(Paragraph::new(help).style(Style::new().add_modifier(Modifier::REVERSED)), help_row);
+        f.render_widget(
+            Paragraph::new(help).style(Style::new().add_modifier(Modifier::REVERSED)),
+            help_row,
+        );
     }
 
     /// The detail pane of `pid`: its kernels by total time (count, p99 bucket), its alerts.
     fn detail_lines(&self, pid: u32) -> Vec<Line<'static>> {
         let mut lines = Vec::new();
-        let Some(s) = &self.snapshot else { return lines };
-        let mut kernels: Vec<&crate::sinks::metrics::snapshot::CallRow> =
-            s.calls.iter().filter(|c| c.process.pid == pid && !c.kernel.is_empty()).collect();
+        let Some(s) = &self.snapshot else {
+            return lines;
+        };
+        let mut kernels: Vec<&crate::sinks::metrics::snapshot::CallRow> = s
+            .calls
+            .iter()
+            .filter(|c| c.process.pid == pid && !c.kernel.is_empty())
+            .collect();
         kernels.sort_by(|a, b| b.series.sum_ns.cmp(&a.series.sum_ns));
-        lines.push(Line::from("top kernels by launch time: calls, total ms, p99 (bucket bound)"));
+        lines.push(Line::from(
+            "top kernels by launch time: calls, total ms, p99 (bucket bound)",
+        ));
         for c in kernels.iter().take(5) {
             lines.push(Line::from(format!(
                 "  {:<40} {:>10} {:>10.3} {:>8}",
@@ -271,13 +421,21 @@ impl State {
                 p99_bound(&c.series),
             )));
         }
-        lines.push(Line::from("streams: batches, GPU-time estimate ms, host wait ms"));
+        lines.push(Line::from(
+            "streams: batches, GPU-time estimate ms, host wait ms",
+        ));
         for l in &self.streams {
             lines.push(Line::from(format!("  {l}")));
         }
         lines.push(Line::from("alerts (newest last):"));
         for c in self.recent.iter().filter(|c| c.victim.pid == pid) {
-            lines.push(Line::from(format!("  {} {} {}: {}", c.at, c.alert, c.state.as_str(), printable(&c.summary()))));
+            lines.push(Line::from(format!(
+                "  {} {} {}: {}",
+                c.at,
+                c.alert,
+                c.state.as_str(),
+                printable(&c.summary())
+            )));
         }
         lines
     }
@@ -296,7 +454,9 @@ fn p99_bound(s: &crate::aggregate::Series) -> String {
     for (i, n) in s.buckets.iter().enumerate() {
         seen += n;
         if seen >= want && want > 0 {
-            return crate::aggregate::BUCKETS.get(i).map_or_else(|| ">10s".into(), |le| format!("{:.0}us", le * 1e6));
+            return crate::aggregate::BUCKETS
+                .get(i)
+                .map_or_else(|| ">10s".into(), |le| format!("{:.0}us", le * 1e6));
         }
     }
     "-".into()
@@ -304,7 +464,10 @@ fn p99_bound(s: &crate::aggregate::Series) -> String {
 
 /// The header: the screen's first line and one per GPU (or the NVML line).
 fn header_lines(v: &View, clock: &str) -> Vec<Line<'static>> {
-    let counts = View { rows: Vec::new(), ..v.clone() };
+    let counts = View {
+        rows: Vec::new(),
+        ..v.clone()
+    };
     text::screen(&counts, clock)
         .lines()
         .filter(|l| !l.trim_start().starts_with("PID "))
@@ -341,8 +504,20 @@ mod tests {
     #[test]
     fn keys_sort_filter_pause_and_quit() {
         let mut s = State::new();
-        let view = View { rows: vec![row(1, "trainer", 10.0), row(2, "model-server", 30.0), row(3, "etl", 20.0)], ..View::default() };
-        s.update(view.clone(), Arc::new(Snapshot::default()), Vec::new(), "00:00:00");
+        let view = View {
+            rows: vec![
+                row(1, "trainer", 10.0),
+                row(2, "model-server", 30.0),
+                row(3, "etl", 20.0),
+            ],
+            ..View::default()
+        };
+        s.update(
+            view.clone(),
+            Arc::new(Snapshot::default()),
+            Vec::new(),
+            "00:00:00",
+        );
         let pids = |s: &State| s.rows().iter().map(|r| r.pid).collect::<Vec<_>>();
         assert_eq!(pids(&s), [2, 3, 1], "busiest first");
         press(&mut s, KeyCode::Char('r'));
@@ -360,9 +535,17 @@ mod tests {
         press(&mut s, KeyCode::Esc);
         assert_eq!(pids(&s).len(), 3);
         press(&mut s, KeyCode::Char('p'));
-        s.update(View::default(), Arc::new(Snapshot::default()), Vec::new(), "00:00:01");
+        s.update(
+            View::default(),
+            Arc::new(Snapshot::default()),
+            Vec::new(),
+            "00:00:01",
+        );
         assert_eq!(pids(&s).len(), 3, "paused: the data stays");
         assert_eq!(press(&mut s, KeyCode::Char('q')), Ask::Quit);
-        assert_eq!(s.key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), Ask::Quit);
+        assert_eq!(
+            s.key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Ask::Quit
+        );
     }
 }
