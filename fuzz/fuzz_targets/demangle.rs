@@ -2,7 +2,7 @@
 //! MAX_DEMANGLED bytes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tracer_user::pipeline::enrich::kernels;
+use tracer_user::enrich::kernels;
 
 fuzz_target!(|data: &[u8]| {
     let name = String::from_utf8_lossy(data);

@@ -2,7 +2,7 @@
 //! error.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tracer_user::pipeline::enrich::pods::{MAX_PODS, PodIndex};
+use tracer_user::enrich::pods::{MAX_PODS, PodIndex};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((index, _)) = PodIndex::parse(data) {

@@ -2,7 +2,7 @@
 //! libcuda file with an absolute path.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tracer_user::probe::{discover::is_libcuda, maps};
+use tracer_user::probe::{discovery::is_libcuda, proc_maps as maps};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {

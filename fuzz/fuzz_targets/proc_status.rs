@@ -3,7 +3,7 @@
 //! ids, never a panic; ids have their fixed shapes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use tracer_user::pipeline::enrich::identity;
+use tracer_user::identity;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

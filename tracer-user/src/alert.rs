@@ -1,11 +1,9 @@
 //! The alert change model: one record per state change of a (victim, signal) alert, with its
 //! cause, aggressors and evidence. The detector makes them; the sinks (stdout, webhook,
 //! Alertmanager, metrics) carry them.
-use std::time::SystemTime;
-
 use serde::Serialize;
 
-use crate::pipeline::enrich::identity::ProcessRef;
+use crate::identity::ProcessRef;
 
 /// Where an alert is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -235,11 +233,6 @@ impl Incident {
     }
 }
 
-/// RFC 3339 with seconds, UTC.
-pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
 impl AlertChange {
     /// Identity of the alert across its state changes.
     pub fn key(&self) -> (u32, &'static str, &'static str) {
@@ -285,11 +278,12 @@ impl AlertChange {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, SystemTime};
 
     use serde_json::json;
 
     use super::*;
+    use crate::text::rfc3339;
 
     /// A compute-contention alert of server (pid 10) by trainer (pid 20), in `state`.
     pub(crate) fn record(state: AlertState) -> AlertChange {

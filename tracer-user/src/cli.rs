@@ -4,9 +4,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Parser, Subcommand};
 
 use crate::{
-    config,
-    pipeline::SessionOptions,
-    probe::{ebpf_log::LogLevel, filter::FilterOptions},
+    config, pipeline::SessionOptions, probe::ebpf_log::LogLevel, probe::filter::FilterOptions,
     registry::RegistryLimits,
 };
 

@@ -12,16 +12,12 @@ use foldhash::HashMap;
 
 use crate::{
     aggregate::ProcessSeries,
-    detect::ProcessSignals,
-    pipeline::{
-        decode::Comm,
-        enrich::{
-            gputime::Streams,
-            identity::{Identity, ProcessRef},
-            kernels::KernelNames,
-            memory::ProcessMemory,
-        },
+    detect::{self, Slot, Tracked},
+    enrich::{
+        gputime::Streams, kernels::KernelNames, memory::ProcessMemory, pods::PodIndex, Enrichment,
     },
+    event::Event,
+    identity::{Comm, Identity, ProcessRef},
 };
 
 /// What the registry keeps, and for how long.
@@ -51,7 +47,7 @@ pub struct Process {
     /// Metric series (`cudatrace run`).
     pub series: ProcessSeries,
     /// The contention detector's window and baselines (`cudatrace run`), made on first use.
-    pub signals: Option<Box<ProcessSignals>>,
+    pub signals: Slot,
     /// CLOCK_MONOTONIC ns at the end of its latest call.
     pub last_seen_ns: u64,
     /// When it exited; the entry stays for [`RegistryLimits::retain_exited`].
@@ -65,6 +61,15 @@ impl Process {
             pid: self.pid,
             comm: &self.comm,
             identity: &self.identity,
+        }
+    }
+
+    /// Runs every enrichment of one call against this process's tables.
+    pub fn enrich(&mut self, ev: &Event) -> Enrichment {
+        self.memory.observe(ev);
+        Enrichment {
+            kernel: self.kernels.observe(ev),
+            batch: self.streams.observe(ev),
         }
     }
 
@@ -203,6 +208,11 @@ impl Registry {
         self.by_pid.values()
     }
 
+    /// Every process's metric series, with the process, in no order.
+    pub fn series(&self) -> impl Iterator<Item = (ProcessRef<'_>, &ProcessSeries)> {
+        self.by_pid.values().map(|p| (p.view(), &p.series))
+    }
+
     /// Every entry, in no order, to change.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Process> {
         self.by_pid.values_mut()
@@ -241,10 +251,50 @@ impl Registry {
         v
     }
 
+    /// Gives every process in a pod the names `index` has for it; returns whether some process's
+    /// pod is not in the index (a pod newer than the list).
+    pub fn label_pods(&mut self, index: &PodIndex) -> bool {
+        let mut unknown = false;
+        for p in self.iter_mut() {
+            let Some(uid) = p.identity.pod_uid.as_deref() else {
+                continue;
+            };
+            let names = index.names(uid, p.identity.container_id.as_deref());
+            unknown |= names.is_none() && p.exited_at.is_none();
+            if names.is_some() && p.identity.kube != names {
+                Arc::make_mut(&mut p.identity).kube = names;
+            }
+        }
+        unknown
+    }
+
     /// Entries held (exited ones within their retention included).
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_pid.len()
+    }
+}
+
+/// The detector reaches its per-process state through this (it sits below the registry).
+impl detect::Processes for Registry {
+    fn tracked(&self) -> impl Iterator<Item = Tracked<'_>> {
+        self.by_pid.values().map(|p| Tracked {
+            pid: p.pid,
+            comm: &p.comm,
+            identity: &p.identity,
+            memory_bytes: p.memory.current_bytes,
+            signals: p.signals.as_deref(),
+        })
+    }
+
+    fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, &mut Slot)> {
+        self.by_pid
+            .values_mut()
+            .map(|p| (p.pid, p.comm, &mut p.signals))
+    }
+
+    fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot> {
+        self.live_mut(pid).map(|p| &mut p.signals)
     }
 }
 

@@ -16,12 +16,8 @@ use std::{sync::Arc, time::Instant};
 use tracer_common::{launches::bucket_bounds, Api, Kind};
 
 use crate::{
-    pipeline::{
-        decode::{monotonic_ns, Detail, Event},
-        enrich::{identity::ProcessRef, kernels::KernelName},
-        launches::LaunchDelta,
-    },
-    registry::Registry,
+    enrich::kernels::KernelName, event::monotonic_ns, event::Detail, event::Event,
+    event::LaunchDelta, identity::ProcessRef,
 };
 use sketch::AGGREGATE;
 use windows::Windows;
@@ -245,12 +241,14 @@ impl Aggregator {
 
     /// Every series, with kernels past the top `top_kernels` of their process (by total time)
     /// summed into "other".
-    pub fn series<'a>(&self, registry: &'a Registry) -> Vec<SeriesView<'a>> {
+    pub fn series<'a>(
+        &self,
+        processes: impl Iterator<Item = (ProcessRef<'a>, &'a ProcessSeries)>,
+    ) -> Vec<SeriesView<'a>> {
         let mut out = Vec::new();
-        for p in registry.iter() {
+        for (process, p) in processes {
             let mut time_by_label: HashMap<&Arc<str>, u64> = HashMap::default();
             for (label, s) in p
-                .series
                 .series
                 .values()
                 .filter(|(l, _)| !l.is_empty() && &**l != OTHER)
@@ -267,7 +265,7 @@ impl Aggregator {
                 .collect();
             // Handles with one name (the same kernel in two modules) share a series here.
             let mut merged: HashMap<(Api, Arc<str>), Series> = HashMap::default();
-            for ((api, _), (kernel, s)) in &p.series.series {
+            for ((api, _), (kernel, s)) in &p.series {
                 let label = if kernel.is_empty() || top.contains(&**kernel) {
                     kernel.clone()
                 } else {
@@ -277,7 +275,7 @@ impl Aggregator {
             }
             for ((api, kernel), series) in merged {
                 out.push(SeriesView {
-                    process: p.view(),
+                    process,
                     api,
                     kernel,
                     series,
@@ -288,18 +286,21 @@ impl Aggregator {
     }
 
     /// Latency quantiles (0.5, 0.9, 0.99) per (process, api) over 1 min, 5 min and since start.
-    pub fn quantiles<'a>(&self, registry: &'a Registry) -> Vec<QuantileView<'a>> {
+    pub fn quantiles<'a>(
+        &self,
+        processes: impl Iterator<Item = (ProcessRef<'a>, &'a ProcessSeries)>,
+    ) -> Vec<QuantileView<'a>> {
         let now = self.now_secs();
         let mut out = Vec::new();
-        for p in registry.iter() {
-            for (api, w) in &p.series.windows {
+        for (process, p) in processes {
+            for (api, w) in &p.windows {
                 for (window, secs) in [("1m", Some(60)), ("5m", Some(300)), ("all", None)] {
                     let Some(h) = w.merged(now, secs) else {
                         continue;
                     };
                     for q in [0.5, 0.9, 0.99] {
                         out.push(QuantileView {
-                            process: p.view(),
+                            process,
                             api: *api,
                             window,
                             quantile: q,
@@ -319,7 +320,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        pipeline::enrich::identity::Identity,
+        identity::Identity,
         registry::{Registry, RegistryLimits},
     };
 
@@ -359,13 +360,13 @@ mod tests {
             let ns = if i % 100 == 0 { 800_000 } else { 2_000 };
             observe(&mut a, &mut r, &launch(1, ns, 0x10), Some(&k));
         }
-        let series = a.series(&r);
+        let series = a.series(r.series());
         assert_eq!(series.len(), 1);
         let s = &series[0];
         assert_eq!((s.series.calls, &*s.kernel), (1000, "add()"));
         assert_eq!(s.series.buckets[1], 990, "2 µs falls in the 2.5 µs bucket");
         assert_eq!(s.series.buckets[9], 10, "800 µs falls in the 1 ms bucket");
-        let q = a.quantiles(&r);
+        let q = a.quantiles(r.series());
         let get = |w: &str, q0: f64| {
             q.iter()
                 .find(|v| v.window == w && v.quantile == q0)
@@ -394,7 +395,7 @@ mod tests {
             observe(&mut a, &mut r, &launch(7, (f + 1) * 1000, f), Some(&name));
         }
         let mut got: Vec<(String, u64)> = a
-            .series(&r)
+            .series(r.series())
             .iter()
             .map(|s| (s.kernel.to_string(), s.series.calls))
             .collect();

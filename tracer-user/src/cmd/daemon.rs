@@ -4,15 +4,10 @@
 use std::{io, time::SystemTime};
 
 use crate::{
-    aggregate::{Aggregator, SeriesLimits},
-    config::Config,
-    detect::Detector,
-    nvml::{GpuSample, Sampler},
-    pipeline::{
-        decode::Event, enrich::Enrichment, launches::LaunchDelta, Consumer, Flow, Session, Wake,
-    },
-    registry::Process,
-    sinks::metrics::{Snapshot, Sources},
+    aggregate::Aggregator, aggregate::SeriesLimits, config::Config, detect::Detector,
+    enrich::Enrichment, event::Event, event::LaunchDelta, nvml::GpuSample, nvml::Sampler,
+    pipeline::Consumer, pipeline::Flow, pipeline::Session, pipeline::Wake, registry::Process,
+    sinks::metrics::Snapshot, sinks::metrics::Sources,
 };
 
 /// The aggregation, the detector and the latest NVML sample.
@@ -35,7 +30,8 @@ impl Consumer for Daemon {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
         self.aggregator
             .observe(&mut process.series, ev, e.kernel.as_deref());
-        self.detector.observe(process, ev, e.batch.as_ref());
+        self.detector
+            .observe(&mut process.signals, ev, e.batch.as_ref());
         Ok(())
     }
 
@@ -43,12 +39,13 @@ impl Consumer for Daemon {
         let kernel = process.kernels.name(d.function);
         self.aggregator
             .observe_launches(&mut process.series, d, kernel.as_deref());
-        self.detector.observe_launches(process, d);
+        self.detector.observe_launches(&mut process.signals, d);
     }
 
     fn exited(&mut self, process: &mut Process) {
         // Its alerts resolve; its series stay for `retain_exited_s`.
-        self.detector.exited(process, SystemTime::now());
+        self.detector
+            .exited(&mut process.signals, SystemTime::now());
     }
 }
 

@@ -5,11 +5,7 @@ use std::time::SystemTime;
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
-use crate::{
-    cli::IncidentsArgs,
-    config::Config,
-    sinks::{archive, stdout::printable},
-};
+use crate::{cli::IncidentsArgs, config::Config, sinks::archive, text::printable};
 
 /// One table line of an incident.
 fn line(v: &Value) -> String {

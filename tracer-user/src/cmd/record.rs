@@ -10,17 +10,10 @@ use anyhow::{Context as _, Result};
 
 use super::trace::{MAX_LIBRARIES, MAX_PROCESSES};
 use crate::{
-    cli::RecordArgs,
-    config::DetectConfig,
-    detect::Detector,
-    nvml::{GpuSample, Sampler},
-    pipeline::{
-        decode::{monotonic_ns, Event},
-        enrich::Enrichment,
-        Consumer, Session,
-    },
-    registry::{Process, RegistryLimits},
-    sinks::{stdout::printable, timeline::Timeline},
+    cli::RecordArgs, config::DetectConfig, detect::Detector, enrich::Enrichment,
+    event::monotonic_ns, event::Event, nvml::GpuSample, nvml::Sampler, pipeline::Consumer,
+    pipeline::Session, registry::Process, registry::RegistryLimits, sinks::timeline::Timeline,
+    text::printable,
 };
 
 /// The timeline and the detector whose alert changes it shows.
@@ -32,13 +25,15 @@ struct Recorder {
 
 impl Consumer for Recorder {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.detector.observe(process, ev, e.batch.as_ref());
+        self.detector
+            .observe(&mut process.signals, ev, e.batch.as_ref());
         self.timeline
             .call(ev, e.kernel.as_deref(), e.batch.as_ref())
     }
 
     fn exited(&mut self, process: &mut Process) {
-        self.detector.exited(process, SystemTime::now());
+        self.detector
+            .exited(&mut process.signals, SystemTime::now());
     }
 }
 

@@ -12,23 +12,10 @@ use tokio::sync::mpsc;
 
 use super::daemon::Daemon;
 use crate::{
-    cli::RunArgs,
-    config::{self, Config},
-    nvml::Sampler,
-    pipeline::{
-        enrich::{
-            pods,
-            pods_api::{self, PodNamesSource},
-        },
-        Session,
-    },
-    registry::{Registry, RegistryLimits},
-    sinks::{
-        archive::Archive,
-        http::Sinks,
-        metrics::{server, web},
-        stdout,
-    },
+    cli::RunArgs, config, config::Config, enrich::pods_api, enrich::pods_api::PodNamesSource,
+    nvml::Sampler, pipeline::Session, registry::Registry, registry::RegistryLimits,
+    sinks::archive::Archive, sinks::http::Sinks, sinks::metrics::server, sinks::metrics::web,
+    sinks::stdout,
 };
 
 /// The config file, with the command line's overrides.
@@ -89,7 +76,7 @@ fn publish(
 /// for an early refresh.
 fn name_pods(source: Option<&PodNamesSource>, registry: &mut Registry) {
     if let Some(source) = source {
-        if pods::label(registry, &source.index()) {
+        if registry.label_pods(&source.index()) {
             source.refresh_soon();
         }
     }
@@ -124,7 +111,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 cfg.alerts.archive_max_mib
             };
             let a = Archive::new(path.clone(), mib << 20);
-            a.check().map_err(|e| anyhow::anyhow!("cannot append to the incident archive {}: {e}; give a writable [alerts] archive path", stdout::printable(&path.display().to_string())))?;
+            a.check().map_err(|e| anyhow::anyhow!("cannot append to the incident archive {}: {e}; give a writable [alerts] archive path", crate::text::printable(&path.display().to_string())))?;
             Some(a)
         }
         None => None,

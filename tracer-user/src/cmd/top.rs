@@ -12,17 +12,9 @@ use anyhow::Result;
 
 use super::daemon::Daemon;
 use crate::{
-    alert::rfc3339,
-    cli::TopArgs,
-    config::Config,
-    nvml::Sampler,
-    pipeline::Session,
-    registry::RegistryLimits,
-    sinks::top::{
-        text,
-        tui::{Ask, Screen},
-        View,
-    },
+    cli::TopArgs, config::Config, nvml::Sampler, pipeline::Session, registry::RegistryLimits,
+    sinks::top::text, sinks::top::tui::Ask, sinks::top::tui::Screen, sinks::top::View,
+    text::rfc3339,
 };
 
 /// Reads keys on a thread (crossterm's read blocks) and hands them to the loop.

@@ -5,10 +5,8 @@ use std::{io, time::Duration};
 use anyhow::Result;
 
 use crate::{
-    cli::TraceArgs,
-    pipeline::{decode::Event, enrich::Enrichment, Consumer, Session},
-    registry::{Process, RegistryLimits},
-    sinks::stdout::Printer,
+    cli::TraceArgs, enrich::Enrichment, event::Event, pipeline::Consumer, pipeline::Session,
+    registry::Process, registry::RegistryLimits, sinks::stdout::Printer,
 };
 
 /// Processes `trace` holds at most (identity, kernel names, memory, streams); an exited one is

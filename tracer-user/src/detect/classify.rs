@@ -3,9 +3,8 @@
 //! contention; memory pressure and throttling need NVML.
 use super::signals::Signal;
 use crate::{
-    alert::{Cause, Party},
-    nvml::{GpuSample, REASONS},
-    pipeline::enrich::identity::{Identity, ProcessRef},
+    alert::Cause, alert::Party, identity::Identity, identity::ProcessRef, nvml::GpuSample,
+    nvml::REASONS,
 };
 
 /// What one process did in the last window, as far as classification needs.

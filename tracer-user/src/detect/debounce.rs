@@ -3,10 +3,7 @@
 //! `firing_after_s`, and resolves after `resolve_after_s` without one (a pending one at the first
 //! normal window).
 use super::baseline::{Baseline, Params};
-use crate::{
-    alert::{AlertChange, AlertState, Severity},
-    config::DetectConfig,
-};
+use crate::{alert::AlertChange, alert::AlertState, alert::Severity, config::DetectConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {

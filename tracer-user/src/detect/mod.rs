@@ -5,7 +5,8 @@
 //! debounce state machine per (process, signal) ([`debounce`]) turns breaches into alerts, and
 //! [`classify`] says why. Breaching windows are not learned, so contention does not become the
 //! baseline (until `rebaseline_after_s` of firing). The per-process state lives in the
-//! process's registry entry.
+//! process's registry entry, which the detector reaches through [`Processes`] (the registry
+//! implements it, from above this stage).
 pub mod baseline;
 pub mod classify;
 pub mod debounce;
@@ -23,19 +24,10 @@ pub use signals::Signal;
 use signals::Window;
 
 use crate::{
-    alert::{rfc3339, AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
-    config::DetectConfig,
-    nvml::GpuSample,
-    pipeline::{
-        decode::{Comm, Event},
-        enrich::{
-            gputime::BatchEstimate,
-            identity::{Identity, ProcessRef},
-        },
-        launches::LaunchDelta,
-    },
-    policy::{quiet::Quiet, schedule::Schedule},
-    registry::{Process, Registry},
+    alert::AlertChange, alert::AlertState, alert::Cause, alert::Evidence, alert::Incident,
+    alert::Party, alert::Severity, config::DetectConfig, enrich::gputime::BatchEstimate,
+    event::Event, event::LaunchDelta, identity::Comm, identity::Identity, identity::ProcessRef,
+    nvml::GpuSample, policy::quiet::Quiet, policy::schedule::Schedule, text::rfc3339,
 };
 
 /// The detector's state of one process: its current window and a track per signal.
@@ -56,6 +48,45 @@ impl ProcessSignals {
     pub fn alerting(&self) -> bool {
         self.tracks.iter().any(|t| t.record.is_some())
     }
+}
+
+/// The detector's slot in a process's entry: made on first use, released at exit.
+pub type Slot = Option<Box<ProcessSignals>>;
+
+/// One process as the detector reads it from the table that holds it.
+pub struct Tracked<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Its comm.
+    pub comm: &'a Comm,
+    /// Who it is.
+    pub identity: &'a Arc<Identity>,
+    /// Device memory it holds, bytes.
+    pub memory_bytes: u64,
+    /// The detector's state of it, once it has some.
+    pub signals: Option<&'a ProcessSignals>,
+}
+
+impl<'a> Tracked<'a> {
+    /// The process as views name it.
+    pub fn view(&self) -> ProcessRef<'a> {
+        ProcessRef {
+            pid: self.pid,
+            comm: self.comm,
+            identity: self.identity,
+        }
+    }
+}
+
+/// The table the detector's per-process state lives in: the registry, which sits above this
+/// stage and implements it, so that the detector never imports it.
+pub trait Processes {
+    /// Every process, exited ones within their retention included, in no order.
+    fn tracked(&self) -> impl Iterator<Item = Tracked<'_>>;
+    /// Every process's slot, with its pid and comm, in no order.
+    fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, &mut Slot)>;
+    /// A running process's slot.
+    fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot>;
 }
 
 /// The detector: settings, the current window's start, and the changes not yet handed out.
@@ -143,26 +174,22 @@ impl Detector {
     }
 
     /// Counts one call into its process's window; `closed` is what a wait closed (GPU time).
-    pub fn observe(&self, process: &mut Process, ev: &Event, closed: Option<&BatchEstimate>) {
+    pub fn observe(&self, slot: &mut Slot, ev: &Event, closed: Option<&BatchEstimate>) {
         let params = self.params;
-        let s = process
-            .signals
-            .get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
         s.window.observe(ev, closed);
     }
 
     /// Counts launches the kernel counted into their process's window.
-    pub fn observe_launches(&self, process: &mut Process, d: &LaunchDelta) {
+    pub fn observe_launches(&self, slot: &mut Slot, d: &LaunchDelta) {
         let params = self.params;
-        let s = process
-            .signals
-            .get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
         s.window.add_launches(d);
     }
 
     /// A process exited: its pending or firing alerts resolve.
-    pub fn exited(&mut self, process: &mut Process, now_wall: SystemTime) {
-        let Some(s) = process.signals.take() else {
+    pub fn exited(&mut self, slot: &mut Slot, now_wall: SystemTime) {
+        let Some(s) = slot.take() else {
             return;
         };
         for t in s.tracks {
@@ -176,10 +203,13 @@ impl Detector {
     }
 
     /// Alerts now pending or firing.
-    pub fn active<'a>(&self, registry: &'a Registry) -> impl Iterator<Item = &'a AlertChange> {
-        registry
-            .iter()
-            .filter_map(|p| p.signals.as_deref())
+    pub fn active<'a>(
+        &self,
+        processes: &'a impl Processes,
+    ) -> impl Iterator<Item = &'a AlertChange> {
+        processes
+            .tracked()
+            .filter_map(|p| p.signals)
             .flat_map(|s| s.tracks.iter().filter_map(|t| t.record.as_ref()))
     }
 
@@ -188,11 +218,11 @@ impl Detector {
     /// time).
     pub fn signals<'a>(
         &self,
-        registry: &'a Registry,
+        processes: &'a impl Processes,
     ) -> impl Iterator<Item = (ProcessRef<'a>, Signal, f64, f64, f64)> {
-        registry
-            .iter()
-            .filter_map(|p| Some((p.view(), p.signals.as_deref()?)))
+        processes
+            .tracked()
+            .filter_map(|p| Some((p.view(), p.signals?)))
             .flat_map(|(process, s)| {
                 Signal::ALL
                     .into_iter()
@@ -213,7 +243,7 @@ impl Detector {
     /// [`Detector::take_changes`]). `gpus` is the latest NVML sample (empty without NVML).
     pub fn evaluate(
         &mut self,
-        registry: &mut Registry,
+        processes: &mut impl Processes,
         now: f64,
         now_wall: SystemTime,
         gpus: &[GpuSample],
@@ -235,28 +265,27 @@ impl Detector {
             );
             self.in_force = name.map(str::to_owned);
         }
-        let observed: Vec<Observed> = registry
-            .iter()
+        let observed: Vec<Observed> = processes
+            .tracked()
             .filter_map(|p| {
-                let w = &p.signals.as_ref()?.window;
+                let w = &p.signals?.window;
                 let activity = Activity {
                     launches: w.launches,
                     gpu_ns: w.gpu_ns,
                     copy_bytes: w.copy_bytes,
-                    memory_bytes: p.memory.current_bytes,
+                    memory_bytes: p.memory_bytes,
                 };
                 Some(Observed {
                     pid: p.pid,
-                    comm: p.comm,
+                    comm: *p.comm,
                     identity: p.identity.clone(),
                     activity,
                 })
             })
             .collect();
         let mut breached: Vec<Breach> = Vec::new();
-        for p in registry.iter_mut() {
-            let (pid, comm) = (p.pid, p.comm);
-            let Some(s) = p.signals.as_deref_mut() else {
+        for (pid, comm, slot) in processes.slots_mut() {
+            let Some(s) = slot.as_deref_mut() else {
                 continue;
             };
             for (i, signal) in Signal::ALL.into_iter().enumerate() {
@@ -335,14 +364,14 @@ impl Detector {
         // two victims of one trainer see each other as small aggressors.
         let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();
         slowed.extend(
-            registry
-                .iter()
-                .filter(|p| p.signals.as_deref().is_some_and(ProcessSignals::alerting))
+            processes
+                .tracked()
+                .filter(|p| p.signals.is_some_and(ProcessSignals::alerting))
                 .map(|p| p.pid),
         );
         for b in breached {
             self.breach(
-                registry,
+                processes,
                 &b,
                 (start, now, now_wall),
                 &cfg,
@@ -351,7 +380,10 @@ impl Detector {
             );
         }
         // Records still refer to the window's moments; stamp the changes with the wall clock.
-        for s in registry.iter_mut().filter_map(|p| p.signals.as_deref_mut()) {
+        for s in processes
+            .slots_mut()
+            .filter_map(|(_, _, s)| s.as_deref_mut())
+        {
             for t in &mut s.tracks {
                 if let Some(r) = t
                     .record
@@ -369,7 +401,7 @@ impl Detector {
     #[allow(clippy::too_many_arguments)]
     fn breach(
         &mut self,
-        registry: &mut Registry,
+        processes: &mut impl Processes,
         b: &Breach,
         (start, now, now_wall): (f64, f64, SystemTime),
         cfg: &DetectConfig,
@@ -389,10 +421,7 @@ impl Detector {
             return;
         }
         let signal = Signal::ALL[i];
-        let Some(s) = registry
-            .live_mut(pid)
-            .and_then(|p| p.signals.as_deref_mut())
-        else {
+        let Some(s) = processes.slot_mut(pid).and_then(|s| s.as_deref_mut()) else {
             return;
         };
         let t = &mut s.tracks[i];

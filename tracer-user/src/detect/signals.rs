@@ -4,12 +4,8 @@ use hdrhistogram::Histogram;
 use tracer_common::{launches::bucket_bounds, Kind};
 
 use crate::{
-    aggregate::sketch::LAUNCH,
-    pipeline::{
-        decode::{Detail, Event},
-        enrich::gputime::BatchEstimate,
-        launches::LaunchDelta,
-    },
+    aggregate::sketch::LAUNCH, enrich::gputime::BatchEstimate, event::Detail, event::Event,
+    event::LaunchDelta,
 };
 
 const MIB: f64 = 1_048_576.0;

@@ -2,7 +2,11 @@
 use tracer_common::Api;
 
 use super::*;
-use crate::{alert::AlertState as State, pipeline::decode::Detail, registry::RegistryLimits};
+use crate::{
+    alert::AlertState as State,
+    event::Detail,
+    registry::{Registry, RegistryLimits},
+};
 
 type Record = AlertChange;
 
@@ -32,7 +36,7 @@ impl Det {
         }
         let p = self.r.live_mut(ev.pid).expect("inserted");
         p.last_seen_ns = self.clock;
-        self.d.observe(p, ev, closed);
+        self.d.observe(&mut p.signals, ev, closed);
     }
     fn evaluate(&mut self, now: f64, now_wall: SystemTime, gpus: &[GpuSample]) {
         self.d.evaluate(&mut self.r, now, now_wall, gpus);
@@ -48,7 +52,7 @@ impl Det {
     }
     fn forget(&mut self, pid: u32, now_wall: SystemTime) {
         let d = &mut self.d;
-        self.r.exit(pid, |p| d.exited(p, now_wall));
+        self.r.exit(pid, |p| d.exited(&mut p.signals, now_wall));
     }
     fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.r.iter().map(|p| p.pid).collect();
@@ -347,7 +351,7 @@ fn an_exited_victim_resolves_and_small_rises_do_not_breach() {
 #[test]
 fn a_schedule_switches_the_tiers_at_its_minute() {
     // T0 is 08:00:00 UTC. From 08:01 a strict schedule holds: any rise of 1 µs breaches.
-    let strict = crate::policy::schedule::ScheduleEntry {
+    let strict = crate::config::schedule::ScheduleEntry {
         name: "strict".into(),
         hours: Some("08:01-09:00".into()),
         min_increase_us: Some(1.0),

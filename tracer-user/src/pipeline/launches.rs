@@ -11,23 +11,7 @@ use tracer_common::{
 };
 
 use super::{Consumer, Session};
-
-/// What one cell gained since the last read: launches of one (api, kernel) in one latency bucket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchDelta {
-    /// The launch entry point.
-    pub api: Api,
-    /// `CUfunction` handle launched.
-    pub function: u64,
-    /// Latency bucket (`tracer_common::launches::latency_bucket`).
-    pub bucket: u32,
-    /// Launches.
-    pub count: u64,
-    /// Of which failed.
-    pub errors: u64,
-    /// Sum of their durations, ns.
-    pub sum_ns: u64,
-}
+use crate::event::LaunchDelta;
 
 /// The last counts read per cell.
 #[derive(Default)]

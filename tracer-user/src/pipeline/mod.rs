@@ -3,9 +3,6 @@
 //! ([`enrich`]), then handed to the command's [`Consumer`] (aggregation and detection for `run`,
 //! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
 //! timers of that flow; each command owns the rest of its loop.
-pub mod decode;
-mod discovery;
-pub mod enrich;
 pub mod launches;
 mod open;
 #[cfg(test)]
@@ -27,15 +24,21 @@ use tokio::{
 };
 
 use crate::{
-    probe::{
-        discover, ebpf_log::LogLevel, filter::FilterOptions, kernel_maps::Sampling, loader::Probes,
-    },
-    registry::{Process, Registry, RegistryLimits},
+    config::Sampling,
+    probe::discovery::{self, Discovery},
+    probe::ebpf_log::LogLevel,
+    probe::filter::FilterOptions,
+    probe::loader::Probes,
+    registry::Process,
+    registry::Registry,
+    registry::RegistryLimits,
 };
-use decode::{Comm, DecodeError, Event, RingRecord};
-use discovery::Discovery;
-use enrich::{identity, Enrichment};
-use launches::{Harvest, LaunchDelta};
+use crate::{
+    enrich::Enrichment,
+    event::{self, DecodeError, Event, LaunchDelta, RingRecord},
+    identity::{self, Comm},
+};
+use launches::Harvest;
 
 /// How often the ring buffer is drained when the kernel has not woken the reader: the most an
 /// event waits before it is printed or counted.
@@ -170,7 +173,7 @@ pub struct Session {
     /// The discovery thread, while watching.
     discovery: Option<Discovery>,
     /// Libraries a discovery pass prepared, attached by [`Session::rescan`].
-    found: Vec<discover::Prepared>,
+    found: Vec<discovery::Prepared>,
     poll: Interval,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
@@ -218,10 +221,10 @@ impl Session {
         /// What woke the loop below.
         enum Step {
             Tick,
-            Found(Option<Vec<discover::Prepared>>),
+            Found(Option<Vec<discovery::Prepared>>),
             Wake(Wake),
         }
-        async fn found(d: &mut Option<Discovery>) -> Option<Vec<discover::Prepared>> {
+        async fn found(d: &mut Option<Discovery>) -> Option<Vec<discovery::Prepared>> {
             match d {
                 Some(d) => d.next().await,
                 None => std::future::pending().await,
@@ -290,8 +293,8 @@ impl Session {
             let path = lib.path.display().to_string();
             eprintln!(
                 "discovered: {} at_ns={}",
-                crate::sinks::stdout::printable(&path),
-                decode::monotonic_ns()
+                crate::text::printable(&path),
+                event::monotonic_ns()
             );
         }
         self.probes.libraries.len() > before
@@ -303,7 +306,7 @@ impl Session {
     pub fn drain(&mut self, consumer: &mut impl Consumer) -> io::Result<()> {
         loop {
             let record = match self.ring.get_mut().next() {
-                Some(item) => decode::decode_record(&item),
+                Some(item) => event::decode_record(&item),
                 None => break,
             };
             self.handle(record, consumer)?;
@@ -498,7 +501,7 @@ impl Session {
 /// One call of a known process: enriched against its tables, then handed to the consumer.
 fn consume(process: &mut Process, ev: &Event, consumer: &mut impl Consumer) -> io::Result<()> {
     process.last_seen_ns = ev.start_ns.saturating_add(ev.duration_ns);
-    let enrichment = enrich::enrich(process, ev);
+    let enrichment = process.enrich(ev);
     consumer.call(ev, &enrichment, process)
 }
 

@@ -9,15 +9,14 @@ use tokio::{
     time::MissedTickBehavior,
 };
 
-use super::{
-    discovery::Discovery, launches::Harvest, Counts, Session, SessionOptions, POLL_PERIOD,
-};
+use super::{launches::Harvest, Counts, Session, SessionOptions, POLL_PERIOD};
 use crate::{
-    probe::{
-        allow::AllowList,
-        caps, discover, filter,
-        loader::{self, Probes},
-    },
+    probe::allow::AllowList,
+    probe::caps,
+    probe::discovery::{self, Discovery},
+    probe::filter,
+    probe::loader,
+    probe::loader::Probes,
     registry::Registry,
 };
 
@@ -26,17 +25,13 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
     let mut failures = Vec::new();
     for lib in libs {
         match probes.attach_library(lib) {
-            Ok(Some(attached)) => eprintln!(
-                "{}",
-                crate::sinks::stdout::printable(&loader::report(attached))
-            ),
+            Ok(Some(attached)) => {
+                eprintln!("{}", crate::text::printable(&loader::report(attached)))
+            }
             Ok(None) => {}
             Err(e) => {
                 if !quiet_errors {
-                    eprintln!(
-                        "cudatrace: {}",
-                        crate::sinks::stdout::printable(&format!("{e:#}"))
-                    );
+                    eprintln!("cudatrace: {}", crate::text::printable(&format!("{e:#}")));
                 }
                 failures.push(e);
             }
@@ -46,17 +41,11 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
 }
 
 /// Attaches one library discovery prepared; says what was attached, or why not.
-pub(super) fn attach_one(probes: &mut Probes, p: discover::Prepared) {
+pub(super) fn attach_one(probes: &mut Probes, p: discovery::Prepared) {
     match probes.attach_prepared(p) {
-        Ok(Some(attached)) => eprintln!(
-            "{}",
-            crate::sinks::stdout::printable(&loader::report(attached))
-        ),
+        Ok(Some(attached)) => eprintln!("{}", crate::text::printable(&loader::report(attached))),
         Ok(None) => {}
-        Err(e) => eprintln!(
-            "cudatrace: {}",
-            crate::sinks::stdout::printable(&format!("{e:#}"))
-        ),
+        Err(e) => eprintln!("cudatrace: {}", crate::text::printable(&format!("{e:#}"))),
     }
 }
 
@@ -71,7 +60,7 @@ impl Session {
         let filter = filter::build(&opts.filter)?;
         let allow = AllowList::new(opts.lib_allow.clone())?;
         let libs = if watch {
-            discover::loader_libraries()
+            discovery::loader_libraries()
         } else {
             opts.libs.clone()
         };

@@ -11,16 +11,13 @@ use tracer_common::{
     Api, CallEvent, EventTag, LookupEvent, NAME_MAX,
 };
 
-use super::{
-    decode::{decode_record, RingRecord},
-    enrich::{self, identity::Identity},
-    launches::LaunchDelta,
+use crate::{
+    aggregate::Aggregator, aggregate::SeriesLimits, config::DetectConfig, detect::Detector,
+    registry::Registry, registry::RegistryLimits,
 };
 use crate::{
-    aggregate::{Aggregator, SeriesLimits},
-    config::DetectConfig,
-    detect::Detector,
-    registry::{Registry, RegistryLimits},
+    event::{decode_record, LaunchDelta, RingRecord},
+    identity::Identity,
 };
 
 /// A record's bytes: a call, or a lookup with `name`.
@@ -122,7 +119,7 @@ proptest! {
             }
             let process = registry.live_mut(*pid).expect("inserted");
             aggregator.observe_launches(&mut process.series, d, None);
-            detector.observe_launches(process, d);
+            detector.observe_launches(&mut process.signals, d);
             decoded += d.count;
             longest = longest.max(d.sum_ns);
         }
@@ -136,18 +133,18 @@ proptest! {
                 registry.insert(ev.pid, ev.comm.clone(), Identity { start_time: 1, alive: true, ..Default::default() });
             }
             let process = registry.live_mut(ev.pid).expect("inserted");
-            let e = enrich::enrich(process, &ev);
+            let e = process.enrich(&ev);
             aggregator.observe(&mut process.series, &ev, e.kernel.as_deref());
-            detector.observe(process, &ev, e.batch.as_ref());
+            detector.observe(&mut process.signals, &ev, e.batch.as_ref());
             prop_assert!(process.memory.current_bytes <= process.memory.peak_bytes);
         }
-        let views = aggregator.series(&registry);
+        let views = aggregator.series(registry.series());
         let counted: u64 = views.iter().map(|v| v.series.calls).sum();
         prop_assert_eq!(counted, decoded);
         // Sums that wrapped would come out below their largest term.
         let total = views.iter().fold(0u64, |t, v| t.saturating_add(v.series.sum_ns));
         prop_assert!(total >= longest, "total {} < longest {}", total, longest);
-        let _ = aggregator.quantiles(&registry);
+        let _ = aggregator.quantiles(registry.series());
         let _: Vec<Arc<str>> = views.iter().map(|v| v.kernel.clone()).collect();
     }
 }

@@ -24,10 +24,10 @@ use tracer_common::{
     Api, Layout,
 };
 
-pub use super::kernel_maps::{Maps, DROP_REASONS};
+pub use super::bpf_maps::{Maps, DROP_REASONS};
 use super::{
     allow::AllowList,
-    discover::{FileKey, Prepared},
+    discovery::{FileKey, Prepared},
     ebpf_log::{LogLevel, StderrLog},
     multi::{MultiError, MultiPrograms},
     symbols::{self, Resolution},

@@ -4,12 +4,12 @@
 //! showing what the programs log (`ebpf_log`); `batch` reads a whole map in few system calls.
 pub mod allow;
 pub mod batch;
+pub mod bpf_maps;
 pub mod caps;
-pub mod discover;
+pub mod discovery;
 pub mod ebpf_log;
 pub mod filter;
-pub mod kernel_maps;
 pub mod loader;
-pub mod maps;
 pub mod multi;
+pub mod proc_maps;
 pub mod symbols;

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use crate::alert::{rfc3339, AlertChange};
+use crate::{alert::AlertChange, text::rfc3339};
 
 /// The Alertmanager API v2 form of `change`, ending at `ends`.
 pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemTime) -> Value {

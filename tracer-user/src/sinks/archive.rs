@@ -230,7 +230,7 @@ pub fn ended_since(v: &Value, since: SystemTime) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{alert::tests::record, pipeline::decode::monotonic_ns};
+    use crate::{alert::tests::record, event::monotonic_ns};
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(

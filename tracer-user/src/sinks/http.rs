@@ -27,10 +27,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::alertmanager;
-use crate::{
-    alert::{AlertChange, AlertState},
-    config::{AlertConfig, SinkAuth},
-};
+use crate::{alert::AlertChange, alert::AlertState, config::AlertConfig, config::SinkAuth};
 
 /// Records a sink holds while it is behind; past that the newest are dropped and counted.
 pub const QUEUE: usize = 1024;

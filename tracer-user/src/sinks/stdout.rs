@@ -5,11 +5,8 @@ use std::io::{self, BufWriter, Stdout, Write};
 use serde::Serialize;
 
 use crate::{
-    alert::AlertChange,
-    pipeline::{
-        decode::{Detail, Event},
-        enrich::{gputime::BatchEstimate, identity::Identity, kernels::KernelName},
-    },
+    alert::AlertChange, enrich::gputime::BatchEstimate, enrich::kernels::KernelName, event::Detail,
+    event::Event, identity::Identity, text::printable,
 };
 
 /// An event with what the tracer learned about it, as one JSON line.
@@ -33,25 +30,6 @@ struct JsonEvent<'a> {
     gpu_estimate: Option<&'a BatchEstimate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     process: Option<&'a Identity>,
-}
-
-/// `s` with control characters (terminal escapes included) written as `\u{..}`: names and
-/// paths come from tenants, and are shown on terminals.
-pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    std::borrow::Cow::Owned(
-        s.chars()
-            .map(|c| {
-                if c.is_control() {
-                    c.escape_unicode().to_string()
-                } else {
-                    c.to_string()
-                }
-            })
-            .collect(),
-    )
 }
 
 /// Buffered event printer; flushed after each batch read from the ring buffer.
@@ -192,15 +170,4 @@ pub fn print_changes(changes: &[AlertChange]) {
         }
     }
     let _ = out.flush();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_are_escaped() {
-        assert_eq!(printable("python3"), "python3");
-        assert_eq!(printable("evil\u{1b}[2Jname\n"), "evil\\u{1b}[2Jname\\u{a}");
-    }
 }

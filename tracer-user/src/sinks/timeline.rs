@@ -15,12 +15,8 @@ use flate2::{write::GzEncoder, Compression};
 use serde_json::{json, Value};
 
 use crate::{
-    alert::AlertChange,
-    nvml::GpuSample,
-    pipeline::{
-        decode::{Detail, Event},
-        enrich::{gputime::BatchEstimate, kernels::KernelName},
-    },
+    alert::AlertChange, enrich::gputime::BatchEstimate, enrich::kernels::KernelName, event::Detail,
+    event::Event, nvml::GpuSample,
 };
 
 /// First track id of a process's streams' GPU-time estimates: synthetic tids above any real one

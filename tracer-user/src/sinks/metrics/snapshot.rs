@@ -7,12 +7,8 @@ use tracer_common::Api;
 
 use super::encode::Labels;
 use crate::{
-    aggregate::{Aggregator, Series},
-    alert::AlertChange,
-    detect::{classify::GpuSet, Detector, Signal},
-    nvml::GpuSample,
-    pipeline::enrich::identity::ProcessRef,
-    registry::Registry,
+    aggregate::Aggregator, aggregate::Series, alert::AlertChange, detect::classify::GpuSet,
+    detect::Detector, detect::Signal, identity::ProcessRef, nvml::GpuSample, registry::Registry,
 };
 
 /// The process labels of every per-process metric: `pid`, `comm`, `namespace`, `pod`,
@@ -185,7 +181,7 @@ impl Snapshot {
         };
         let calls = s
             .aggregator
-            .series(s.registry)
+            .series(s.registry.series())
             .into_iter()
             .map(|v| CallRow {
                 process: of(v.process),
@@ -196,7 +192,7 @@ impl Snapshot {
             .collect();
         let quantiles = s
             .aggregator
-            .quantiles(s.registry)
+            .quantiles(s.registry.series())
             .into_iter()
             .map(|q| QuantileRow {
                 process: of(q.process),

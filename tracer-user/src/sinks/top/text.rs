@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::{Row, View};
-use crate::sinks::stdout::printable;
+use crate::text::printable;
 
 /// The column header; every row's fields line up under it, whitespace-separated, `-` when
 /// unknown.

@@ -14,10 +14,7 @@ use ratatui::{
 };
 
 use super::{text, Row, View};
-use crate::{
-    alert::AlertChange,
-    sinks::{metrics::Snapshot, stdout::printable},
-};
+use crate::{alert::AlertChange, sinks::metrics::Snapshot, text::printable};
 
 /// A column: its title, its width, whether narrow terminals keep it, and how rows sort by it.
 struct Column {

@@ -14,7 +14,7 @@ use foldhash::HashMap;
 use serde::Serialize;
 use tracer_common::api::{Kind, Shape};
 
-use crate::pipeline::decode::{Detail, Event};
+use crate::event::{Detail, Event};
 
 /// `CU_STREAM_LEGACY`: what stream 0 means for the plain entry points.
 const STREAM_LEGACY: u64 = 1;

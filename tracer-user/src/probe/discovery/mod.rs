@@ -13,11 +13,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    maps::{self, Mapping},
+mod watch;
+
+pub use watch::Discovery;
+
+use crate::probe::{
+    proc_maps::{self, Mapping},
     symbols::{self, Resolution},
 };
-use crate::sinks::stdout::printable;
+use crate::text::printable;
 
 /// Directories where distributions and the NVIDIA installer put libcuda.
 const LOADER_DIRS: &[&str] = &[
@@ -150,7 +154,7 @@ impl Scanner {
             let Ok(file) = File::open(format!("/proc/{pid}/maps")) else {
                 continue;
             };
-            for m in maps::libcuda_mappings(file) {
+            for m in proc_maps::libcuda_mappings(file) {
                 let key = (m.dev, m.inode);
                 if skip.contains(&key) || !tried.insert(key) {
                     continue;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tracer_common::api::Shape;
 
-use crate::pipeline::decode::{Detail, Event};
+use crate::event::{Detail, Event};
 
 /// A kernel's name as the module declares it and as a person reads it.
 #[derive(Debug, PartialEq, Eq)]

@@ -17,21 +17,11 @@ use tracer_common::{
 };
 
 use super::loader::take;
+use crate::config::Sampling;
 
 /// Why records were not written: the ring buffer was full, or the process was over the rate
 /// limit.
 pub const DROP_REASONS: [&str; 2] = ["ring_full", "rate_limit"];
-
-/// Which launches reach the ring buffer when they are counted in-kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sampling {
-    /// Launches of each process each second that are all written.
-    pub first_per_second: u32,
-    /// Past those, one launch in this many is written (0: none).
-    pub one_in: u32,
-    /// Launches at least this slow (µs) are always written (0: none).
-    pub slow_us: u32,
-}
 
 /// Typed handles to the maps user space reads and writes.
 pub struct Maps {

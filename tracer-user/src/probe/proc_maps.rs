@@ -3,7 +3,7 @@
 //! read bounded, keeping only libcuda mappings.
 use std::io::{BufRead as _, BufReader, Read as _};
 
-use super::discover::is_libcuda;
+use super::discovery::is_libcuda;
 
 /// Most bytes read of one process's maps (about 80,000 lines).
 pub const MAX_MAPS_BYTES: u64 = 8 << 20;

@@ -1,13 +1,14 @@
 //! Kubernetes names of a process: namespace, pod and container, from the node's pod list (a
 //! `PodList` as the API server and the kubelet's `/pods` serve it), matched by the pod UID and
 //! container id its cgroup path gives. The list is fetched off the event loop
-//! ([`super::pods_api`]); this module parses it, bounded, and labels the registry's processes.
+//! ([`super::pods_api`]); this module parses it, bounded; the registry labels its processes from it
+//! (`Registry::label_pods`).
 use std::sync::Arc;
 
 use foldhash::HashMap;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::registry::Registry;
+use crate::identity::PodNames;
 
 /// Pods indexed at most: more than any node runs (the kubelet's default limit is 110).
 pub const MAX_PODS: usize = 4096;
@@ -15,17 +16,6 @@ pub const MAX_PODS: usize = 4096;
 pub const MAX_CONTAINERS: usize = 64;
 /// Longest name kept: Kubernetes names are at most 253 characters.
 const MAX_NAME: usize = 253;
-
-/// The Kubernetes names of one process's container.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct PodNames {
-    /// The pod's namespace.
-    pub namespace: String,
-    /// The pod's name.
-    pub pod: String,
-    /// The container's name ("" when the pod lists no container with the process's id).
-    pub container: String,
-}
 
 /// One pod: its names and its containers' ids and names.
 #[derive(Debug)]
@@ -159,23 +149,6 @@ impl PodIndex {
             container,
         })
     }
-}
-
-/// Gives every process in a pod the names `index` has for it; returns whether some process's
-/// pod is not in the index (a pod newer than the list).
-pub fn label(registry: &mut Registry, index: &PodIndex) -> bool {
-    let mut unknown = false;
-    for p in registry.iter_mut() {
-        let Some(uid) = p.identity.pod_uid.as_deref() else {
-            continue;
-        };
-        let names = index.names(uid, p.identity.container_id.as_deref());
-        unknown |= names.is_none() && p.exited_at.is_none();
-        if names.is_some() && p.identity.kube != names {
-            Arc::make_mut(&mut p.identity).kube = names;
-        }
-    }
-    unknown
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::{
 
 use tokio::sync::mpsc;
 
-use crate::probe::discover::{FileKey, Prepared, Scanner};
+use super::{FileKey, Prepared, Scanner};
 
 /// How long the first pass may take before cudatrace goes on without it (what it finds later is
 /// attached then).

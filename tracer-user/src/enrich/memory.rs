@@ -4,7 +4,7 @@
 use foldhash::HashMap;
 use serde::Serialize;
 
-use crate::pipeline::decode::{Detail, Event};
+use crate::event::{Detail, Event};
 
 /// Live allocations tracked per process at most (16 bytes each).
 pub const MAX_LIVE: usize = 65_536;

@@ -1,74 +1,8 @@
-//! Who a process is: pid plus start time (safe against pid reuse), comm, exe, command line,
-//! cgroup path, container id and Kubernetes pod UID from the cgroup path, and
-//! `CUDA_VISIBLE_DEVICES`. Read from /proc once per process and cached until it exits.
+//! Reading who a process is from /proc, bounded: every file is read at most
+//! [`MAX_PROC_READ`] bytes.
 use std::fs;
 
-use serde::Serialize;
-
-use super::pods::PodNames;
-use crate::pipeline::decode::Comm;
-
-/// Identity of one process, as read from /proc when its first event arrived.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Identity {
-    /// Start time in clock ticks since boot (field 22 of /proc/PID/stat): pid plus this is unique.
-    pub start_time: u64,
-    /// Path of the executable.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exe: Option<String>,
-    /// Command line, arguments joined by spaces.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cmdline: Option<String>,
-    /// The cgroup path (v2, else the first v1 hierarchy with a non-root path).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<String>,
-    /// Container id (docker, containerd, CRI-O) found in the cgroup path.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container_id: Option<String>,
-    /// Kubernetes pod UID found in the cgroup path.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_uid: Option<String>,
-    /// `CUDA_VISIBLE_DEVICES` from the environment, when set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cuda_visible_devices: Option<String>,
-    /// Namespace, pod and container names, once the node's pod list has them (`run`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kube: Option<PodNames>,
-    /// Whether the process was running (not gone, not a zombie) when this was read.
-    #[serde(skip)]
-    pub alive: bool,
-}
-
-impl Identity {
-    /// `namespace`, `pod` and `container` as dcgm-exporter labels them: the names once the
-    /// node's pod list has them, else the pod UID and container id from the cgroup path.
-    pub fn pod_labels(&self) -> [Option<String>; 3] {
-        let named = self.kube.as_ref();
-        let container = named
-            .map(|k| k.container.as_str())
-            .filter(|c| !c.is_empty());
-        [
-            named.map(|k| k.namespace.clone()),
-            named
-                .map(|k| k.pod.clone())
-                .or_else(|| self.pod_uid.clone()),
-            container
-                .map(str::to_owned)
-                .or_else(|| self.container_id.clone()),
-        ]
-    }
-}
-
-/// A traced process as views of it name it: pid, comm and identity.
-#[derive(Clone, Copy, Debug)]
-pub struct ProcessRef<'a> {
-    /// Process id.
-    pub pid: u32,
-    /// Its comm.
-    pub comm: &'a str,
-    /// Its identity.
-    pub identity: &'a Identity,
-}
+use super::{Comm, Identity};
 
 /// Start time from the text of /proc/PID/stat (the comm field may hold spaces and parentheses).
 pub fn parse_start_time(stat: &str) -> Option<u64> {
@@ -268,6 +202,7 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::PodNames;
 
     const ID: &str = "3f1c0a6e9b2d4c8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e";
 

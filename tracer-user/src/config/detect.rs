@@ -1,0 +1,210 @@
+//! The `[detect]` table: how baselines are learned and when a window breaches.
+use serde::Deserialize;
+
+use super::{schedule, ConfigError, Result};
+
+/// The `[detect]` table: how baselines are learned and when a window breaches.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectConfig {
+    /// Length of one evaluation window, seconds.
+    pub window_s: u64,
+    /// Windows a series is learned for before it can breach.
+    pub warmup_windows: usize,
+    /// Holt level smoothing (alpha), 0 to 1.
+    pub level_smoothing: f64,
+    /// Holt trend smoothing (beta), 0 to 1.
+    pub trend_smoothing: f64,
+    /// Trend damping per window (phi), 0 to 1.
+    pub trend_damping: f64,
+    /// EWMA weight of the newest squared forecast error, 0 to 1.
+    pub spread_smoothing: f64,
+    /// Lowest spread as a fraction of the baseline.
+    pub min_spread_ratio: f64,
+    /// Windows the Hampel filter compares a new value with.
+    pub hampel_windows: usize,
+    /// Deviations (MAD-estimated) beyond which a window is an outlier.
+    pub hampel_k: f64,
+    /// Warning when a window exceeds the baseline p99 by this fraction.
+    pub warning: f64,
+    /// Critical past this fraction over the baseline p99.
+    pub critical: f64,
+    /// Page past this fraction over the baseline p99.
+    pub page: f64,
+    /// Consecutive breaching windows before an alert is pending.
+    pub pending_windows: u32,
+    /// Seconds a breach lasts (from its first window) before a pending alert fires.
+    pub firing_after_s: u64,
+    /// Seconds without a breaching window before a firing alert resolves.
+    pub resolve_after_s: u64,
+    /// Calls a window needs (launches, or synchronous copies) for its value to count.
+    pub min_samples: u64,
+    /// Smallest rise over the baseline p99 that breaches, in microseconds (per launch, per wait
+    /// per launch, per copy): keeps jitter of fast calls from alerting.
+    pub min_increase_us: f64,
+    /// After an alert has fired this long, breaching windows are learned: the new normal.
+    pub rebaseline_after_s: u64,
+    /// Device memory used over total (NVML) at or above which a GPU is under memory pressure.
+    pub memory_pressure_ratio: f64,
+    /// NVML utilization (percent) below which a GPU counts as idle.
+    pub idle_gpu_percent: u32,
+    /// Alert on slowdowns with no cause seen (`CudatraceSlowdown`): the process's own work
+    /// changed, or something untraced shares its GPU.
+    pub report_unexplained: bool,
+    /// `[[detect.schedule]]`: periods with other tiers and debounce times (first match wins).
+    pub schedule: Vec<schedule::ScheduleEntry>,
+}
+
+impl Default for DetectConfig {
+    fn default() -> Self {
+        DetectConfig {
+            window_s: 5,
+            warmup_windows: 6,
+            level_smoothing: 0.1,
+            trend_smoothing: 0.02,
+            trend_damping: 0.9,
+            spread_smoothing: 0.1,
+            min_spread_ratio: 0.02,
+            hampel_windows: 9,
+            hampel_k: 3.0,
+            warning: 0.10,
+            critical: 0.30,
+            page: 0.50,
+            pending_windows: 3,
+            firing_after_s: 30,
+            resolve_after_s: 60,
+            min_samples: 10,
+            min_increase_us: 10.0,
+            rebaseline_after_s: 1800,
+            memory_pressure_ratio: 0.95,
+            idle_gpu_percent: 10,
+            report_unexplained: true,
+            schedule: Vec::new(),
+        }
+    }
+}
+
+impl DetectConfig {
+    /// Checks the table's values (a schedule entry's, once over them, too).
+    pub(crate) fn validate(&self) -> Result<()> {
+        let d = self;
+        if d.window_s == 0 {
+            return Err(ConfigError::invalid(
+                "detect.window_s",
+                format!("detect.window_s = 0: give at least 1 second"),
+            ));
+        }
+        if d.warmup_windows < 3 {
+            return Err(ConfigError::invalid(
+                "detect.warmup_windows",
+                format!(
+                    "detect.warmup_windows = {}: give at least 3",
+                    d.warmup_windows
+                ),
+            ));
+        }
+        for (key, v) in [
+            ("level_smoothing", d.level_smoothing),
+            ("trend_smoothing", d.trend_smoothing),
+            ("spread_smoothing", d.spread_smoothing),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(ConfigError::invalid(
+                    format!("detect.{key}"),
+                    format!("detect.{key} = {v}: give a weight above 0 and at most 1"),
+                ));
+            }
+        }
+        if !(0.0..=1.0).contains(&d.trend_damping) {
+            return Err(ConfigError::invalid(
+                "detect.trend_damping",
+                format!(
+                    "detect.trend_damping = {}: give 0 (no trend) to 1 (undamped)",
+                    d.trend_damping
+                ),
+            ));
+        }
+        if !(0.0..1.0).contains(&d.min_spread_ratio) {
+            return Err(ConfigError::invalid(
+                "detect.min_spread_ratio",
+                format!(
+                    "detect.min_spread_ratio = {}: give 0 to below 1",
+                    d.min_spread_ratio
+                ),
+            ));
+        }
+        if d.hampel_windows < 3 {
+            return Err(ConfigError::invalid(
+                "detect.hampel_windows",
+                format!(
+                    "detect.hampel_windows = {}: give at least 3",
+                    d.hampel_windows
+                ),
+            ));
+        }
+        if d.hampel_k.is_nan() || d.hampel_k <= 0.0 {
+            return Err(ConfigError::invalid(
+                "detect.hampel_k",
+                format!(
+                    "detect.hampel_k = {}: give a positive number of deviations",
+                    d.hampel_k
+                ),
+            ));
+        }
+        if !(d.warning > 0.0 && d.warning < d.critical && d.critical < d.page) {
+            return Err(ConfigError::invalid("detect.warning", format!("detect thresholds warning = {}, critical = {}, page = {}: give fractions over the baseline p99 with 0 < warning < critical < page",
+                d.warning,
+                d.critical,
+                d.page)));
+        }
+        if d.pending_windows == 0 {
+            return Err(ConfigError::invalid(
+                "detect.pending_windows",
+                format!("detect.pending_windows = 0: give at least 1"),
+            ));
+        }
+        if d.resolve_after_s < d.window_s {
+            return Err(ConfigError::invalid(
+                "detect.resolve_after_s",
+                format!(
+                    "detect.resolve_after_s = {}: give at least one window ({} s)",
+                    d.resolve_after_s, d.window_s
+                ),
+            ));
+        }
+        if d.min_samples == 0 {
+            return Err(ConfigError::invalid(
+                "detect.min_samples",
+                format!("detect.min_samples = 0: give at least 1"),
+            ));
+        }
+        if d.min_increase_us.is_nan() || d.min_increase_us < 0.0 {
+            return Err(ConfigError::invalid(
+                "detect.min_increase_us",
+                format!(
+                    "detect.min_increase_us = {}: give 0 or more microseconds",
+                    d.min_increase_us
+                ),
+            ));
+        }
+        if !(d.memory_pressure_ratio > 0.0 && d.memory_pressure_ratio <= 1.0) {
+            return Err(ConfigError::invalid(
+                "detect.memory_pressure_ratio",
+                format!(
+                    "detect.memory_pressure_ratio = {}: give a fraction above 0 and at most 1",
+                    d.memory_pressure_ratio
+                ),
+            ));
+        }
+        if d.idle_gpu_percent > 100 {
+            return Err(ConfigError::invalid(
+                "detect.idle_gpu_percent",
+                format!(
+                    "detect.idle_gpu_percent = {}: give a percentage",
+                    d.idle_gpu_percent
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
