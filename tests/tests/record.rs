@@ -149,8 +149,7 @@ fn record_holds_one_slice_per_launch() {
     assert_eq!(
         events
             .iter()
-            .filter(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %")
-            .next()
+            .find(|e| e["ph"] == "C" && e["name"] == "GPU 0 utilization %")
             .unwrap()["args"]["sm"],
         75
     );

@@ -132,9 +132,13 @@ const _: () = {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: plain `#[repr(C)]` integers and arrays with explicit padding; any bit pattern is valid.
+    // SAFETY: plain `#[repr(C)]` integers and arrays with explicit padding; any bit
+    // pattern is valid.
     unsafe impl aya::Pod for super::CallEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::LookupEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::ExitEvent {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::NameEvent {}
 }

@@ -124,7 +124,9 @@ const _: () = {
 mod pod {
     // SAFETY: plain `#[repr(C)]` integers without padding; any bit pattern is valid.
     unsafe impl aya::Pod for super::LaunchKey {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::LaunchCell {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for super::ProcWindow {}
 }
 

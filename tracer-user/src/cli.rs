@@ -4,8 +4,10 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use clap::{Parser, Subcommand};
 
 use crate::{
-    config, pipeline::SessionOptions, probe::ebpf_log::LogLevel, probe::filter::FilterOptions,
-    registry::RegistryLimits,
+    config,
+    pipeline::{SessionOptions, Tuning},
+    probe::ebpf_log::LogLevel,
+    probe::filter::FilterOptions,
 };
 
 /// Per-process CUDA driver call tracing with eBPF.
@@ -179,18 +181,9 @@ pub struct Selection {
 
 impl Selection {
     /// The session these options select, with the command's own settings.
-    pub fn session(
-        self,
-        duration: Option<Duration>,
-        ringbuf_mib: u32,
-        rescan_ms: u64,
-        limits: RegistryLimits,
-        cmdline: bool,
-        max_libraries: usize,
-        lib_allow: Vec<String>,
-    ) -> SessionOptions {
-        let mut allow = self.lib_allow;
-        allow.extend(lib_allow);
+    pub fn session(self, t: Tuning) -> SessionOptions {
+        let mut lib_allow = self.lib_allow;
+        lib_allow.extend(t.lib_allow);
         SessionOptions {
             filter: FilterOptions {
                 pid: self.pid,
@@ -198,15 +191,15 @@ impl Selection {
                 cgroup: self.cgroup,
             },
             libs: self.libs,
-            duration,
-            ringbuf_bytes: ringbuf_mib << 20,
+            duration: t.duration,
+            ringbuf_bytes: t.ringbuf_mib << 20,
             log_level: self.log_level,
-            rescan: Duration::from_millis(rescan_ms),
-            limits,
-            cmdline,
-            max_libraries,
-            lib_allow: allow,
-            sampling: None,
+            rescan: Duration::from_millis(t.rescan_ms),
+            limits: t.limits,
+            cmdline: t.cmdline,
+            max_libraries: t.max_libraries,
+            lib_allow,
+            sampling: t.sampling,
         }
     }
 }

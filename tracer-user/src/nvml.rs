@@ -67,6 +67,8 @@ pub struct GpuSample {
 }
 
 /// The sampler; `Off` carries why NVML is unavailable.
+// One sampler a process: the size of the `On` variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Sampler {
     /// NVML initialized.
     On {

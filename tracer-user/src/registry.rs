@@ -273,6 +273,12 @@ impl Registry {
     pub fn len(&self) -> usize {
         self.by_pid.len()
     }
+
+    /// Whether it holds nothing.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.by_pid.is_empty()
+    }
 }
 
 /// The detector reaches its per-process state through this (it sits below the registry).

@@ -3,6 +3,7 @@ mod bench;
 mod demo;
 mod fuzz;
 mod image;
+mod layers;
 mod standin;
 
 use std::{
@@ -122,6 +123,20 @@ pub(crate) fn build() -> Result<PathBuf> {
 }
 
 fn test(filter: Option<String>) -> Result<()> {
+    // Formatting and lints first: the cheapest failures.
+    run(cargo()
+        .current_dir(root())
+        .args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().current_dir(root()).args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "tracer-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     // Unit tests beside the code (the eBPF crate is no_std and has none on the host).
     run(cargo().current_dir(root()).args([
         "test",

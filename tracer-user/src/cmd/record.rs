@@ -8,11 +8,19 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::trace::{MAX_LIBRARIES, MAX_PROCESSES};
 use crate::{
-    cli::RecordArgs, config::DetectConfig, detect::Detector, enrich::Enrichment,
-    event::monotonic_ns, event::Event, nvml::GpuSample, nvml::Sampler, pipeline::Consumer,
-    pipeline::Session, registry::Process, registry::RegistryLimits, sinks::timeline::Timeline,
+    cli::RecordArgs,
+    config::DetectConfig,
+    detect::Detector,
+    enrich::Enrichment,
+    event::monotonic_ns,
+    event::Event,
+    nvml::GpuSample,
+    nvml::Sampler,
+    pipeline::Consumer,
+    pipeline::{Session, Tuning},
+    registry::Process,
+    sinks::timeline::Timeline,
     text::printable,
 };
 
@@ -58,19 +66,8 @@ pub async fn run(args: RecordArgs) -> Result<()> {
             printable(&args.output.display().to_string())
         )
     })?;
-    let limits = RegistryLimits {
-        max_processes: MAX_PROCESSES,
-        retain_exited: Duration::ZERO,
-    };
-    let opened = Session::open(args.sel.session(
-        args.duration,
-        args.ringbuf_mib,
-        args.rescan_ms,
-        limits,
-        false,
-        MAX_LIBRARIES,
-        Vec::new(),
-    ));
+    let tuning = Tuning::tracer(args.duration, args.ringbuf_mib, args.rescan_ms);
+    let opened = Session::open(args.sel.session(tuning));
     let mut session = match opened {
         Ok(session) => session,
         Err(e) => {

@@ -12,9 +12,18 @@ use tokio::sync::mpsc;
 
 use super::daemon::Daemon;
 use crate::{
-    cli::RunArgs, config, config::Config, enrich::pods_api, enrich::pods_api::PodNamesSource,
-    nvml::Sampler, pipeline::Session, registry::Registry, registry::RegistryLimits,
-    sinks::archive::Archive, sinks::http::Sinks, sinks::metrics::server, sinks::metrics::web,
+    cli::RunArgs,
+    config,
+    config::Config,
+    enrich::pods_api,
+    enrich::pods_api::PodNamesSource,
+    nvml::Sampler,
+    pipeline::{Session, Tuning},
+    registry::Registry,
+    sinks::archive::Archive,
+    sinks::http::Sinks,
+    sinks::metrics::server,
+    sinks::metrics::web,
     sinks::stdout,
 };
 
@@ -97,10 +106,6 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     crate::probe::symbols::set_max_library_bytes(cfg.max_library_mib << 20);
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
-    let limits = RegistryLimits {
-        max_processes: cfg.max_processes,
-        retain_exited: Duration::from_secs(cfg.retain_exited_s),
-    };
     // The sinks' CA file is checked before anything is loaded, as the port and the web config are.
     let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
     let archive = match &cfg.alerts.archive {
@@ -116,17 +121,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         }
         None => None,
     };
-    let mut opts = args.sel.session(
-        args.duration,
-        cfg.ringbuf_mib,
-        cfg.rescan_ms,
-        limits,
-        false,
-        cfg.max_libraries,
-        cfg.lib_allow.clone(),
-    );
-    opts.sampling = cfg.launches.sampling();
-    let mut session = Session::open(opts)?;
+    let mut session = Session::open(args.sel.session(Tuning::daemon(&cfg, args.duration)))?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
     if let Sampler::Off(why) = &sampler {
         eprintln!("cudatrace: {why}");

@@ -12,8 +12,14 @@ use anyhow::Result;
 
 use super::daemon::Daemon;
 use crate::{
-    cli::TopArgs, config::Config, nvml::Sampler, pipeline::Session, registry::RegistryLimits,
-    sinks::top::text, sinks::top::tui::Ask, sinks::top::tui::Screen, sinks::top::View,
+    cli::TopArgs,
+    config::Config,
+    nvml::Sampler,
+    pipeline::{Session, Tuning},
+    sinks::top::text,
+    sinks::top::tui::Ask,
+    sinks::top::tui::Screen,
+    sinks::top::View,
     text::rfc3339,
 };
 
@@ -69,7 +75,7 @@ impl Drop for QuietStderr {
 /// A process's streams for the detail pane (at most 8, by estimated GPU time).
 fn stream_lines(p: &crate::registry::Process) -> Vec<String> {
     let mut streams = p.streams.sorted();
-    streams.sort_by(|a, b| b.1.gpu_ns_estimate.cmp(&a.1.gpu_ns_estimate));
+    streams.sort_by_key(|s| std::cmp::Reverse(s.1.gpu_ns_estimate));
     streams
         .iter()
         .take(8)
@@ -95,21 +101,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let limits = RegistryLimits {
-        max_processes: cfg.max_processes,
-        retain_exited: Duration::from_secs(cfg.retain_exited_s),
-    };
-    let mut opts = args.sel.session(
-        None,
-        cfg.ringbuf_mib,
-        cfg.rescan_ms,
-        limits,
-        false,
-        cfg.max_libraries,
-        cfg.lib_allow.clone(),
-    );
-    opts.sampling = cfg.launches.sampling();
-    let mut session = Session::open(opts)?;
+    let mut session = Session::open(args.sel.session(Tuning::daemon(&cfg, None)))?;
     let mut sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
     let mut daemon = Daemon::new(&cfg, &sampler, &session);
     let started = Instant::now();

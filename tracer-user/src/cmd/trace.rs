@@ -1,19 +1,18 @@
 //! `cudatrace trace`: attach, print every call until a signal or `--duration`, then stop
 //! recording, drain what is left in the ring buffer, print a summary and detach.
-use std::{io, time::Duration};
+use std::io;
 
 use anyhow::Result;
 
 use crate::{
-    cli::TraceArgs, enrich::Enrichment, event::Event, pipeline::Consumer, pipeline::Session,
-    registry::Process, registry::RegistryLimits, sinks::stdout::Printer,
+    cli::TraceArgs,
+    enrich::Enrichment,
+    event::Event,
+    pipeline::Consumer,
+    pipeline::{Session, Tuning},
+    registry::Process,
+    sinks::stdout::Printer,
 };
-
-/// Processes `trace` holds at most (identity, kernel names, memory, streams); an exited one is
-/// released at once.
-pub(crate) const MAX_PROCESSES: usize = 4096;
-/// Distinct library files `trace` attaches at most (as `run`'s default).
-pub(crate) const MAX_LIBRARIES: usize = 32;
 
 impl Consumer for Printer {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
@@ -32,19 +31,11 @@ impl Consumer for Printer {
 
 /// Runs `cudatrace trace`.
 pub async fn run(args: TraceArgs) -> Result<()> {
-    let limits = RegistryLimits {
-        max_processes: MAX_PROCESSES,
-        retain_exited: Duration::ZERO,
+    let tuning = Tuning {
+        cmdline: args.cmdline,
+        ..Tuning::tracer(args.duration, args.ringbuf_mib, args.rescan_ms)
     };
-    let mut session = Session::open(args.sel.session(
-        args.duration,
-        args.ringbuf_mib,
-        args.rescan_ms,
-        limits,
-        args.cmdline,
-        MAX_LIBRARIES,
-        Vec::new(),
-    ))?;
+    let mut session = Session::open(args.sel.session(tuning))?;
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
     eprintln!("ready: {probes} probes attached");

@@ -91,7 +91,7 @@ impl DetectConfig {
         if d.window_s == 0 {
             return Err(ConfigError::invalid(
                 "detect.window_s",
-                format!("detect.window_s = 0: give at least 1 second"),
+                "detect.window_s = 0: give at least 1 second".to_string(),
             ));
         }
         if d.warmup_windows < 3 {
@@ -160,7 +160,7 @@ impl DetectConfig {
         if d.pending_windows == 0 {
             return Err(ConfigError::invalid(
                 "detect.pending_windows",
-                format!("detect.pending_windows = 0: give at least 1"),
+                "detect.pending_windows = 0: give at least 1".to_string(),
             ));
         }
         if d.resolve_after_s < d.window_s {
@@ -175,7 +175,7 @@ impl DetectConfig {
         if d.min_samples == 0 {
             return Err(ConfigError::invalid(
                 "detect.min_samples",
-                format!("detect.min_samples = 0: give at least 1"),
+                "detect.min_samples = 0: give at least 1".to_string(),
             ));
         }
         if d.min_increase_us.is_nan() || d.min_increase_us < 0.0 {

@@ -157,18 +157,16 @@ impl SinkAuth {
     fn validate(&self, key: &str) -> Result<()> {
         match (&self.username, &self.password_file, &self.bearer_token_file) {
             (None, None, None) | (Some(_), Some(_), None) | (None, None, Some(_)) => Ok(()),
-            (_, _, Some(_)) => return Err(ConfigError::invalid(
+            (_, _, Some(_)) => Err(ConfigError::invalid(
                 format!("alerts.{key}"),
                 format!(
                     "alerts.{key}: give username and password_file, or bearer_token_file, not both"
                 ),
             )),
-            _ => {
-                return Err(ConfigError::invalid(
-                    format!("alerts.{key}"),
-                    format!("alerts.{key}: give both username and password_file"),
-                ))
-            }
+            _ => Err(ConfigError::invalid(
+                format!("alerts.{key}"),
+                format!("alerts.{key}: give both username and password_file"),
+            )),
         }
     }
 }
@@ -255,7 +253,7 @@ impl Config {
         if c.max_libraries == 0 {
             return Err(ConfigError::invalid(
                 "max_libraries",
-                format!("max_libraries = 0: give at least 1"),
+                "max_libraries = 0: give at least 1".to_string(),
             ));
         }
         if c.max_library_mib == 0 || c.max_library_mib > 64 * 1024 {
@@ -270,7 +268,7 @@ impl Config {
         if c.max_processes == 0 {
             return Err(ConfigError::invalid(
                 "max_processes",
-                format!("max_processes = 0: give at least 1"),
+                "max_processes = 0: give at least 1".to_string(),
             ));
         }
         check_rescan_ms(c.rescan_ms)

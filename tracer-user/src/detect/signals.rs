@@ -61,6 +61,12 @@ pub struct Window {
     pub gpu_ns: u64,
 }
 
+impl Default for Window {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Window {
     pub fn new() -> Window {
         Window {

@@ -137,6 +137,12 @@ impl KernelNames {
     pub fn len(&self) -> usize {
         self.by_handle.len()
     }
+
+    /// Whether it holds nothing.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.by_handle.is_empty()
+    }
 }
 
 #[cfg(test)]

@@ -79,6 +79,11 @@ impl Harvest {
     pub fn len(&self) -> usize {
         self.last.len()
     }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
 }
 
 impl Session {

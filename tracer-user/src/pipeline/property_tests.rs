@@ -130,7 +130,7 @@ proptest! {
                 longest = longest.max(ev.duration_ns);
             }
             if registry.live_mut(ev.pid).is_none() {
-                registry.insert(ev.pid, ev.comm.clone(), Identity { start_time: 1, alive: true, ..Default::default() });
+                registry.insert(ev.pid, ev.comm, Identity { start_time: 1, alive: true, ..Default::default() });
             }
             let process = registry.live_mut(ev.pid).expect("inserted");
             let e = process.enrich(&ev);

@@ -392,6 +392,7 @@ impl Probes {
         }
         // SAFETY: the child only calls _exit, which is async-signal-safe.
         match unsafe { libc::fork() } {
+            // SAFETY: _exit is async-signal-safe, as a forked child of a threaded process needs.
             0 => unsafe { libc::_exit(0) },
             -1 => drop(self),
             _ => std::mem::forget(self),

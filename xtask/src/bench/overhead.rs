@@ -105,6 +105,8 @@ pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
         stop_ms: Vec::new(),
     };
     for round in 0..rounds {
+        // `i` picks the setup and indexes its name and every per-setup column.
+        #[allow(clippy::needless_range_loop)]
         for i in 0..setups {
             let started = Instant::now();
             let tracer = match i {

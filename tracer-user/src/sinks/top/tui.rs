@@ -405,7 +405,7 @@ impl State {
             .iter()
             .filter(|c| c.process.pid == pid && !c.kernel.is_empty())
             .collect();
-        kernels.sort_by(|a, b| b.series.sum_ns.cmp(&a.series.sum_ns));
+        kernels.sort_by_key(|c| std::cmp::Reverse(c.series.sum_ns));
         lines.push(Line::from(
             "top kernels by launch time: calls, total ms, p99 (bucket bound)",
         ));
