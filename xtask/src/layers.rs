@@ -36,9 +36,7 @@ mod tests {
     /// The top-level modules `text` imports through `crate::`.
     fn imports(text: &str) -> BTreeSet<String> {
         // Test modules may reach anywhere: cut at the first `#[cfg(test)]` module.
-        let text = text
-            .find("#[cfg(test)]\nmod ")
-            .map_or(text, |i| &text[..i]);
+        let text = text.find("#[cfg(test)]\nmod ").map_or(text, |i| &text[..i]);
         let mut out = BTreeSet::new();
         let mut rest = text;
         while let Some(i) = rest.find("crate::") {
@@ -105,7 +103,9 @@ mod tests {
                 continue;
             }
             let Some(own) = layer(&top) else {
-                wrong.push(format!("{name}: module {top} has no layer in xtask/src/layers.rs"));
+                wrong.push(format!(
+                    "{name}: module {top} has no layer in xtask/src/layers.rs"
+                ));
                 continue;
             };
             seen.insert(top.clone());
@@ -121,7 +121,11 @@ mod tests {
                 }
             }
         }
-        assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "imports against the layers:\n{}",
+            wrong.join("\n")
+        );
         assert!(seen.len() >= 15, "the walk found only {seen:?}");
     }
 

@@ -398,6 +398,41 @@ mod tests {
         }
     }
 
+    /// Every ```toml block of docs/configuration.md, through the real loader.
+    #[test]
+    fn the_documented_examples_load() {
+        let doc = include_str!("../../../docs/configuration.md");
+        let blocks: Vec<&str> = doc
+            .split("```toml\n")
+            .skip(1)
+            .map(|b| b.split("```").next().expect("a closed block"))
+            .collect();
+        assert_eq!(blocks.len(), 3, "the reference and two examples");
+        for block in &blocks {
+            if let Err(e) = Config::parse(block) {
+                panic!("docs/configuration.md: {e}\n{block}");
+            }
+        }
+        // The reference block gives every default: loading it changes nothing but the values it
+        // sets away from them (the examples' paths, URLs and lists).
+        let reference = Config::parse(blocks[0]).expect("checked");
+        let defaults = Config::default();
+        assert_eq!(reference.detect.window_s, defaults.detect.window_s);
+        assert_eq!(reference.launches, defaults.launches);
+        assert_eq!(
+            (
+                reference.max_processes,
+                reference.max_libraries,
+                reference.ringbuf_mib
+            ),
+            (
+                defaults.max_processes,
+                defaults.max_libraries,
+                defaults.ringbuf_mib
+            )
+        );
+    }
+
     #[test]
     fn defaults_and_overrides() {
         assert_eq!(Config::parse("").unwrap(), Config::default());
