@@ -18,7 +18,32 @@ pub struct Cudatrace {
     child: Option<Child>,
     stdout: Option<JoinHandle<Vec<String>>>,
     stderr: Arc<Mutex<Vec<String>>>,
+    log: Arc<Mutex<Vec<Value>>>,
     stderr_done: Option<JoinHandle<()>>,
+}
+
+/// The environment variable that makes cudatrace write its stderr lines as JSON (its
+/// `--log-format json`); the harness sets it on every cudatrace it starts, and reads the lines
+/// as typed events.
+pub const LOG_FORMAT_VAR: &str = "CUDATRACE_LOG_FORMAT";
+
+/// One stderr line: a JSON log record (its `msg` and the record) or, from a cudatrace that did
+/// not get the variable (inside a container), the text line alone.
+fn parse_log_line(line: String) -> (String, Option<Value>) {
+    match serde_json::from_str::<Value>(&line) {
+        Ok(v) if v.get("msg").is_some_and(Value::is_string) && v.get("ts").is_some() => {
+            (v["msg"].as_str().unwrap_or_default().to_owned(), Some(v))
+        }
+        _ => (line, None),
+    }
+}
+
+/// Whether a stderr line (or its record) says the tracer is ready.
+fn is_ready(text: &str, record: Option<&Value>) -> bool {
+    match record {
+        Some(r) => r["event"] == "ready",
+        None => text.starts_with("ready:"),
+    }
 }
 
 impl Drop for Cudatrace {
@@ -38,8 +63,10 @@ pub struct Traced {
     pub events: Vec<Value>,
     /// Stdout, as lines.
     pub stdout: Vec<String>,
-    /// Stderr lines.
+    /// Stderr lines (the `msg` of each JSON record, as a person would read them).
     pub stderr: Vec<String>,
+    /// Stderr's JSON records, typed: `event`, `level`, `msg` and the event's fields.
+    pub log: Vec<Value>,
     /// Exit status code.
     pub code: Option<i32>,
 }
@@ -53,16 +80,23 @@ impl Traced {
             .collect()
     }
 
-    /// `key=value` fields of the `summary:` line.
+    /// The records of one event (`ready`, `summary`, `discovered`, `baseline`, ...).
+    pub fn log_events(&self, event: &str) -> Vec<&Value> {
+        self.log.iter().filter(|r| r["event"] == event).collect()
+    }
+
+    /// The fields of the `summary` event.
     pub fn summary(&self) -> HashMap<String, u64> {
-        let line = self
-            .stderr
+        let record = self
+            .log_events("summary")
+            .into_iter()
+            .next_back()
+            .unwrap_or_else(|| panic!("no summary record: {:?}", self.stderr));
+        record
+            .as_object()
+            .expect("a record is an object")
             .iter()
-            .find(|l| l.starts_with("summary:"))
-            .expect("no summary line");
-        line.split_whitespace()
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.parse().expect("numeric summary field")))
+            .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
             .collect()
     }
 }
@@ -71,6 +105,25 @@ impl Cudatrace {
     /// The stderr lines printed so far.
     pub fn stderr_now(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The JSON records printed so far.
+    pub fn log_now(&self) -> Vec<Value> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits (up to `limit`) for a record of `event` for which `pred` holds; returns it.
+    pub fn wait_event(
+        &self,
+        limit: Duration,
+        event: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
+        poll(limit, || {
+            self.log_now()
+                .into_iter()
+                .find(|r| r["event"] == event && pred(r))
+        })
     }
 
     /// Waits (up to `limit`) for a stderr line for which `pred` holds; returns it.
@@ -167,6 +220,7 @@ impl Cudatrace {
     /// what it printed.
     fn spawn(mut cmd: Command) -> Result<Cudatrace, Traced> {
         let mut child = cmd
+            .env(LOG_FORMAT_VAR, "json")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -177,19 +231,27 @@ impl Cudatrace {
         let err = child.stderr.take().unwrap();
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let (ready_tx, ready_rx) = mpsc::channel();
-        let lines = stderr.clone();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (lines, records) = (stderr.clone(), log.clone());
         let stderr_done = std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if line.starts_with("ready:") {
+                let (text, record) = parse_log_line(line);
+                let ready = is_ready(&text, record.as_ref());
+                // The text first: a test that waits for `ready` may read the lines at once.
+                lines.lock().unwrap().push(text);
+                if let Some(r) = record {
+                    records.lock().unwrap().push(r);
+                }
+                if ready {
                     let _ = ready_tx.send(());
                 }
-                lines.lock().unwrap().push(line);
             }
         });
         let tracer = Cudatrace {
             child: Some(child),
             stdout: Some(stdout),
             stderr,
+            log,
             stderr_done: Some(stderr_done),
         };
         match ready_rx.recv_timeout(Duration::from_secs(60)) {
@@ -276,10 +338,12 @@ impl Cudatrace {
             })
             .collect();
         let stderr = std::mem::take(&mut *self.stderr.lock().unwrap());
+        let log = std::mem::take(&mut *self.log.lock().unwrap());
         Traced {
             events,
             stdout: lines,
             stderr,
+            log,
             code: status.code(),
         }
     }

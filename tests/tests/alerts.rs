@@ -56,10 +56,9 @@ fn looping(env: &integration_tests::Env, seconds: f64, grid: u32, sync_every: u6
     )
 }
 
-fn baseline_line(pid: u64, signal: &str) -> impl Fn(&str) -> bool {
-    let prefix = format!("baseline: pid={pid} ");
-    let signal = format!(" signal={signal} ");
-    move |l: &str| l.starts_with(&prefix) && l.contains(&signal)
+fn baseline_of(pid: u64, signal: &str) -> impl Fn(&Value) -> bool {
+    let signal = signal.to_owned();
+    move |r: &Value| r["pid"].as_u64() == Some(pid) && r["signal"] == signal.as_str()
 }
 
 /// A steady job alone on its GPU for a minute, and beside it, on another GPU, a job whose calls
@@ -107,11 +106,7 @@ fn quiet_jobs_fire_nothing() {
     let (steady, noisy) = (steady.finish(), noisy.finish());
     let metrics = http::scrape(&listen);
     let traced = daemon.stop();
-    let learned: Vec<&String> = traced
-        .stderr
-        .iter()
-        .filter(|l| l.starts_with("baseline: "))
-        .collect();
+    let learned = traced.log_events("baseline");
     eprintln!(
         "e2e quiet_jobs_fire_nothing: steady launches={} noisy launches={} baselines learned={} alert records={} \
          highest window/baseline-p99 seen (pid, signal): {highest:?}",
@@ -127,7 +122,10 @@ fn quiet_jobs_fire_nothing() {
     for pid in [steady_pid, noisy_pid] {
         for signal in ["launch_latency_p99", "wait_per_launch"] {
             assert!(
-                traced.stderr.iter().any(|l| baseline_line(pid, signal)(l)),
+                traced
+                    .log_events("baseline")
+                    .into_iter()
+                    .any(baseline_of(pid, signal)),
                 "no {signal} baseline for pid {pid}: {:?}",
                 traced.stderr
             );
@@ -181,9 +179,10 @@ fn contention_alert_names_both_and_resolves() {
         .vars(&vars)
         .spawn();
     let victim_pid = victim.pid();
-    let learned = daemon.wait_stderr(
+    let learned = daemon.wait_event(
         Duration::from_secs(60),
-        baseline_line(victim_pid, "wait_per_launch"),
+        "baseline",
+        baseline_of(victim_pid, "wait_per_launch"),
     );
     assert!(
         learned.is_some(),
@@ -441,9 +440,10 @@ fn throttled_gpu_is_named_from_nvml() {
         .vars(&v0)
         .spawn();
     let victim_pid = victim.pid();
-    let learned = daemon.wait_stderr(
+    let learned = daemon.wait_event(
         Duration::from_secs(60),
-        baseline_line(victim_pid, "wait_per_launch"),
+        "baseline",
+        baseline_of(victim_pid, "wait_per_launch"),
     );
     assert!(
         learned.is_some(),
@@ -515,9 +515,10 @@ fn copy_contention_names_the_copier() {
     .vars(&vars)
     .spawn();
     let victim_pid = victim.pid();
-    let learned = daemon.wait_stderr(
+    let learned = daemon.wait_event(
         Duration::from_secs(60),
-        baseline_line(victim_pid, "copy_time_per_mib"),
+        "baseline",
+        baseline_of(victim_pid, "copy_time_per_mib"),
     );
     assert!(
         learned.is_some(),
@@ -666,9 +667,10 @@ fn a_blackholed_webhook_does_not_delay_alertmanager() {
         .vars(&vars)
         .spawn();
     let victim_pid = victim.pid();
-    let learned = daemon.wait_stderr(
+    let learned = daemon.wait_event(
         Duration::from_secs(30),
-        baseline_line(victim_pid, "wait_per_launch"),
+        "baseline",
+        baseline_of(victim_pid, "wait_per_launch"),
     );
     assert!(
         learned.is_some(),
@@ -762,9 +764,10 @@ fn alerts_reach_https_sinks_with_credentials() {
         .vars(&vars)
         .spawn();
     let victim_pid = victim.pid();
-    let learned = daemon.wait_stderr(
+    let learned = daemon.wait_event(
         Duration::from_secs(30),
-        baseline_line(victim_pid, "wait_per_launch"),
+        "baseline",
+        baseline_of(victim_pid, "wait_per_launch"),
     );
     assert!(
         learned.is_some(),

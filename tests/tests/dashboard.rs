@@ -318,9 +318,8 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     .spawn();
     let (a_pid, b_pid) = (a.pid(), b.pid());
     for pid in [a_pid, b_pid] {
-        let prefix = format!("baseline: pid={pid} ");
-        let learned = daemon.wait_stderr(Duration::from_secs(60), |l| {
-            l.starts_with(&prefix) && l.contains(" signal=wait_per_launch ")
+        let learned = daemon.wait_event(Duration::from_secs(60), "baseline", |r| {
+            r["pid"].as_u64() == Some(pid) && r["signal"] == "wait_per_launch"
         });
         assert!(
             learned.is_some(),

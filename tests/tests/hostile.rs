@@ -772,11 +772,9 @@ fn a_record_rate_limit_caps_one_process_and_counts_the_rest() {
     // The loud process made the quiet one's calls plus 4,700 more launches.
     assert_eq!(loud_calls + limited, quiet_calls + 4700.0);
     assert_eq!((loud_calls, all_limited), (1000.0, limited));
-    assert!(
-        traced
-            .stderr
-            .iter()
-            .any(|l| l.starts_with("summary:") && l.contains(&format!(" rate_limited={limited} "))),
+    assert_eq!(
+        traced.summary()["rate_limited"] as f64,
+        limited,
         "{:?}",
         traced.stderr
     );

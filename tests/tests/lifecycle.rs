@@ -52,16 +52,15 @@ fn libraries_mapped_later_are_traced() {
     for (report, lib) in [(&ra, &a), (&rb, &b)] {
         let pid = report["pid"].as_u64().unwrap();
         let needle = format!("/proc/{pid}/root{}", lib.display());
-        let found: Vec<&String> = traced
-            .stderr
+        let found = traced.log_events("discovered");
+        let record = found
             .iter()
-            .filter(|l| l.starts_with("discovered: "))
-            .collect();
-        let line = found
-            .iter()
-            .find(|l| l.contains(&needle) || l.contains(&lib.display().to_string()))
+            .find(|r| {
+                let path = r["path"].as_str().unwrap_or_default();
+                path == needle || path == lib.display().to_string()
+            })
             .unwrap_or_else(|| panic!("{} not discovered: {:?}", lib.display(), traced.stderr));
-        let at: u64 = line.rsplit_once("at_ns=").unwrap().1.parse().unwrap();
+        let at: u64 = record["at_ns"].as_u64().expect("at_ns, ns");
         let delay_ms = (at as f64 - report["loaded_ns"].as_u64().unwrap() as f64) / 1e6;
         assert_eq!(
             count(&traced, pid, "cuLaunchKernel"),
@@ -153,9 +152,9 @@ fn container_process_traced_and_labelled() {
     let inside_path = format!("/proc/{pid}/root/mnt/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     assert!(
         traced
-            .stderr
+            .log_events("discovered")
             .iter()
-            .any(|l| l.starts_with(&format!("discovered: {inside_path} "))),
+            .any(|r| r["path"] == inside_path.as_str()),
         "{inside_path} not discovered: {:?}",
         traced.stderr
     );

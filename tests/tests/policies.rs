@@ -56,9 +56,8 @@ fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
         .vars(&vars)
         .spawn();
     let victim_pid = victim.pid();
-    let prefix = format!("baseline: pid={victim_pid} ");
-    let learned = daemon.wait_stderr(Duration::from_secs(60), |l| {
-        l.starts_with(&prefix) && l.contains(" signal=wait_per_launch ")
+    let learned = daemon.wait_event(Duration::from_secs(60), "baseline", |r| {
+        r["pid"].as_u64() == Some(victim_pid as u64) && r["signal"] == "wait_per_launch"
     });
     assert!(
         learned.is_some(),

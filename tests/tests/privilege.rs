@@ -103,9 +103,9 @@ fn least_privilege_daemon_traces_another_users_process() {
     assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
     assert!(
         traced
-            .stderr
+            .log_events("discovered")
             .iter()
-            .any(|l| l.starts_with("discovered: /proc/")),
+            .any(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/proc/"))),
         "{:?}",
         traced.stderr
     );

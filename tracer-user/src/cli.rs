@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     config,
+    logging::LogFormat,
     pipeline::{SessionOptions, Tuning},
     probe::ebpf_log::LogLevel,
     probe::filter::FilterOptions,
@@ -14,6 +15,17 @@ use crate::{
 #[derive(Parser)]
 #[command(name = "cudatrace", version, about)]
 pub struct Cli {
+    /// How stderr lines are written: `text` (the message) or `json` (one object a line with
+    /// ts, level, event, msg and the event's fields).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "CUDATRACE_LOG_FORMAT",
+        value_name = "FORMAT"
+    )]
+    pub log_format: LogFormat,
     /// The command.
     #[command(subcommand)]
     pub command: Command,

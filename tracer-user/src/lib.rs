@@ -5,6 +5,9 @@
 //! `alert` -> `sinks` (stdout, Alertmanager, webhook, metrics). `cmd` holds one file per command.
 //! The binary (`main.rs`) only parses and dispatches; the library is what the fuzz targets
 //! (`fuzz/`) reach the parsers through.
+// Every stderr line goes through `log` (see `logging`), so that `--log-format json` holds.
+#![deny(clippy::print_stderr)]
+
 pub mod aggregate;
 pub mod alert;
 pub mod cli;
@@ -14,6 +17,7 @@ pub mod detect;
 pub mod enrich;
 pub mod event;
 pub mod identity;
+pub mod logging;
 pub mod nvml;
 pub mod pipeline;
 pub mod policy;

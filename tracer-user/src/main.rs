@@ -3,17 +3,18 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use tracer_user::{cli, cmd};
+use tracer_user::{cli, cmd, logging};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    logging::init(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cudatrace: cannot start the runtime: {e}");
+            log::error!("cudatrace: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the outermost context and its causes.
-            eprintln!("cudatrace: {e:#}");
+            log::error!("cudatrace: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -10,8 +10,8 @@ mod tests {
     const LAYERS: &[&[&str]] = &[
         // Plain data and helpers: no imports from the stages.
         &["config", "text"],
-        // Who a process is; what one decoded call is.
-        &["identity"],
+        // How stderr lines are written; who a process is; what one decoded call is.
+        &["logging", "identity"],
         &["event"],
         // The source (probes, discovery) and the per-process tables enrichment keeps.
         &["probe", "enrich", "nvml"],

@@ -82,7 +82,7 @@ impl Daemon {
             Ok(gpus) => self.gpus = gpus,
             Err(e) => {
                 if sampler.up() {
-                    eprintln!("cudatrace: NVML sample failed: {e}");
+                    log::warn!("cudatrace: NVML sample failed: {e}");
                 }
             }
         }

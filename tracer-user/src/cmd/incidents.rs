@@ -52,7 +52,7 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         .collect();
     incidents.reverse();
     if read.skipped > 0 {
-        eprintln!(
+        log::warn!(
             "cudatrace: skipped {} lines of {shown} that are not incidents",
             read.skipped
         );
@@ -71,7 +71,7 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         println!("{}", line(v));
     }
     if incidents.is_empty() {
-        eprintln!(
+        log::info!(
             "no incidents in {shown}{}",
             if args.since.is_some() {
                 " in that time"

@@ -81,7 +81,7 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     };
     let mut sampler = Sampler::new(args.nvml_lib.as_ref());
     if let Sampler::Off(why) = &sampler {
-        eprintln!("cudatrace: {why}; the timeline has no GPU counters");
+        log::warn!("cudatrace: {why}; the timeline has no GPU counters");
     }
     let detect = DetectConfig::default();
     let window = Duration::from_secs(detect.window_s);
@@ -94,9 +94,13 @@ pub async fn run(args: RecordArgs) -> Result<()> {
     let mut nvml_tick = tokio::time::interval(Duration::from_secs(1));
     let mut detect_tick = super::every(window);
     let probes = session.start_recording()?;
-    eprintln!(
-        "ready: {probes} probes attached; recording to {}",
-        printable(&args.output.display().to_string())
+    let output = args.output.display().to_string();
+    let output = printable(&output);
+    log::info!(
+        target: "cudatrace::ready",
+        probes = probes,
+        output = output.as_ref();
+        "ready: {probes} probes attached; recording to {output}"
     );
     let output_closed = loop {
         tokio::select! {
@@ -124,6 +128,11 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         .timeline
         .finish(monotonic_ns())
         .with_context(|| format!("cannot finish {path}"))?;
-    eprintln!("record: {written} events written to {path}; {left_out} left out past --max-events");
+    log::info!(
+        target: "cudatrace::record",
+        written = written,
+        left_out = left_out;
+        "record: {written} events written to {path}; {left_out} left out past --max-events"
+    );
     Ok(())
 }

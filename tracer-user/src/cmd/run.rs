@@ -20,11 +20,9 @@ use crate::{
     nvml::Sampler,
     pipeline::{Session, Tuning},
     registry::Registry,
-    sinks::archive::Archive,
-    sinks::http::Sinks,
+    sinks::alerting::AlertSinks,
     sinks::metrics::server,
     sinks::metrics::web,
-    sinks::stdout,
 };
 
 /// The config file, with the command line's overrides.
@@ -62,25 +60,6 @@ fn config(args: &mut RunArgs) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Hands alert changes to stdout and the sinks.
-fn publish(
-    changes: &[crate::alert::AlertChange],
-    sinks: Option<&Sinks>,
-    archive: Option<&Archive>,
-) {
-    stdout::print_changes(changes);
-    if let Some(s) = sinks {
-        for change in changes {
-            s.send(change);
-        }
-    }
-    if let Some(a) = archive {
-        if let Err(e) = a.record(changes) {
-            eprintln!("cudatrace: cannot append to the incident archive: {e}");
-        }
-    }
-}
-
 /// Gives processes in pods their names from the latest pod list; a pod not listed yet asks
 /// for an early refresh.
 fn name_pods(source: Option<&PodNamesSource>, registry: &mut Registry) {
@@ -106,25 +85,13 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     crate::probe::symbols::set_max_library_bytes(cfg.max_library_mib << 20);
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
-    // The sinks' CA file is checked before anything is loaded, as the port and the web config are.
-    let sinks = Sinks::start(&cfg.alerts, format!("{scheme}://{}/metrics", cfg.listen))?;
-    let archive = match &cfg.alerts.archive {
-        Some(path) => {
-            let mib = if cfg.alerts.archive_max_mib == 0 {
-                64
-            } else {
-                cfg.alerts.archive_max_mib
-            };
-            let a = Archive::new(path.clone(), mib << 20);
-            a.check().map_err(|e| anyhow::anyhow!("cannot append to the incident archive {}: {e}; give a writable [alerts] archive path", crate::text::printable(&path.display().to_string())))?;
-            Some(a)
-        }
-        None => None,
-    };
+    // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
+    // and the web config are.
+    let sinks = AlertSinks::start(&cfg, format!("{scheme}://{}/metrics", cfg.listen))?;
     let mut session = Session::open(args.sel.session(Tuning::daemon(&cfg, args.duration)))?;
     let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
     if let Sampler::Off(why) = &sampler {
-        eprintln!("cudatrace: {why}");
+        log::warn!("cudatrace: {why}");
     }
     let started = Instant::now();
     let mut daemon = Daemon::new(&cfg, &sampler, &session);
@@ -136,9 +103,12 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let pod_names = pods_api::start(&cfg.kubernetes);
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
-    eprintln!(
-        "ready: {probes} probes attached; metrics at {scheme}://{}/metrics",
-        cfg.listen
+    let metrics = format!("{scheme}://{}/metrics", cfg.listen);
+    log::info!(
+        target: "cudatrace::ready",
+        probes = probes,
+        metrics = metrics.as_str();
+        "ready: {probes} probes attached; metrics at {metrics}"
     );
     let output_closed = loop {
         tokio::select! {
@@ -153,7 +123,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             }
             _ = detect_tick.tick() => {
                 let changes = daemon.evaluate(&mut session, started.elapsed().as_secs_f64());
-                publish(&changes, sinks.as_ref(), archive.as_ref());
+                sinks.publish(&changes);
             }
             Some(reply) = requests.recv() => {
                 name_pods(pod_names.as_ref(), &mut session.registry);
@@ -164,14 +134,8 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     session.finish(&mut daemon, output_closed)?;
     // Victims that exited since the last window resolve; firing alerts of live processes are
     // left to expire in Alertmanager (the problem is not known to be over).
-    publish(
-        &daemon.detector.take_changes(),
-        sinks.as_ref(),
-        archive.as_ref(),
-    );
+    sinks.publish(&daemon.detector.take_changes());
     session.detach();
-    if let Some(sinks) = sinks {
-        sinks.finish(Duration::from_secs(3)).await;
-    }
+    sinks.finish(Duration::from_secs(3)).await;
     Ok(())
 }

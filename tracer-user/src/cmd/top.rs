@@ -110,7 +110,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
     let mut detect_tick = super::every(Duration::from_secs(cfg.detect.window_s));
     session.set_rate_limit(cfg.record_rate_limit)?;
     let probes = session.start_recording()?;
-    eprintln!("ready: {probes} probes attached");
+    log::info!(target: "cudatrace::ready", probes = probes; "ready: {probes} probes attached");
     let interactive = !args.batch && std::io::stdout().is_terminal();
     // Declared before the screen, so dropped after it: stderr comes back once the terminal is.
     let quiet = interactive.then(QuietStderr::new);

@@ -38,7 +38,7 @@ pub async fn run(args: TraceArgs) -> Result<()> {
     let mut session = Session::open(args.sel.session(tuning))?;
     let mut printer = Printer::new(args.json);
     let probes = session.start_recording()?;
-    eprintln!("ready: {probes} probes attached");
+    log::info!(target: "cudatrace::ready", probes = probes; "ready: {probes} probes attached");
     let output_closed = loop {
         let wake = session.wake().await?;
         if let Some(closed) = session.act(wake, &mut printer).stop() {

@@ -1,10 +1,13 @@
 //! The detector's tests: whole runs of windows through the registry, as the daemon drives it.
+use std::time::Duration;
+
 use tracer_common::Api;
 
 use super::*;
 use crate::{
-    alert::AlertState as State,
+    alert::{AlertState as State, Severity},
     event::Detail,
+    nvml::GpuSample,
     registry::{Registry, RegistryLimits},
 };
 

@@ -104,7 +104,7 @@ pub fn start(cfg: &KubernetesConfig) -> Option<PodNamesSource> {
     let target = match target(cfg, |k| std::env::var(k).ok()) {
         Ok(t) => t?,
         Err(why) => {
-            eprintln!("cudatrace: pod names off: {why}; metrics keep pod UIDs and container ids");
+            log::warn!("cudatrace: pod names off: {why}; metrics keep pod UIDs and container ids");
             return None;
         }
     };
@@ -115,7 +115,7 @@ pub fn start(cfg: &KubernetesConfig) -> Option<PodNamesSource> {
         .name("cudatrace-pods".into())
         .spawn(move || refresher(&target, &shared, &woken));
     if let Err(e) = spawned {
-        eprintln!("cudatrace: pod names off: cannot start a thread ({e})");
+        log::warn!("cudatrace: pod names off: cannot start a thread ({e})");
         return None;
     }
     Some(PodNamesSource { index, wake })
@@ -135,7 +135,7 @@ fn refresher(target: &Target, index: &Mutex<Arc<PodIndex>>, woken: &mpsc::Receiv
                     } else {
                         String::new()
                     };
-                    eprintln!(
+                    log::warn!(
                         "cudatrace: pod names: {} pods from {}{more}",
                         fresh.len(),
                         target.url
@@ -148,7 +148,7 @@ fn refresher(target: &Target, index: &Mutex<Arc<PodIndex>>, woken: &mpsc::Receiv
             }
             Err(why) => {
                 if why != said {
-                    eprintln!("cudatrace: pod names unavailable: {why}; metrics keep pod UIDs and container ids until it answers (retrying)");
+                    log::warn!("cudatrace: pod names unavailable: {why}; metrics keep pod UIDs and container ids until it answers (retrying)");
                     said = why;
                 }
                 failures = failures.saturating_add(1);

@@ -5,12 +5,14 @@
 //! timers of that flow; each command owns the rest of its loop.
 pub mod launches;
 mod open;
+mod options;
+
+pub use options::{SessionOptions, Tuning, TRACER_MAX_LIBRARIES, TRACER_MAX_PROCESSES};
 #[cfg(test)]
 mod property_tests;
 
 use std::{
     io,
-    path::PathBuf,
     pin::Pin,
     time::{Duration, Instant},
 };
@@ -24,19 +26,14 @@ use tokio::{
 };
 
 use crate::{
-    config::{Config, Sampling},
-    probe::discovery::{self, Discovery},
-    probe::ebpf_log::LogLevel,
-    probe::filter::FilterOptions,
-    probe::loader::Probes,
-    registry::Process,
-    registry::Registry,
-    registry::RegistryLimits,
-};
-use crate::{
     enrich::Enrichment,
     event::{self, DecodeError, Event, LaunchDelta, RingRecord},
     identity::{self, Comm},
+    probe::{
+        discovery::{self, Discovery},
+        loader::Probes,
+    },
+    registry::{Process, Registry},
 };
 use launches::Harvest;
 
@@ -49,96 +46,6 @@ const PROCESS_CHECK_PERIOD: Duration = Duration::from_secs(1);
 /// How often the launches counted in-kernel are read, besides before a scrape, a detection
 /// window, a process's release and the end.
 const HARVEST_PERIOD: Duration = Duration::from_millis(500);
-
-/// What to trace and how, for every command.
-pub struct SessionOptions {
-    /// Libraries to attach; discovered (and watched for) when empty.
-    pub libs: Vec<PathBuf>,
-    /// Only this process, and threads and cgroups as the filter says.
-    pub filter: FilterOptions,
-    /// Stop after this long.
-    pub duration: Option<Duration>,
-    /// Ring-buffer size in bytes.
-    pub ringbuf_bytes: u32,
-    /// What the eBPF programs report on stderr.
-    pub log_level: LogLevel,
-    /// How often to look for newly mapped libcuda files, without `--lib`.
-    pub rescan: Duration,
-    /// What the process registry keeps.
-    pub limits: RegistryLimits,
-    /// Whether identities keep the command line (`trace --cmdline`; it may hold secrets).
-    pub cmdline: bool,
-    /// Distinct library files attached at most.
-    pub max_libraries: usize,
-    /// `--lib-allow` globs: only the host's files they name are attached (none: any).
-    pub lib_allow: Vec<String>,
-    /// Launches counted in-kernel, and which are written (`run`); `None`: every launch is
-    /// written (`trace`).
-    pub sampling: Option<Sampling>,
-}
-
-/// Processes `trace` and `record` hold at most (identity, kernel names, memory, streams); an
-/// exited one is released at once.
-pub const TRACER_MAX_PROCESSES: usize = 4096;
-/// Distinct library files `trace` and `record` attach at most (as `run`'s default).
-pub const TRACER_MAX_LIBRARIES: usize = 32;
-
-/// What a command sets of its session besides the selection (`cli::Selection`), by name.
-pub struct Tuning {
-    /// Stop after this long.
-    pub duration: Option<Duration>,
-    /// Ring-buffer size, MiB.
-    pub ringbuf_mib: u32,
-    /// How often to look for newly mapped libraries, ms.
-    pub rescan_ms: u64,
-    /// What the process registry keeps.
-    pub limits: RegistryLimits,
-    /// Whether identities keep the command line.
-    pub cmdline: bool,
-    /// Distinct library files attached at most.
-    pub max_libraries: usize,
-    /// Globs of the host's library files allowed, besides the command line's.
-    pub lib_allow: Vec<String>,
-    /// Launches counted in-kernel (`None`: every launch written).
-    pub sampling: Option<Sampling>,
-}
-
-impl Tuning {
-    /// `run` and `top`: everything from the config file; launches counted in-kernel.
-    pub fn daemon(cfg: &Config, duration: Option<Duration>) -> Tuning {
-        Tuning {
-            duration,
-            ringbuf_mib: cfg.ringbuf_mib,
-            rescan_ms: cfg.rescan_ms,
-            limits: RegistryLimits {
-                max_processes: cfg.max_processes,
-                retain_exited: Duration::from_secs(cfg.retain_exited_s),
-            },
-            cmdline: false,
-            max_libraries: cfg.max_libraries,
-            lib_allow: cfg.lib_allow.clone(),
-            sampling: cfg.launches.sampling(),
-        }
-    }
-
-    /// `trace` and `record`: bounded tables, an exited process released at once, every launch
-    /// written.
-    pub fn tracer(duration: Option<Duration>, ringbuf_mib: u32, rescan_ms: u64) -> Tuning {
-        Tuning {
-            duration,
-            ringbuf_mib,
-            rescan_ms,
-            limits: RegistryLimits {
-                max_processes: TRACER_MAX_PROCESSES,
-                retain_exited: Duration::ZERO,
-            },
-            cmdline: false,
-            max_libraries: TRACER_MAX_LIBRARIES,
-            lib_allow: Vec::new(),
-            sampling: None,
-        }
-    }
-}
 
 /// Where a session's calls go; each command implements it.
 pub trait Consumer {
@@ -321,7 +228,7 @@ impl Session {
                     return Ok(Wake::Rescan);
                 }
                 Step::Found(None) => {
-                    eprintln!("cudatrace: the discovery thread ended; libraries mapped from now on are not traced");
+                    log::error!("cudatrace: the discovery thread ended; libraries mapped from now on are not traced");
                     self.discovery = None;
                 }
             }
@@ -354,10 +261,13 @@ impl Session {
         }
         for lib in &self.probes.libraries[before..] {
             let path = lib.path.display().to_string();
-            eprintln!(
-                "discovered: {} at_ns={}",
-                crate::text::printable(&path),
-                event::monotonic_ns()
+            let at_ns = event::monotonic_ns();
+            let path = crate::text::printable(&path);
+            log::info!(
+                target: "cudatrace::discovered",
+                path = path.as_ref(),
+                at_ns = at_ns;
+                "discovered: {path} at_ns={at_ns}"
             );
         }
         self.probes.libraries.len() > before
@@ -442,7 +352,7 @@ impl Session {
             Err(e) => {
                 self.counts.decode_errors += 1;
                 if self.counts.decode_errors == 1 {
-                    eprintln!("cudatrace: skipping undecodable record: {e}");
+                    log::warn!("cudatrace: skipping undecodable record: {e}");
                 }
                 return Ok(());
             }
@@ -530,27 +440,36 @@ impl Session {
         let live = self.registry.live_sorted();
         for p in &live {
             if p.memory.touched() {
-                eprintln!("{}", p.memory.line(p.pid));
+                log::info!(target: "cudatrace::memory", pid = p.pid; "{}", p.memory.line(p.pid));
             }
         }
         for p in &live {
             for line in p.streams.lines(p.pid) {
-                eprintln!("{line}");
+                log::info!(target: "cudatrace::gpu_time", pid = p.pid; "{line}");
             }
         }
         let c = self.counts;
-        eprintln!(
-            "summary: events={} launches_counted={} launch_samples={} dropped={} rate_limited={} orphan_returns={orphans} undecodable={} \
-             probes={} exits={} live_processes={} inflight_entries={inflight} tracked_processes={tracked}",
-            c.events,
-            c.launches_counted,
-            c.launch_samples,
-            dropped[0],
-            dropped[1],
-            c.decode_errors,
-            self.probes.probe_count(),
-            c.exits,
-            live.len()
+        let (events, counted, samples) = (c.events, c.launches_counted, c.launch_samples);
+        let (ring_full, rate_limited, undecodable) = (dropped[0], dropped[1], c.decode_errors);
+        let (probes, exits, live) = (self.probes.probe_count(), c.exits, live.len());
+        log::info!(
+            target: "cudatrace::summary",
+            events = events,
+            launches_counted = counted,
+            launch_samples = samples,
+            dropped = ring_full,
+            rate_limited = rate_limited,
+            orphan_returns = orphans,
+            undecodable = undecodable,
+            probes = probes,
+            exits = exits,
+            live_processes = live,
+            inflight_entries = inflight,
+            tracked_processes = tracked;
+            "summary: events={events} launches_counted={counted} launch_samples={samples} \
+             dropped={ring_full} rate_limited={rate_limited} orphan_returns={orphans} \
+             undecodable={undecodable} probes={probes} exits={exits} live_processes={live} \
+             inflight_entries={inflight} tracked_processes={tracked}"
         );
         Ok(())
     }
@@ -571,9 +490,9 @@ fn consume(process: &mut Process, ev: &Event, consumer: &mut impl Consumer) -> i
 /// Prints a process's final memory and GPU-time lines.
 fn final_lines(p: &Process) {
     if p.memory.touched() {
-        eprintln!("{}", p.memory.line(p.pid));
+        log::info!(target: "cudatrace::memory", pid = p.pid; "{}", p.memory.line(p.pid));
     }
     for line in p.streams.lines(p.pid) {
-        eprintln!("{line}");
+        log::info!(target: "cudatrace::gpu_time", pid = p.pid; "{line}");
     }
 }

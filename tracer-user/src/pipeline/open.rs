@@ -26,12 +26,12 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
     for lib in libs {
         match probes.attach_library(lib) {
             Ok(Some(attached)) => {
-                eprintln!("{}", crate::text::printable(&loader::report(attached)))
+                log::info!(target: "cudatrace::attached", "{}", crate::text::printable(&loader::report(attached)))
             }
             Ok(None) => {}
             Err(e) => {
                 if !quiet_errors {
-                    eprintln!("cudatrace: {}", crate::text::printable(&format!("{e:#}")));
+                    log::warn!("cudatrace: {}", crate::text::printable(&format!("{e:#}")));
                 }
                 failures.push(e);
             }
@@ -43,9 +43,11 @@ fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<
 /// Attaches one library discovery prepared; says what was attached, or why not.
 pub(super) fn attach_one(probes: &mut Probes, p: discovery::Prepared) {
     match probes.attach_prepared(p) {
-        Ok(Some(attached)) => eprintln!("{}", crate::text::printable(&loader::report(attached))),
+        Ok(Some(attached)) => {
+            log::info!(target: "cudatrace::attached", "{}", crate::text::printable(&loader::report(attached)))
+        }
         Ok(None) => {}
-        Err(e) => eprintln!("cudatrace: {}", crate::text::printable(&format!("{e:#}"))),
+        Err(e) => log::warn!("cudatrace: {}", crate::text::printable(&format!("{e:#}"))),
     }
 }
 
@@ -85,7 +87,7 @@ impl Session {
         // With one library its error is the run's error, printed once below.
         let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
         if watch && probes.probe_count() == 0 {
-            eprintln!("no libcuda in use or installed yet; watching for processes that map one");
+            log::info!(target: "cudatrace::watching", "no libcuda in use or installed yet; watching for processes that map one");
         }
         if probes.probe_count() == 0 && !watch {
             match failures.into_iter().next() {
@@ -113,7 +115,7 @@ impl Session {
         // Loaded and attached: from here on only discovery and identity need privileges (and
         // attaching, while watching). Threads started later inherit the reduced set.
         if let Err(e) = caps::reduce(watch, !probes.multi()) {
-            eprintln!(
+            log::warn!(
                 "cudatrace: cannot drop the capabilities it no longer needs ({e}); tracing goes on"
             );
         }

@@ -1,9 +1,8 @@
 //! What the eBPF programs say through aya-log (rare conditions only: orphan returns, replaced
-//! entry state, argument reads that failed), shown on stderr as `cudatrace: ebpf LEVEL: ...`.
+//! entry state, argument reads that failed), shown on stderr as `cudatrace: ebpf LEVEL: ...` (through `crate::logging`, event `ebpf`).
 //! A traced program can make those conditions happen at will, so at most [`LINES_PER_SECOND`]
 //! lines a second are printed and the rest are counted in one line.
 use std::{
-    io::Write as _,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -88,10 +87,14 @@ impl log::Log for StderrLog {
             return;
         }
         let mut b = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        let mut err = std::io::stderr().lock();
         if b.second.elapsed() >= Duration::from_secs(1) {
             if b.suppressed > 0 {
-                let _ = writeln!(err, "cudatrace: ebpf: {} more lines held back (at most {LINES_PER_SECOND} a second)", b.suppressed);
+                log::warn!(
+                    target: "cudatrace::ebpf",
+                    held_back = b.suppressed;
+                    "cudatrace: ebpf: {} more lines held back (at most {LINES_PER_SECOND} a second)",
+                    b.suppressed
+                );
             }
             *b = Budget {
                 second: Instant::now(),
@@ -105,7 +108,13 @@ impl log::Log for StderrLog {
         }
         b.printed += 1;
         let level = record.level().as_str().to_ascii_lowercase();
-        let _ = writeln!(err, "cudatrace: ebpf {level}: {}", record.args());
+        // Shown at warn whatever the program's level: `--log-level` chose what reaches here.
+        log::warn!(
+            target: "cudatrace::ebpf",
+            ebpf_level = level.as_str();
+            "cudatrace: ebpf {level}: {}",
+            record.args()
+        );
     }
 
     fn flush(&self) {}

@@ -189,7 +189,7 @@ fn load_classic(ebpf: &mut Ebpf) -> Result<Attach> {
 
 /// Says once why uprobe_multi is not used, then loads for classic uprobes.
 fn fall_back(ebpf: &mut Ebpf, why: &MultiError) -> Result<Attach> {
-    eprintln!(
+    log::warn!(
         "cudatrace: uprobe_multi links are not available ({why}; they need Linux 6.6 or later): using classic \
          uprobes, which need CAP_SYS_ADMIN on kernels with the 2025 perf_uprobe_event_init fix"
     );

@@ -171,7 +171,7 @@ impl Sinks {
             if sink.tx.try_send(record.clone()).is_err() {
                 let dropped = sink.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 if dropped % 1000 == 1 {
-                    eprintln!(
+                    log::warn!(
                         "cudatrace: {} is {QUEUE} alert records behind: {dropped} dropped so far",
                         sink.name
                     );
@@ -262,7 +262,7 @@ impl Endpoint {
             match tokio::time::timeout(POST_TIMEOUT, client.request(req)).await {
                 Ok(Ok(resp)) if resp.status().is_success() => {
                     if self.failing.take().is_some() {
-                        eprintln!("cudatrace: {} {} accepts alerts again", self.name, self.uri);
+                        log::info!("cudatrace: {} {} accepts alerts again", self.name, self.uri);
                     }
                     return true;
                 }
@@ -272,7 +272,7 @@ impl Endpoint {
             }
         }
         if self.failing.as_deref() != Some(&last) {
-            eprintln!(
+            log::warn!(
                 "cudatrace: {} {}: {last}; alerts still go to stdout and the metrics, and are sent again",
                 self.name, self.uri
             );

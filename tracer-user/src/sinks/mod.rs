@@ -1,6 +1,7 @@
 //! Where results go: stdout (events for `trace`, alert changes for `run`), the HTTP alert sinks
 //! (webhook, Alertmanager), the Prometheus metrics server, the incident archive, `record`'s timeline file and `top`'s
 //! screen.
+pub mod alerting;
 pub mod alertmanager;
 pub mod archive;
 pub mod group;

@@ -201,7 +201,7 @@ impl Scanner {
         r.next = now + r.delay;
         r.pass = self.pass;
         if r.said != why {
-            eprintln!("cudatrace: {why} (tried again in {} s)", r.delay.as_secs());
+            log::warn!("cudatrace: {why} (tried again in {} s)", r.delay.as_secs());
             r.said = why;
         }
     }

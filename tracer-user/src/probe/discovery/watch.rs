@@ -64,7 +64,7 @@ impl Discovery {
                 Err(mpsc::error::TryRecvError::Empty)
                     if started.elapsed() >= FIRST_PASS_DEADLINE =>
                 {
-                    eprintln!(
+                    log::warn!(
                         "cudatrace: discovery has not finished in {} s (a /proc or library file that does not answer?); \
                          going on, and attaching what it finds when it does",
                         FIRST_PASS_DEADLINE.as_secs()
@@ -85,7 +85,7 @@ impl Discovery {
             Some(since) => {
                 if since.elapsed() > PASS_DEADLINE && !self.warned {
                     self.warned = true;
-                    eprintln!(
+                    log::warn!(
                         "cudatrace: a discovery pass has run for over {} s (a /proc or library file that does not answer?); \
                          tracing goes on",
                         PASS_DEADLINE.as_secs()

@@ -137,7 +137,7 @@ pub fn spawn(
                 accept_loop(listener, app, tls).await
             });
             if let Err(e) = result {
-                eprintln!("cudatrace: metrics server failed: {e}");
+                log::error!("cudatrace: metrics server failed: {e}");
             }
         })
         .context("cannot start the metrics thread")?;

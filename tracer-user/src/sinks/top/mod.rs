@@ -1,6 +1,7 @@
 //! What `cudatrace top` shows, computed from two snapshots of the daemon's aggregation and
 //! detector (the metrics' own snapshot, so `top` and `/metrics` never disagree): a header per GPU
 //! from NVML, and a row per process with its rates over the interval between the two.
+pub mod columns;
 pub mod text;
 pub mod tui;
 

@@ -1,0 +1,365 @@
+//! One detection window: each process's signal values against their baselines, breaches,
+//! the debounce, and for each alert its cause (`classify`), its incident and its quiet flag.
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use super::{
+    baseline::Learned,
+    classify::{self, Activity, Seen},
+    debounce::Phase,
+    Detector, ProcessSignals, Processes, Signal,
+};
+use crate::{
+    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
+    config::DetectConfig,
+    identity::{Comm, Identity, ProcessRef},
+    nvml::GpuSample,
+    text::rfc3339,
+};
+
+/// One breaching window of one (process, signal), as `evaluate` found it.
+struct Breach {
+    pid: u32,
+    signal: usize,
+    tier: Severity,
+    value: f64,
+    p99: f64,
+    samples: u64,
+}
+
+/// A process's last window as classification sees it, owned so that the registry can change
+/// while it is read.
+struct Observed {
+    pid: u32,
+    comm: Comm,
+    identity: Arc<Identity>,
+    activity: Activity,
+}
+
+/// `x` to 4 significant digits: what the evidence can stand for.
+fn significant(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
+/// Wall-clock time of a monotonic instant, given one pair of the two.
+fn wall_at(mono: f64, now_mono: f64, now_wall: SystemTime) -> SystemTime {
+    now_wall
+        .checked_sub(Duration::from_secs_f64((now_mono - mono).max(0.0)))
+        .unwrap_or(now_wall)
+}
+
+impl Detector {
+    /// Closes the window that ends now: values, baselines, breaches, state changes (collected for
+    /// [`Detector::take_changes`]). `gpus` is the latest NVML sample (empty without NVML).
+    pub fn evaluate(
+        &mut self,
+        processes: &mut impl Processes,
+        now: f64,
+        now_wall: SystemTime,
+        gpus: &[GpuSample],
+    ) {
+        let start = std::mem::replace(&mut self.window_start, now);
+        let (name, cfg) = self.schedule.at(now_wall);
+        let cfg = cfg.clone();
+        if name != self.in_force.as_deref() {
+            log::info!(
+                target: "cudatrace::schedule",
+                schedule = name.unwrap_or("[detect]");
+                "detect: {} in force: warning={} critical={} page={} min_increase_us={} pending_windows={} firing_after_s={} resolve_after_s={}",
+                name.map_or("[detect]".to_owned(), |n| format!("schedule {n:?}")),
+                cfg.warning,
+                cfg.critical,
+                cfg.page,
+                cfg.min_increase_us,
+                cfg.pending_windows,
+                cfg.firing_after_s,
+                cfg.resolve_after_s
+            );
+            self.in_force = name.map(str::to_owned);
+        }
+        let observed: Vec<Observed> = processes
+            .tracked()
+            .filter_map(|p| {
+                let w = &p.signals?.window;
+                let activity = Activity {
+                    launches: w.launches,
+                    gpu_ns: w.gpu_ns,
+                    copy_bytes: w.copy_bytes,
+                    memory_bytes: p.memory_bytes,
+                };
+                Some(Observed {
+                    pid: p.pid,
+                    comm: *p.comm,
+                    identity: p.identity.clone(),
+                    activity,
+                })
+            })
+            .collect();
+        let mut breached: Vec<Breach> = Vec::new();
+        for (pid, comm, slot) in processes.slots_mut() {
+            let Some(s) = slot.as_deref_mut() else {
+                continue;
+            };
+            for (i, signal) in Signal::ALL.into_iter().enumerate() {
+                let t = &mut s.tracks[i];
+                let Some((v, samples)) = s.window.value(signal, cfg.min_samples) else {
+                    t.settle(None, now, &cfg);
+                    continue;
+                };
+                let Some(p99) = t.baseline.p99() else {
+                    if t.baseline.learn(v) == Learned::Ready {
+                        log::info!(
+                            target: "cudatrace::baseline",
+                            pid = pid,
+                            comm = &*comm,
+                            signal = signal.as_str();
+                            "baseline: pid={pid} comm={comm} signal={} level={:.3e} p99={:.3e}",
+                            signal.as_str(),
+                            t.baseline.forecast() / 1e9,
+                            t.baseline.p99().unwrap_or(0.0) / 1e9
+                        );
+                    }
+                    continue;
+                };
+                t.last = Some((v, p99, t.baseline.forecast()));
+                let rise = s.window.per_call(signal, v - p99);
+                let over = v / p99 - 1.0;
+                let tier = if rise < cfg.min_increase_us * 1e3 {
+                    None
+                } else if over > cfg.page {
+                    Some(Severity::Page)
+                } else if over > cfg.critical {
+                    Some(Severity::Critical)
+                } else if over > cfg.warning {
+                    Some(Severity::Warning)
+                } else {
+                    None
+                };
+                match tier {
+                    Some(tier) => {
+                        // A change that has fired (or breached silently) this long is the new
+                        // normal: learn it.
+                        let long = match t.phase {
+                            Phase::Firing => now - t.fired_at >= cfg.rebaseline_after_s as f64,
+                            Phase::Normal => {
+                                t.breaches > 0 && now - t.since >= cfg.rebaseline_after_s as f64
+                            }
+                            Phase::Pending => false,
+                        };
+                        if long {
+                            t.baseline.learn(v);
+                        }
+                        breached.push(Breach {
+                            pid,
+                            signal: i,
+                            tier,
+                            value: v,
+                            p99,
+                            samples,
+                        });
+                    }
+                    None => {
+                        t.baseline.learn(v);
+                        t.settle(Some(false), now, &cfg);
+                    }
+                }
+            }
+        }
+        let seen: Vec<Seen<'_>> = observed
+            .iter()
+            .map(|o| Seen {
+                process: ProcessRef {
+                    pid: o.pid,
+                    comm: &o.comm,
+                    identity: &o.identity,
+                },
+                activity: o.activity,
+            })
+            .collect();
+        // Processes slowed themselves (breaching now, or alerting) are not an incident's cause:
+        // two victims of one trainer see each other as small aggressors.
+        let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();
+        slowed.extend(
+            processes
+                .tracked()
+                .filter(|p| p.signals.is_some_and(ProcessSignals::alerting))
+                .map(|p| p.pid),
+        );
+        for b in breached {
+            self.breach(
+                processes,
+                &b,
+                (start, now, now_wall),
+                &cfg,
+                gpus,
+                (&seen, &slowed),
+            );
+        }
+        // Records still refer to the window's moments; stamp the changes with the wall clock.
+        for s in processes
+            .slots_mut()
+            .filter_map(|(_, _, s)| s.as_deref_mut())
+        {
+            for t in &mut s.tracks {
+                if let Some(r) = t
+                    .record
+                    .as_mut()
+                    .filter(|r| r.state == AlertState::Resolved)
+                {
+                    r.at = rfc3339(now_wall);
+                    self.outbox.push(t.record.take().expect("checked"));
+                }
+            }
+            s.window.reset();
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn breach(
+        &mut self,
+        processes: &mut impl Processes,
+        b: &Breach,
+        (start, now, now_wall): (f64, f64, SystemTime),
+        cfg: &DetectConfig,
+        gpus: &[GpuSample],
+        (seen, slowed): (&[Seen<'_>], &[u32]),
+    ) {
+        let Breach {
+            pid,
+            signal: i,
+            tier,
+            value: v,
+            p99,
+            samples,
+        } = *b;
+        if !classify::vouched(pid, gpus) {
+            // NVML sees GPU processes but not this one: no alert of its own.
+            return;
+        }
+        let signal = Signal::ALL[i];
+        let Some(s) = processes.slot_mut(pid).and_then(|s| s.as_deref_mut()) else {
+            return;
+        };
+        let t = &mut s.tracks[i];
+        t.breaches += 1;
+        if t.breaches == 1 {
+            t.since = start;
+            t.tier = tier;
+        }
+        t.tier = t.tier.min(tier);
+        t.last_breach = now;
+        if t.phase == Phase::Normal && t.breaches < cfg.pending_windows {
+            // Not an alert yet: nothing to classify.
+            return;
+        }
+        let Some(victim) = seen.iter().find(|s| s.process.pid == pid) else {
+            return;
+        };
+        let limits = classify::Thresholds {
+            memory_pressure_ratio: cfg.memory_pressure_ratio,
+            idle_gpu_percent: cfg.idle_gpu_percent,
+        };
+        let baseline = t.baseline.forecast();
+        let verdict = classify::classify(signal, victim, seen, gpus, limits);
+        let victim_party = Party::of(victim.process, None);
+        let evidence = Evidence {
+            signal: signal.as_str(),
+            unit: signal.unit(),
+            baseline: significant(baseline / 1e9),
+            baseline_p99: significant(p99 / 1e9),
+            now: significant(v / 1e9),
+            ratio: significant(v / p99),
+            window_s: cfg.window_s,
+            samples,
+            gpu_memory_used_ratio: verdict.memory_ratio,
+            gpu_utilization: verdict.utilization,
+            clock_event_reasons: verdict.reasons.clone(),
+        };
+        let started_at = rfc3339(wall_at(t.since, now, now_wall));
+        let at = rfc3339(now_wall);
+        // Without a cause and not asked to report those, the breach stays silent (and unlearned);
+        // a later window may find a neighbour.
+        let silent = verdict.cause == Cause::Unexplained && !cfg.report_unexplained;
+        let opened = t.phase == Phase::Normal;
+        match t.phase {
+            Phase::Normal if !silent => {
+                t.phase = Phase::Pending;
+                let causes: Vec<Party> = verdict
+                    .aggressors
+                    .iter()
+                    .filter(|a| !slowed.contains(&a.pid))
+                    .cloned()
+                    .collect();
+                let incident = Incident::of(
+                    verdict.cause,
+                    &verdict.gpu,
+                    if causes.is_empty() {
+                        &verdict.aggressors
+                    } else {
+                        &causes
+                    },
+                );
+                let record = AlertChange {
+                    alert: verdict.cause.alert_name(),
+                    state: AlertState::Pending,
+                    severity: t.tier,
+                    cause: verdict.cause,
+                    gpu: verdict.gpu,
+                    victim: victim_party,
+                    aggressors: verdict.aggressors,
+                    evidence,
+                    started_at,
+                    at,
+                    reason: None,
+                    incident,
+                    quiet: None,
+                };
+                t.record = Some(record);
+            }
+            Phase::Normal => return,
+            Phase::Pending | Phase::Firing => {
+                // The cause (and with it the alert's name) stays; who and how much are refreshed.
+                let r = t
+                    .record
+                    .as_mut()
+                    .expect("an alert past normal has a record");
+                if r.cause == verdict.cause {
+                    r.aggressors = verdict.aggressors;
+                    r.gpu = verdict.gpu;
+                }
+                r.evidence = evidence;
+                if t.phase == Phase::Pending {
+                    r.severity = t.tier;
+                }
+            }
+        }
+        // Quiet or not, by the names and the period of this change.
+        let cgroup = |pid: u32| {
+            seen.iter()
+                .find(|s| s.process.pid == pid)
+                .and_then(|s| s.process.identity.cgroup.clone())
+        };
+        let r = t
+            .record
+            .as_mut()
+            .expect("an alert past normal has a record");
+        r.quiet = self.quiet.find(&r.victim, &r.aggressors, &cgroup, now_wall);
+        if opened {
+            self.outbox.push(r.clone());
+        }
+        if t.phase == Phase::Pending && now - t.since >= cfg.firing_after_s as f64 {
+            t.phase = Phase::Firing;
+            t.fired_at = now;
+            let r = t.record.as_mut().expect("pending has a record");
+            r.state = AlertState::Firing;
+            r.at = rfc3339(now_wall);
+            self.outbox.push(r.clone());
+        }
+    }
+}
