@@ -140,6 +140,13 @@ fn daemonset_is_least_privilege_on_gpu_nodes() {
         node["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
         Some("spec.nodeName")
     );
+    let log_format = c["env"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some("CUDATRACE_LOG_FORMAT"))
+        .expect("CUDATRACE_LOG_FORMAT");
+    assert_eq!(log_format["value"].as_str(), Some("json"));
     for kind in ["requests", "limits"] {
         for r in ["cpu", "memory"] {
             assert!(
