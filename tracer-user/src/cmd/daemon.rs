@@ -6,8 +6,8 @@ use std::{io, time::SystemTime};
 use crate::{
     aggregate::Aggregator, aggregate::SeriesLimits, config::Config, detect::Detector,
     enrich::Enrichment, event::Event, event::LaunchDelta, nvml::GpuSample, nvml::Sampler,
-    pipeline::Consumer, pipeline::Flow, pipeline::Session, pipeline::Wake, registry::Process,
-    sinks::metrics::Snapshot, sinks::metrics::Sources,
+    pipeline::Consumer, pipeline::Session, registry::Process, sinks::metrics::Snapshot,
+    sinks::metrics::Sources,
 };
 
 /// The aggregation, the detector and the latest NVML sample.
@@ -64,16 +64,6 @@ impl Daemon {
             probes: session.probe_rows(),
             dropped: [0; 2],
         }
-    }
-
-    /// Does what woke `session` (probe rows follow a new attachment); `Some(output_closed)`
-    /// when the command's loop ends.
-    pub fn on_wake(&mut self, session: &mut Session, wake: Wake) -> Option<bool> {
-        let flow = session.act(wake, self);
-        if flow == Flow::Attached {
-            self.probes = session.probe_rows();
-        }
-        flow.stop()
     }
 
     /// Takes an NVML sample (said once when it fails while NVML is up).

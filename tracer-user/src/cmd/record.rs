@@ -15,20 +15,22 @@ use crate::{
     enrich::Enrichment,
     event::monotonic_ns,
     event::Event,
-    nvml::GpuSample,
-    nvml::Sampler,
-    pipeline::Consumer,
-    pipeline::{Session, Tuning},
+    nvml::{GpuSample, Sampler},
+    pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
     registry::Process,
     sinks::timeline::Timeline,
     text::printable,
 };
 
-/// The timeline and the detector whose alert changes it shows.
+/// The timeline, the detector whose alert changes it shows, and the NVML samples it records.
 struct Recorder {
     timeline: Timeline,
     detector: Detector,
     gpus: Vec<GpuSample>,
+    sampler: Sampler,
+    nvml_tick: tokio::time::Interval,
+    detect_tick: tokio::time::Interval,
+    started: Instant,
 }
 
 impl Consumer for Recorder {
@@ -46,6 +48,25 @@ impl Consumer for Recorder {
 }
 
 impl Recorder {
+    /// The recorder of `timeline`, with NVML as `nvml_lib` (or the loader) gives it.
+    fn new(timeline: Timeline, nvml_lib: Option<&std::path::PathBuf>) -> Recorder {
+        let sampler = Sampler::new(nvml_lib);
+        if let Sampler::Off(why) = &sampler {
+            log::warn!("cudatrace: {why}; the timeline has no GPU counters");
+        }
+        let detect = DetectConfig::default();
+        let window = Duration::from_secs(detect.window_s);
+        Recorder {
+            timeline,
+            detector: Detector::new(detect, 0.0),
+            gpus: Vec::new(),
+            sampler,
+            nvml_tick: tokio::time::interval(Duration::from_secs(1)),
+            detect_tick: super::every(window),
+            started: Instant::now(),
+        }
+    }
+
     /// Writes the detector's alert changes.
     fn alerts(&mut self) -> io::Result<()> {
         let now = monotonic_ns();
@@ -53,6 +74,58 @@ impl Recorder {
             self.timeline.alert(&change, now)?;
         }
         Ok(())
+    }
+}
+
+/// What wakes `record` besides the session.
+enum Tick {
+    /// An NVML sample is due.
+    Nvml,
+    /// A detection window ended.
+    Detect,
+}
+
+impl Stages for Recorder {
+    type Tick = Tick;
+
+    async fn tick(&mut self) -> Tick {
+        tokio::select! {
+            _ = self.nvml_tick.tick(), if self.sampler.up() => Tick::Nvml,
+            _ = self.detect_tick.tick() => Tick::Detect,
+        }
+    }
+
+    fn on_tick(&mut self, tick: Tick, session: &mut Session) -> Result<Option<Ending>> {
+        match tick {
+            Tick::Nvml => {
+                if let Ok(gpus) = self.sampler.sample() {
+                    self.timeline.gpus(&gpus, monotonic_ns())?;
+                    self.gpus = gpus;
+                }
+            }
+            Tick::Detect => {
+                let now = self.started.elapsed().as_secs_f64();
+                self.detector
+                    .evaluate(&mut session.registry, now, SystemTime::now(), &self.gpus);
+                self.alerts()?;
+            }
+        }
+        Ok(None)
+    }
+
+    fn ready(&mut self, probes: usize) {
+        let output = self.timeline.path().display().to_string();
+        let output = printable(&output);
+        log::info!(
+            target: "cudatrace::ready",
+            probes = probes,
+            output = output.as_ref();
+            "ready: {probes} probes attached; recording to {output}"
+        );
+    }
+
+    fn finished(&mut self, _session: &mut Session) -> Result<()> {
+        Ok(self.alerts()?)
     }
 }
 
@@ -67,62 +140,22 @@ pub async fn run(args: RecordArgs) -> Result<()> {
         )
     })?;
     let tuning = Tuning::tracer(args.duration, args.ringbuf_mib, args.rescan_ms);
-    let opened = Session::open(args.sel.session(tuning));
-    let mut session = match opened {
-        Ok(session) => session,
+    let nvml_lib = args.nvml_lib.clone();
+    let opened = Pipeline::open(args.sel.session(tuning), |_| {
+        Ok(Recorder::new(timeline, nvml_lib.as_ref()))
+    });
+    let pipeline = match opened {
+        Ok(pipeline) => pipeline,
         Err(e) => {
-            // Nothing was traced: a file made for this run goes (one that was there stays, empty).
-            drop(timeline);
+            // Nothing was traced: a file made for this run goes (one that was there stays,
+            // empty). The timeline went with the stages that were never built.
             if !existed {
                 let _ = std::fs::remove_file(&args.output);
             }
             return Err(e);
         }
     };
-    let mut sampler = Sampler::new(args.nvml_lib.as_ref());
-    if let Sampler::Off(why) = &sampler {
-        log::warn!("cudatrace: {why}; the timeline has no GPU counters");
-    }
-    let detect = DetectConfig::default();
-    let window = Duration::from_secs(detect.window_s);
-    let mut rec = Recorder {
-        timeline,
-        detector: Detector::new(detect, 0.0),
-        gpus: Vec::new(),
-    };
-    let started = Instant::now();
-    let mut nvml_tick = tokio::time::interval(Duration::from_secs(1));
-    let mut detect_tick = super::every(window);
-    let probes = session.start_recording()?;
-    let output = args.output.display().to_string();
-    let output = printable(&output);
-    log::info!(
-        target: "cudatrace::ready",
-        probes = probes,
-        output = output.as_ref();
-        "ready: {probes} probes attached; recording to {output}"
-    );
-    let output_closed = loop {
-        tokio::select! {
-            wake = session.wake() => if let Some(closed) = session.act(wake?, &mut rec).stop() {
-                break closed;
-            },
-            _ = nvml_tick.tick(), if sampler.up() => {
-                if let Ok(gpus) = sampler.sample() {
-                    rec.timeline.gpus(&gpus, monotonic_ns())?;
-                    rec.gpus = gpus;
-                }
-            }
-            _ = detect_tick.tick() => {
-                let now = started.elapsed().as_secs_f64();
-                rec.detector.evaluate(&mut session.registry, now, SystemTime::now(), &rec.gpus);
-                rec.alerts()?;
-            }
-        }
-    };
-    session.finish(&mut rec, output_closed)?;
-    rec.alerts()?;
-    session.detach();
+    let rec = pipeline.run(0).await?;
     let path = printable(&rec.timeline.path().display().to_string()).to_string();
     let (written, left_out) = rec
         .timeline

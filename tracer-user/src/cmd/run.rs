@@ -3,6 +3,7 @@
 //! sinks; the metrics server asks the loop for snapshots. On a signal or at `--duration` it stops like
 //! `trace`: recording off, the ring buffer drained, a summary, detached.
 use std::{
+    io,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -13,16 +14,19 @@ use tokio::sync::mpsc;
 use super::daemon::Daemon;
 use crate::{
     cli::RunArgs,
-    config,
-    config::Config,
-    enrich::pods_api,
-    enrich::pods_api::PodNamesSource,
+    config::{self, Config},
+    enrich::{
+        pods_api::{self, PodNamesSource},
+        Enrichment,
+    },
+    event::{Event, LaunchDelta},
     nvml::Sampler,
-    pipeline::{Session, Tuning},
-    registry::Registry,
-    sinks::alerting::AlertSinks,
-    sinks::metrics::server,
-    sinks::metrics::web,
+    pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
+    registry::{Process, Registry},
+    sinks::{
+        alerting::AlertSinks,
+        metrics::{server, server::SnapshotRequest, web},
+    },
 };
 
 /// The config file, with the command line's overrides.
@@ -70,6 +74,98 @@ fn name_pods(source: Option<&PodNamesSource>, registry: &mut Registry) {
     }
 }
 
+/// `run`'s stages: the daemon (aggregation, detector, NVML), the alert sinks, the metrics
+/// server's requests and the pod names.
+struct Daemonized {
+    daemon: Daemon,
+    sampler: Sampler,
+    sinks: AlertSinks,
+    requests: mpsc::Receiver<SnapshotRequest>,
+    pod_names: Option<PodNamesSource>,
+    nvml_tick: tokio::time::Interval,
+    detect_tick: tokio::time::Interval,
+    started: Instant,
+    metrics_url: String,
+}
+
+/// What wakes `run` besides the session.
+enum Tick {
+    /// An NVML sample is due (and the registry's sweep, and pod names).
+    Nvml,
+    /// A detection window ended.
+    Detect,
+    /// A scrape asks for a snapshot.
+    Scrape(SnapshotRequest),
+}
+
+impl Consumer for Daemonized {
+    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        self.daemon.call(ev, e, process)
+    }
+
+    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
+        self.daemon.launches(d, process);
+    }
+
+    fn exited(&mut self, process: &mut Process) {
+        self.daemon.exited(process);
+    }
+}
+
+impl Stages for Daemonized {
+    type Tick = Tick;
+
+    async fn tick(&mut self) -> Tick {
+        tokio::select! {
+            _ = self.nvml_tick.tick() => Tick::Nvml,
+            _ = self.detect_tick.tick() => Tick::Detect,
+            Some(reply) = self.requests.recv() => Tick::Scrape(reply),
+        }
+    }
+
+    fn on_tick(&mut self, tick: Tick, session: &mut Session) -> Result<Option<Ending>> {
+        match tick {
+            Tick::Nvml => {
+                self.daemon.sample(&mut self.sampler);
+                self.daemon.dropped = session.dropped();
+                session.registry.sweep();
+                name_pods(self.pod_names.as_ref(), &mut session.registry);
+            }
+            Tick::Detect => {
+                let since_start = self.started.elapsed().as_secs_f64();
+                let changes = self.daemon.evaluate(session, since_start);
+                self.sinks.publish(&changes);
+            }
+            Tick::Scrape(reply) => {
+                name_pods(self.pod_names.as_ref(), &mut session.registry);
+                let _ = reply.send(Arc::new(self.daemon.snapshot(session)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn ready(&mut self, probes: usize) {
+        let metrics = self.metrics_url.as_str();
+        log::info!(
+            target: "cudatrace::ready",
+            probes = probes,
+            metrics = metrics;
+            "ready: {probes} probes attached; metrics at {metrics}"
+        );
+    }
+
+    fn attached(&mut self, session: &Session) {
+        self.daemon.probes = session.probe_rows();
+    }
+
+    fn finished(&mut self, _session: &mut Session) -> Result<()> {
+        // Victims that exited since the last window resolve; firing alerts of live processes
+        // are left to expire in Alertmanager (the problem is not known to be over).
+        self.sinks.publish(&self.daemon.detector.take_changes());
+        Ok(())
+    }
+}
+
 /// Runs `cudatrace run`.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
@@ -85,57 +181,35 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     crate::probe::symbols::set_max_library_bytes(cfg.max_library_mib << 20);
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
+    let metrics_url = format!("{scheme}://{}/metrics", cfg.listen);
     // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
     // and the web config are.
-    let sinks = AlertSinks::start(&cfg, format!("{scheme}://{}/metrics", cfg.listen))?;
-    let mut session = Session::open(args.sel.session(Tuning::daemon(&cfg, args.duration)))?;
-    let mut sampler = Sampler::new(cfg.nvml_library.as_ref());
-    if let Sampler::Off(why) = &sampler {
-        log::warn!("cudatrace: {why}");
-    }
-    let started = Instant::now();
-    let mut daemon = Daemon::new(&cfg, &sampler, &session);
-    let (requests_tx, mut requests) = mpsc::channel(16);
-    server::spawn(listener, requests_tx, web)?;
-    let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
-    // Alert evaluation: one tick per detection window, the first a window from now.
-    let mut detect_tick = super::every(Duration::from_secs(cfg.detect.window_s));
-    let pod_names = pods_api::start(&cfg.kubernetes);
-    session.set_rate_limit(cfg.record_rate_limit)?;
-    let probes = session.start_recording()?;
-    let metrics = format!("{scheme}://{}/metrics", cfg.listen);
-    log::info!(
-        target: "cudatrace::ready",
-        probes = probes,
-        metrics = metrics.as_str();
-        "ready: {probes} probes attached; metrics at {metrics}"
-    );
-    let output_closed = loop {
-        tokio::select! {
-            wake = session.wake() => if let Some(closed) = daemon.on_wake(&mut session, wake?) {
-                break closed;
-            },
-            _ = nvml_tick.tick() => {
-                daemon.sample(&mut sampler);
-                daemon.dropped = session.dropped();
-                session.registry.sweep();
-                name_pods(pod_names.as_ref(), &mut session.registry);
+    let sinks = AlertSinks::start(&cfg, metrics_url.clone())?;
+    let pipeline = Pipeline::open(
+        args.sel.session(Tuning::daemon(&cfg, args.duration)),
+        |session| {
+            let sampler = Sampler::new(cfg.nvml_library.as_ref());
+            if let Sampler::Off(why) = &sampler {
+                log::warn!("cudatrace: {why}");
             }
-            _ = detect_tick.tick() => {
-                let changes = daemon.evaluate(&mut session, started.elapsed().as_secs_f64());
-                sinks.publish(&changes);
-            }
-            Some(reply) = requests.recv() => {
-                name_pods(pod_names.as_ref(), &mut session.registry);
-                let _ = reply.send(Arc::new(daemon.snapshot(&mut session)));
-            }
-        }
-    };
-    session.finish(&mut daemon, output_closed)?;
-    // Victims that exited since the last window resolve; firing alerts of live processes are
-    // left to expire in Alertmanager (the problem is not known to be over).
-    sinks.publish(&daemon.detector.take_changes());
-    session.detach();
-    sinks.finish(Duration::from_secs(3)).await;
+            let daemon = Daemon::new(&cfg, &sampler, session);
+            let (requests_tx, requests) = mpsc::channel(16);
+            server::spawn(listener, requests_tx, web)?;
+            Ok(Daemonized {
+                daemon,
+                sampler,
+                sinks,
+                requests,
+                pod_names: pods_api::start(&cfg.kubernetes),
+                nvml_tick: tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms)),
+                // One tick per detection window, the first a window from now.
+                detect_tick: super::every(Duration::from_secs(cfg.detect.window_s)),
+                started: Instant::now(),
+                metrics_url,
+            })
+        },
+    )?;
+    let stages = pipeline.run(cfg.record_rate_limit).await?;
+    stages.sinks.finish(Duration::from_secs(3)).await;
     Ok(())
 }

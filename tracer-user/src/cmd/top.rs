@@ -4,27 +4,38 @@
 //! when stdout is not a terminal, the screens are printed one after the other as plain text
 //! (for scripts and bug reports), `-n` of them.
 use std::{
-    io::{IsTerminal as _, Write as _},
+    io::{self, IsTerminal as _, Write as _},
+    sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Result;
 
+use ratatui::crossterm::event::KeyEvent;
+use tokio::sync::mpsc;
+
 use super::daemon::Daemon;
 use crate::{
     cli::TopArgs,
     config::Config,
+    enrich::Enrichment,
+    event::{Event, LaunchDelta},
     nvml::Sampler,
-    pipeline::{Session, Tuning},
-    sinks::top::text,
-    sinks::top::tui::Ask,
-    sinks::top::tui::Screen,
-    sinks::top::View,
+    pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
+    registry::Process,
+    sinks::{
+        metrics::Snapshot,
+        top::{
+            text,
+            tui::{Ask, Screen},
+            View,
+        },
+    },
     text::rfc3339,
 };
 
 /// Reads keys on a thread (crossterm's read blocks) and hands them to the loop.
-fn keys() -> tokio::sync::mpsc::Receiver<ratatui::crossterm::event::KeyEvent> {
+fn keys() -> mpsc::Receiver<KeyEvent> {
     use ratatui::crossterm::event::{read, Event, KeyEventKind};
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     std::thread::spawn(move || {
@@ -95,86 +106,187 @@ fn stream_lines(p: &crate::registry::Process) -> Vec<String> {
         .collect()
 }
 
+/// `top`'s stages: the daemon (as `run`'s), and the screen it shows every `-d` seconds (the
+/// interactive one on a terminal, else plain text).
+struct Shown {
+    daemon: Daemon,
+    sampler: Sampler,
+    nvml_tick: tokio::time::Interval,
+    detect_tick: tokio::time::Interval,
+    screen_tick: tokio::time::Interval,
+    started: Instant,
+    interactive: bool,
+    /// Dropped after the screen, so that stderr comes back once the terminal is.
+    quiet: Option<QuietStderr>,
+    screen: Option<Screen>,
+    keys: Option<mpsc::Receiver<KeyEvent>>,
+    previous: Option<Arc<Snapshot>>,
+    shown_at: Instant,
+    shown: u64,
+    /// Screens to show, then stop (`-n`).
+    count: Option<u64>,
+    /// Alert changes since the last screen (the detail pane shows them).
+    changes: Vec<crate::alert::AlertChange>,
+}
+
+/// What wakes `top` besides the session.
+enum Tick {
+    /// An NVML sample is due.
+    Nvml,
+    /// A detection window ended.
+    Detect,
+    /// A key was pressed.
+    Key(KeyEvent),
+    /// The screen is due.
+    Screen,
+}
+
+impl Consumer for Shown {
+    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        self.daemon.call(ev, e, process)
+    }
+
+    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
+        self.daemon.launches(d, process);
+    }
+
+    fn exited(&mut self, process: &mut Process) {
+        self.daemon.exited(process);
+    }
+}
+
+impl Shown {
+    /// Shows one screen; `Some` when the loop ends (stdout closed, or `-n` screens shown).
+    fn show(&mut self, session: &mut Session) -> Result<Option<Ending>> {
+        let snapshot = Arc::new(self.daemon.snapshot(session));
+        let view = View::build(
+            self.previous.as_deref(),
+            &snapshot,
+            self.shown_at.elapsed().as_secs_f64(),
+        );
+        self.shown_at = Instant::now();
+        let clock = rfc3339(SystemTime::now());
+        let clock = clock.get(11..19).unwrap_or(&clock);
+        match self.screen.as_mut() {
+            Some(s) => {
+                s.update(
+                    view,
+                    snapshot.clone(),
+                    std::mem::take(&mut self.changes),
+                    clock,
+                );
+                let streams = s
+                    .detail()
+                    .and_then(|pid| session.registry.get(pid))
+                    .map(stream_lines)
+                    .unwrap_or_default();
+                s.set_streams(streams);
+                s.draw()?;
+            }
+            None => {
+                let mut out = std::io::stdout().lock();
+                let text = text::screen(&view, clock) + "\n";
+                if out
+                    .write_all(text.as_bytes())
+                    .and_then(|()| out.flush())
+                    .is_err()
+                {
+                    return Ok(Some(Ending::OutputClosed));
+                }
+            }
+        }
+        self.previous = Some(snapshot);
+        self.shown += 1;
+        Ok(self
+            .count
+            .is_some_and(|n| self.shown >= n)
+            .then_some(Ending::Stopped))
+    }
+}
+
+impl Stages for Shown {
+    type Tick = Tick;
+
+    async fn tick(&mut self) -> Tick {
+        let up = self.sampler.up();
+        tokio::select! {
+            _ = self.nvml_tick.tick(), if up => Tick::Nvml,
+            _ = self.detect_tick.tick() => Tick::Detect,
+            Some(k) = async { self.keys.as_mut()?.recv().await } => Tick::Key(k),
+            _ = self.screen_tick.tick() => Tick::Screen,
+        }
+    }
+
+    fn on_tick(&mut self, tick: Tick, session: &mut Session) -> Result<Option<Ending>> {
+        match tick {
+            Tick::Nvml => self.daemon.sample(&mut self.sampler),
+            Tick::Detect => {
+                // The states show in the rows, the changes in the detail pane; `run` is what
+                // sends them anywhere.
+                let since_start = self.started.elapsed().as_secs_f64();
+                self.changes
+                    .extend(self.daemon.evaluate(session, since_start));
+            }
+            Tick::Key(k) => {
+                if let Some(s) = self.screen.as_mut() {
+                    if s.key(k) == Ask::Quit {
+                        return Ok(Some(Ending::Stopped));
+                    }
+                    s.draw()?;
+                }
+            }
+            Tick::Screen => return self.show(session),
+        }
+        Ok(None)
+    }
+
+    fn ready(&mut self, probes: usize) {
+        log::info!(target: "cudatrace::ready", probes = probes; "ready: {probes} probes attached");
+        // After the ready line: from here stderr is quiet while the screen is up.
+        if self.interactive {
+            self.quiet = Some(QuietStderr::new());
+            self.screen = Some(Screen::start());
+            self.keys = Some(keys());
+        }
+    }
+
+    fn attached(&mut self, session: &Session) {
+        self.daemon.probes = session.probe_rows();
+    }
+
+    fn ended(&mut self, _ending: Ending) {
+        // The terminal first, then stderr: the summary is printed on the restored terminal.
+        drop(self.screen.take());
+        drop(self.quiet.take());
+    }
+}
+
 /// Runs `cudatrace top`.
 pub async fn run(args: TopArgs) -> Result<()> {
     let cfg = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let mut session = Session::open(args.sel.session(Tuning::daemon(&cfg, None)))?;
-    let mut sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
-    let mut daemon = Daemon::new(&cfg, &sampler, &session);
-    let started = Instant::now();
-    let mut screen_tick = super::every(args.delay);
-    let mut nvml_tick = tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms));
-    let mut detect_tick = super::every(Duration::from_secs(cfg.detect.window_s));
-    session.set_rate_limit(cfg.record_rate_limit)?;
-    let probes = session.start_recording()?;
-    log::info!(target: "cudatrace::ready", probes = probes; "ready: {probes} probes attached");
-    let interactive = !args.batch && std::io::stdout().is_terminal();
-    // Declared before the screen, so dropped after it: stderr comes back once the terminal is.
-    let quiet = interactive.then(QuietStderr::new);
-    let mut screen = interactive.then(Screen::start);
-    let mut keys = if interactive { Some(keys()) } else { None };
-    let mut previous = None;
-    let mut shown_at = Instant::now();
-    let mut shown = 0u64;
-    let mut changes = Vec::new();
-    let mut output_closed = false;
-    loop {
-        tokio::select! {
-            wake = session.wake() => if let Some(closed) = daemon.on_wake(&mut session, wake?) {
-                output_closed = closed;
-                break;
-            },
-            _ = nvml_tick.tick(), if sampler.up() => daemon.sample(&mut sampler),
-            _ = detect_tick.tick() => {
-                // The states show in the rows, the changes in the detail pane; `run` is what
-                // sends them anywhere.
-                changes.extend(daemon.evaluate(&mut session, started.elapsed().as_secs_f64()));
-            }
-            Some(k) = async { keys.as_mut()?.recv().await } => {
-                if let Some(s) = screen.as_mut() {
-                    if s.key(k) == Ask::Quit {
-                        break;
-                    }
-                    s.draw()?;
-                }
-            }
-            _ = screen_tick.tick() => {
-                let snapshot = std::sync::Arc::new(daemon.snapshot(&mut session));
-                let view = View::build(previous.as_deref(), &snapshot, shown_at.elapsed().as_secs_f64());
-                shown_at = Instant::now();
-                let clock = rfc3339(SystemTime::now());
-                let clock = clock.get(11..19).unwrap_or(&clock);
-                match screen.as_mut() {
-                    Some(s) => {
-                        s.update(view, snapshot.clone(), std::mem::take(&mut changes), clock);
-                        let streams = s.detail().and_then(|pid| session.registry.get(pid)).map(stream_lines).unwrap_or_default();
-                        s.set_streams(streams);
-                        s.draw()?;
-                    }
-                    None => {
-                        let mut out = std::io::stdout().lock();
-                        let text = text::screen(&view, clock) + "\n";
-                        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
-                            output_closed = true;
-                            break;
-                        }
-                    }
-                }
-                previous = Some(snapshot);
-                shown += 1;
-                if args.count.is_some_and(|n| shown >= n) {
-                    break;
-                }
-            }
-        }
-    }
-    // The terminal first, then stderr: the summary is printed on the restored terminal.
-    drop(screen);
-    drop(quiet);
-    session.finish(&mut daemon, output_closed)?;
-    session.detach();
+    let pipeline = Pipeline::open(args.sel.session(Tuning::daemon(&cfg, None)), |session| {
+        let sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
+        Ok(Shown {
+            daemon: Daemon::new(&cfg, &sampler, session),
+            sampler,
+            nvml_tick: tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms)),
+            detect_tick: super::every(Duration::from_secs(cfg.detect.window_s)),
+            screen_tick: super::every(args.delay),
+            started: Instant::now(),
+            interactive: !args.batch && std::io::stdout().is_terminal(),
+            quiet: None,
+            screen: None,
+            keys: None,
+            previous: None,
+            shown_at: Instant::now(),
+            shown: 0,
+            count: args.count,
+            changes: Vec::new(),
+        })
+    })?;
+    pipeline.run(cfg.record_rate_limit).await?;
     Ok(())
 }

@@ -8,8 +8,7 @@ use crate::{
     cli::TraceArgs,
     enrich::Enrichment,
     event::Event,
-    pipeline::Consumer,
-    pipeline::{Session, Tuning},
+    pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
     registry::Process,
     sinks::stdout::Printer,
 };
@@ -29,23 +28,32 @@ impl Consumer for Printer {
     }
 }
 
+/// `trace` has no ticks of its own: every call is printed as it is drained.
+impl Stages for Printer {
+    type Tick = ();
+
+    async fn tick(&mut self) {
+        std::future::pending::<()>().await;
+    }
+
+    fn on_tick(&mut self, (): (), _session: &mut Session) -> Result<Option<Ending>> {
+        Ok(None)
+    }
+
+    fn ready(&mut self, probes: usize) {
+        log::info!(target: "cudatrace::ready", probes = probes; "ready: {probes} probes attached");
+    }
+}
+
 /// Runs `cudatrace trace`.
 pub async fn run(args: TraceArgs) -> Result<()> {
     let tuning = Tuning {
         cmdline: args.cmdline,
         ..Tuning::tracer(args.duration, args.ringbuf_mib, args.rescan_ms)
     };
-    let mut session = Session::open(args.sel.session(tuning))?;
-    let mut printer = Printer::new(args.json);
-    let probes = session.start_recording()?;
-    log::info!(target: "cudatrace::ready", probes = probes; "ready: {probes} probes attached");
-    let output_closed = loop {
-        let wake = session.wake().await?;
-        if let Some(closed) = session.act(wake, &mut printer).stop() {
-            break closed;
-        }
-    };
-    session.finish(&mut printer, output_closed)?;
-    session.detach();
+    let json = args.json;
+    Pipeline::open(args.sel.session(tuning), |_| Ok(Printer::new(json)))?
+        .run(0)
+        .await?;
     Ok(())
 }

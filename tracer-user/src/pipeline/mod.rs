@@ -3,10 +3,12 @@
 //! ([`enrich`]), then handed to the command's [`Consumer`] (aggregation and detection for `run`,
 //! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
 //! timers of that flow; each command owns the rest of its loop.
+mod drive;
 pub mod launches;
 mod open;
 mod options;
 
+pub use drive::{Ending, Pipeline, Stages};
 pub use options::{SessionOptions, Tuning, TRACER_MAX_LIBRARIES, TRACER_MAX_PROCESSES};
 #[cfg(test)]
 mod property_tests;
@@ -87,17 +89,6 @@ pub enum Flow {
     Stop,
     /// Stop: the consumer's output closed.
     OutputClosed,
-}
-
-impl Flow {
-    /// `Some(output_closed)` when the loop ends, `None` while it goes on.
-    pub fn stop(self) -> Option<bool> {
-        match self {
-            Flow::Continue | Flow::Attached => None,
-            Flow::Stop => Some(false),
-            Flow::OutputClosed => Some(true),
-        }
-    }
 }
 
 /// Counts of what the session consumed.
@@ -426,10 +417,10 @@ impl Session {
 
     /// Stops recording, drains what the programs had already written (unless the output is
     /// closed) and prints the summary. Then [`Session::detach`].
-    pub fn finish(&mut self, consumer: &mut impl Consumer, output_closed: bool) -> Result<()> {
+    pub fn finish(&mut self, consumer: &mut impl Consumer, ending: Ending) -> Result<()> {
         // Stop recording first so that nothing new arrives, then read what was written.
         self.probes.maps.set_enabled(false)?;
-        if !output_closed {
+        if ending != Ending::OutputClosed {
             let _ = self.drain(consumer);
         }
         self.harvest(consumer);
