@@ -14,6 +14,7 @@ use crate::{
     probe::allow::AllowList,
     probe::caps,
     probe::discovery::{self, Discovery},
+    probe::error::AttachError,
     probe::filter,
     probe::loader,
     probe::loader::Probes,
@@ -21,7 +22,7 @@ use crate::{
 };
 
 /// Attaches each library not attached yet; returns the failures.
-fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<anyhow::Error> {
+fn attach_all(probes: &mut Probes, libs: &[PathBuf], quiet_errors: bool) -> Vec<AttachError> {
     let mut failures = Vec::new();
     for lib in libs {
         match probes.attach_library(lib) {
@@ -91,7 +92,7 @@ impl Session {
         }
         if probes.probe_count() == 0 && !watch {
             match failures.into_iter().next() {
-                Some(e) if libs.len() == 1 => return Err(e),
+                Some(e) if libs.len() == 1 => return Err(e.into()),
                 _ => bail!(
                     "no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib",
                     libs.len()

@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use aya::{
     maps::{MapData, RingBuf},
     programs::{
@@ -29,6 +29,7 @@ use super::{
     allow::AllowList,
     discovery::{FileKey, Prepared},
     ebpf_log::{LogLevel, StderrLog},
+    error::{open_library, AttachError},
     multi::{MultiError, MultiPrograms},
     symbols::{self, Resolution},
 };
@@ -200,20 +201,8 @@ impl Probes {
     /// Attaches every exported entry point of `path`. Returns `Ok(None)` when this very file
     /// (same device and inode) is attached or refused already; an error when it cannot be read
     /// or exports none of the entry points.
-    pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>> {
-        let (file, meta) = match symbols::open(path) {
-            Ok(opened) => opened,
-            Err(symbols::SymbolError::Read { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                bail!(
-                    "library not found: {} ({source}); pass the path of a libcuda.so.1 with --lib \
-                 (`ldconfig -p | grep libcuda` lists the host's)",
-                    path.display()
-                )
-            }
-            Err(e) => return Err(e.into()),
-        };
+    pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>, AttachError> {
+        let (file, meta) = open_library(path)?;
         if !self.admit(path, &meta)? {
             return Ok(None);
         }
@@ -222,7 +211,7 @@ impl Probes {
     }
 
     /// Attaches a library discovery opened and read (see [`Probes::attach_library`]).
-    pub fn attach_prepared(&mut self, p: Prepared) -> Result<Option<&LibraryProbes>> {
+    pub fn attach_prepared(&mut self, p: Prepared) -> Result<Option<&LibraryProbes>, AttachError> {
         if !self.admit(&p.path, &p.meta)? {
             return Ok(None);
         }
@@ -236,7 +225,7 @@ impl Probes {
 
     /// Whether the file may be attached now: `false` when attached already; an error (and the
     /// file remembered as refused) when `--lib-allow` or `max_libraries` refuses it.
-    fn admit(&mut self, path: &Path, meta: &std::fs::Metadata) -> Result<bool> {
+    fn admit(&mut self, path: &Path, meta: &std::fs::Metadata) -> Result<bool, AttachError> {
         use std::os::unix::fs::MetadataExt as _;
         let key = (meta.dev(), meta.ino());
         if self.seen.contains(&key) {
@@ -249,20 +238,18 @@ impl Probes {
             }
             let first = self.refused_files.insert(key);
             if !allowed {
-                bail!(
-                    "{}: not attached: not one of the host's files --lib-allow names ({})",
-                    path.display(),
-                    self.allow.describe()
-                );
+                return Err(AttachError::NotAllowed {
+                    path: path.display().to_string(),
+                    allowed: self.allow.describe(),
+                });
             }
             if first {
                 self.refused += 1;
             }
-            bail!(
-                "{}: not attached: {} distinct libraries are attached already (max_libraries)",
-                path.display(),
-                self.max_libraries
-            );
+            return Err(AttachError::TooMany {
+                path: path.display().to_string(),
+                max: self.max_libraries,
+            });
         }
         self.seen.insert(key);
         Ok(true)
@@ -274,6 +261,23 @@ impl Probes {
         path: &Path,
         file: &std::fs::File,
         resolution: Resolution,
+    ) -> Result<Option<&LibraryProbes>, AttachError> {
+        if resolution.found.is_empty() {
+            return Err(AttachError::NotLibcuda {
+                path: path.display().to_string(),
+            });
+        }
+        self.attach_entry_points(path, file, resolution)
+            .map_err(AttachError::Kernel)
+    }
+
+    /// [`Probes::attach_resolved`] once the library is known to export entry points; what fails
+    /// here is the kernel's (or the eBPF object's) answer.
+    fn attach_entry_points(
+        &mut self,
+        path: &Path,
+        file: &std::fs::File,
+        resolution: Resolution,
     ) -> Result<Option<&LibraryProbes>> {
         use std::os::unix::fs::MetadataExt as _;
         let meta = file.metadata()?;
@@ -281,12 +285,6 @@ impl Probes {
         // The kernel probes the inode this descriptor holds: the one just read.
         use std::os::fd::AsRawFd as _;
         let probe_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        if resolution.found.is_empty() {
-            bail!(
-                "{} exports none of the CUDA driver entry points cudatrace probes: is it a libcuda.so.1?",
-                path.display()
-            );
-        }
         if let Attach::Multi { programs, links } = &mut self.attach {
             let pid = match self.scope {
                 UProbeScope::OneProcess(pid) => Some(pid.get()),

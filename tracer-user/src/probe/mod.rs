@@ -8,6 +8,7 @@ pub mod bpf_maps;
 pub mod caps;
 pub mod discovery;
 pub mod ebpf_log;
+pub mod error;
 pub mod filter;
 pub mod loader;
 pub mod multi;
