@@ -4,9 +4,20 @@
 use std::{io, time::SystemTime};
 
 use crate::{
-    aggregate::Aggregator, aggregate::SeriesLimits, config::Config, detect::Detector,
-    enrich::Enrichment, event::Event, event::LaunchDelta, nvml::GpuSample, nvml::Sampler,
-    pipeline::Consumer, pipeline::Session, registry::Process, sinks::metrics::Snapshot,
+    aggregate::Aggregator,
+    aggregate::SeriesLimits,
+    config::Config,
+    detect::Detector,
+    enrich::Enrichment,
+    event::Event,
+    event::LaunchDelta,
+    nvml::GpuSample,
+    nvml::Sampler,
+    pipeline::Consumer,
+    pipeline::Session,
+    probe::loader::{Drops, ProbeRow},
+    registry::Process,
+    sinks::metrics::Snapshot,
     sinks::metrics::Sources,
 };
 
@@ -21,9 +32,9 @@ pub struct Daemon {
     /// Whether NVML answers.
     pub nvml_up: bool,
     /// Probe rows of the attached libraries.
-    pub probes: Vec<(&'static str, String, bool)>,
+    pub probes: Vec<ProbeRow>,
     /// Records the kernel did not write, by reason.
-    pub dropped: [u64; 2],
+    pub dropped: Drops,
 }
 
 impl Consumer for Daemon {
@@ -62,7 +73,7 @@ impl Daemon {
             gpus: Vec::new(),
             nvml_up: sampler.up(),
             probes: session.probe_rows(),
-            dropped: [0; 2],
+            dropped: Drops::default(),
         }
     }
 

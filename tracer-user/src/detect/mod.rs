@@ -88,6 +88,21 @@ pub trait Processes {
     fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot>;
 }
 
+/// One signal of one process in the last window, in seconds (per MiB for copy time).
+#[derive(Clone, Copy, Debug)]
+pub struct SignalValue<'a> {
+    /// The process.
+    pub process: ProcessRef<'a>,
+    /// The signal.
+    pub signal: Signal,
+    /// The window's value.
+    pub value: f64,
+    /// The baseline's p99: what the tiers are over.
+    pub p99: f64,
+    /// The baseline's forecast for the window.
+    pub forecast: f64,
+}
+
 /// The detector: settings, the current window's start, and the changes not yet handed out.
 pub struct Detector {
     /// The `[detect]` settings and the schedule's periods over them.
@@ -177,13 +192,11 @@ impl Detector {
             .flat_map(|s| s.tracks.iter().filter_map(|t| t.record.as_ref()))
     }
 
-    /// Per process and signal with a ready baseline: the process, the signal, the last window's
-    /// value, the baseline p99 and the forecast for that window, in seconds (per MiB for copy
-    /// time).
+    /// Per process and signal with a ready baseline, its last window against the baseline.
     pub fn signals<'a>(
         &self,
         processes: &'a impl Processes,
-    ) -> impl Iterator<Item = (ProcessRef<'a>, Signal, f64, f64, f64)> {
+    ) -> impl Iterator<Item = SignalValue<'a>> {
         processes
             .tracked()
             .filter_map(|p| Some((p.view(), p.signals?)))
@@ -193,7 +206,13 @@ impl Detector {
                     .zip(&s.tracks)
                     .filter_map(move |(signal, t)| {
                         let (v, p99, forecast) = t.last?;
-                        Some((process, signal, v / 1e9, p99 / 1e9, forecast / 1e9))
+                        Some(SignalValue {
+                            process,
+                            signal,
+                            value: v / 1e9,
+                            p99: p99 / 1e9,
+                            forecast: forecast / 1e9,
+                        })
                     })
             })
     }

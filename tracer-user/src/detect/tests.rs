@@ -50,7 +50,7 @@ impl Det {
     fn active(&self) -> impl Iterator<Item = &Record> {
         self.d.active(&self.r)
     }
-    fn signals(&self) -> impl Iterator<Item = (ProcessRef<'_>, Signal, f64, f64, f64)> {
+    fn signals(&self) -> impl Iterator<Item = SignalValue<'_>> {
         self.d.signals(&self.r)
     }
     fn forget(&mut self, pid: u32, now_wall: SystemTime) {
@@ -298,12 +298,12 @@ fn a_lasting_change_becomes_the_new_normal() {
     assert_eq!(resolved, &vec![(1, "wait_per_launch", "resolved", name)]);
     assert!((40..80).contains(k), "resolved at window {k}");
     // The forecast lies under the p99 the thresholds are over.
-    assert!(d.signals().any(|(p, s, v, p99, forecast)| p.pid == 1
-        && s == Signal::WaitPerLaunch
-        && v < p99
-        && p99 > 0.002
-        && forecast > 0.0
-        && forecast < p99));
+    assert!(d.signals().any(|v| v.process.pid == 1
+        && v.signal == Signal::WaitPerLaunch
+        && v.value < v.p99
+        && v.p99 > 0.002
+        && v.forecast > 0.0
+        && v.forecast < v.p99));
 }
 
 #[test]

@@ -33,7 +33,7 @@ use crate::{
     identity::{self, Comm},
     probe::{
         discovery::{self, Discovery},
-        loader::Probes,
+        loader::{Drops, ProbeRow, Probes, ProcessDrops},
     },
     registry::{Process, Registry},
 };
@@ -154,13 +154,13 @@ impl Session {
         Ok(self.probes.probe_count())
     }
 
-    /// (symbol, library, attached) of every entry point of every attached library.
-    pub fn probe_rows(&self) -> Vec<(&'static str, String, bool)> {
+    /// Every entry point of every attached library.
+    pub fn probe_rows(&self) -> Vec<ProbeRow> {
         self.probes.rows()
     }
 
-    /// Records not written per process: (pid, reason index into `loader::DROP_REASONS`, count).
-    pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
+    /// Records not written per process and reason.
+    pub fn drops_by_process(&self) -> Vec<ProcessDrops> {
         self.probes.maps.drops_by_process()
     }
 
@@ -169,12 +169,12 @@ impl Session {
         self.probes.refused()
     }
 
-    /// Records the kernel did not write, by `loader::DROP_REASONS` (ring buffer full, rate limit).
-    pub fn dropped(&self) -> [u64; 2] {
+    /// Records the kernel did not write, by reason.
+    pub fn dropped(&self) -> Drops {
         self.probes
             .maps
             .counters()
-            .map_or([0; 2], |(dropped, _)| dropped)
+            .map_or(Drops::default(), |(dropped, _)| dropped)
     }
 
     /// Waits for the next thing to do.
@@ -441,7 +441,8 @@ impl Session {
         }
         let c = self.counts;
         let (events, counted, samples) = (c.events, c.launches_counted, c.launch_samples);
-        let (ring_full, rate_limited, undecodable) = (dropped[0], dropped[1], c.decode_errors);
+        let (ring_full, rate_limited, undecodable) =
+            (dropped.ring_full, dropped.rate_limited, c.decode_errors);
         let (probes, exits, live) = (self.probes.probe_count(), c.exits, live.len());
         log::info!(
             target: "cudatrace::summary",

@@ -23,6 +23,41 @@ use crate::config::Sampling;
 /// limit.
 pub const DROP_REASONS: [&str; 2] = ["ring_full", "rate_limit"];
 
+/// Records the kernel did not write, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drops {
+    /// The ring buffer was full.
+    pub ring_full: u64,
+    /// The process was over `record_rate_limit`.
+    pub rate_limited: u64,
+}
+
+impl Drops {
+    /// Each count with its reason's name, as [`DROP_REASONS`] orders them.
+    pub fn by_reason(self) -> [(&'static str, u64); 2] {
+        [
+            (DROP_REASONS[0], self.ring_full),
+            (DROP_REASONS[1], self.rate_limited),
+        ]
+    }
+
+    /// Every record not written.
+    pub fn total(self) -> u64 {
+        self.ring_full.saturating_add(self.rate_limited)
+    }
+}
+
+/// Records of one process the kernel did not write for one reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessDrops {
+    /// The process.
+    pub pid: u32,
+    /// Why: one of [`DROP_REASONS`].
+    pub reason: &'static str,
+    /// How many, the CPUs added up.
+    pub count: u64,
+}
+
 /// Typed handles to the maps user space reads and writes.
 pub struct Maps {
     /// Settings, by `CONFIG_*`.
@@ -119,24 +154,29 @@ impl Maps {
 
     /// What the kernel side counted: records not written by [`DROP_REASONS`], and orphan
     /// returns.
-    pub fn counters(&self) -> Result<([u64; 2], u64)> {
+    pub fn counters(&self) -> Result<(Drops, u64)> {
         let sum = |i: u32| -> Result<u64> { Ok(self.stats.get(&i, 0)?.iter().sum()) };
-        Ok((
-            [sum(STAT_DROPPED)?, sum(STAT_RATE_LIMITED)?],
-            sum(STAT_ORPHAN_RETURNS)?,
-        ))
+        let dropped = Drops {
+            ring_full: sum(STAT_DROPPED)?,
+            rate_limited: sum(STAT_RATE_LIMITED)?,
+        };
+        Ok((dropped, sum(STAT_ORPHAN_RETURNS)?))
     }
 
     /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs
     /// added up; at most `MAX_DROPPING` processes per reason, the least recent forgotten first.
-    pub fn drops_by_process(&self) -> Vec<(u32, usize, u64)> {
+    pub fn drops_by_process(&self) -> Vec<ProcessDrops> {
         [&self.drops, &self.limited]
             .into_iter()
             .enumerate()
             .flat_map(|(reason, map)| {
                 map.iter()
                     .filter_map(Result::ok)
-                    .map(move |(pid, per_cpu)| (pid, reason, per_cpu.iter().sum()))
+                    .map(move |(pid, per_cpu)| ProcessDrops {
+                        pid,
+                        reason: DROP_REASONS[reason],
+                        count: per_cpu.iter().sum(),
+                    })
             })
             .collect()
     }

@@ -24,7 +24,7 @@ use tracer_common::{
     Api, Layout,
 };
 
-pub use super::bpf_maps::{Maps, DROP_REASONS};
+pub use super::bpf_maps::{Drops, Maps, ProcessDrops, DROP_REASONS};
 use super::{
     allow::AllowList,
     discovery::{FileKey, Prepared},
@@ -195,6 +195,17 @@ fn fall_back(ebpf: &mut Ebpf, why: &MultiError) -> Result<Attach> {
          uprobes, which need CAP_SYS_ADMIN on kernels with the 2025 perf_uprobe_event_init fix"
     );
     load_classic(ebpf)
+}
+
+/// One entry point of one attached library.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeRow {
+    /// The entry point's symbol.
+    pub symbol: &'static str,
+    /// The library's path.
+    pub library: String,
+    /// Whether it is probed (false: the library does not export it).
+    pub attached: bool,
 }
 
 impl Probes {
@@ -405,19 +416,20 @@ impl Probes {
             .sum()
     }
 
-    /// (symbol, library, attached) of every entry point in every attached library.
-    pub fn rows(&self) -> Vec<(&'static str, String, bool)> {
+    /// Every entry point of every attached library, attached or not.
+    pub fn rows(&self) -> Vec<ProbeRow> {
         let mut rows = Vec::new();
         for lib in &self.libraries {
-            let path = lib.path.display().to_string();
+            let library = lib.path.display().to_string();
             let r = &lib.resolution;
-            rows.extend(r.found.iter().map(|f| (f.api.symbol(), path.clone(), true)));
-            rows.extend(
-                r.aliases
-                    .iter()
-                    .map(|(a, _)| (a.symbol(), path.clone(), true)),
-            );
-            rows.extend(r.missing.iter().map(|a| (a.symbol(), path.clone(), false)));
+            let row = |symbol, attached| ProbeRow {
+                symbol,
+                library: library.clone(),
+                attached,
+            };
+            rows.extend(r.found.iter().map(|f| row(f.api.symbol(), true)));
+            rows.extend(r.aliases.iter().map(|(a, _)| row(a.symbol(), true)));
+            rows.extend(r.missing.iter().map(|a| row(a.symbol(), false)));
         }
         rows
     }

@@ -26,11 +26,11 @@ impl Collector for ProbesCollector {
             "Processes whose series were dropped to stay within max_processes.",
             &[(vec![], snap.evicted as f64)],
         )?;
-        let reasons = crate::probe::loader::DROP_REASONS;
-        let dropped: Vec<(Labels, f64)> = reasons
-            .iter()
-            .zip(snap.dropped)
-            .map(|(r, n)| (vec![("reason", (*r).to_owned())], n as f64))
+        let dropped: Vec<(Labels, f64)> = snap
+            .dropped
+            .by_reason()
+            .into_iter()
+            .map(|(r, n)| (vec![("reason", r.to_owned())], n as f64))
             .collect();
         counter(
             &mut enc,
@@ -47,14 +47,14 @@ impl Collector for ProbesCollector {
         let by_process: Vec<(Labels, f64)> = snap
             .drops_by_process
             .iter()
-            .map(|(pid, comm, reason, n)| {
+            .map(|(d, comm)| {
                 (
                     vec![
-                        ("pid", pid.to_string()),
+                        ("pid", d.pid.to_string()),
                         ("comm", comm.clone()),
-                        ("reason", (*reason).to_owned()),
+                        ("reason", d.reason.to_owned()),
                     ],
-                    *n as f64,
+                    d.count as f64,
                 )
             })
             .collect();
@@ -78,10 +78,13 @@ impl Collector for ProbesCollector {
         let probes: Vec<(Labels, f64)> = snap
             .probes
             .iter()
-            .map(|(sym, lib, on)| {
+            .map(|p| {
                 (
-                    vec![("symbol", (*sym).to_owned()), ("library", lib.clone())],
-                    f64::from(u8::from(*on)),
+                    vec![
+                        ("symbol", p.symbol.to_owned()),
+                        ("library", p.library.clone()),
+                    ],
+                    f64::from(u8::from(p.attached)),
                 )
             })
             .collect();

@@ -7,8 +7,16 @@ use tracer_common::Api;
 
 use super::encode::Labels;
 use crate::{
-    aggregate::Aggregator, aggregate::Series, alert::AlertChange, detect::classify::GpuSet,
-    detect::Detector, detect::Signal, identity::ProcessRef, nvml::GpuSample, registry::Registry,
+    aggregate::Aggregator,
+    aggregate::Series,
+    alert::AlertChange,
+    detect::classify::GpuSet,
+    detect::Detector,
+    detect::Signal,
+    identity::ProcessRef,
+    nvml::GpuSample,
+    probe::loader::{Drops, ProbeRow, ProcessDrops},
+    registry::Registry,
 };
 
 /// The process labels of every per-process metric: `pid`, `comm`, `namespace`, `pod`,
@@ -121,18 +129,18 @@ pub struct Snapshot {
     pub processes: Vec<ProcessRow>,
     /// Ring-buffer records consumed.
     pub events: u64,
-    /// Records lost to a full ring buffer.
-    pub dropped: [u64; 2],
+    /// Records the kernel did not write.
+    pub dropped: Drops,
     /// Processes dropped to stay within `max_processes`.
     pub evicted: u64,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
     /// Overflows of each bounded per-process table, by table name.
     pub table_overflows: Vec<(&'static str, u64)>,
-    /// Records not written per process: pid, comm (empty when unknown), reason, count.
-    pub drops_by_process: Vec<(u32, String, &'static str, u64)>,
-    /// (symbol, library, attached) of every entry point of every library.
-    pub probes: Vec<(&'static str, String, bool)>,
+    /// Records not written per process, with its comm (empty when unknown).
+    pub drops_by_process: Vec<(ProcessDrops, String)>,
+    /// Every entry point of every library.
+    pub probes: Vec<ProbeRow>,
     /// Pending and firing alerts.
     pub alerts: Vec<AlertChange>,
     /// Detector signals with a ready baseline.
@@ -156,13 +164,13 @@ pub struct Sources<'a> {
     /// Ring-buffer records consumed.
     pub events: u64,
     /// Records dropped.
-    pub dropped: [u64; 2],
+    pub dropped: Drops,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
-    /// Records dropped per process: (pid, reason index, count).
-    pub drops_by_process: &'a [(u32, usize, u64)],
+    /// Records dropped per process.
+    pub drops_by_process: &'a [ProcessDrops],
     /// Probe rows.
-    pub probes: &'a [(&'static str, String, bool)],
+    pub probes: &'a [ProbeRow],
     /// Whether NVML answers.
     pub nvml_up: bool,
     /// Latest NVML sample.
@@ -220,12 +228,12 @@ impl Snapshot {
         let signals = s
             .detector
             .signals(s.registry)
-            .map(|(p, signal, value, p99, forecast)| SignalRow {
-                process: of(p),
-                signal,
-                value,
-                p99,
-                forecast,
+            .map(|v| SignalRow {
+                process: of(v.process),
+                signal: v.signal,
+                value: v.value,
+                p99: v.p99,
+                forecast: v.forecast,
             })
             .collect();
         Snapshot {
@@ -243,13 +251,13 @@ impl Snapshot {
             drops_by_process: s
                 .drops_by_process
                 .iter()
-                .map(|(pid, reason, n)| {
+                .map(|d| {
                     let comm = s
                         .registry
-                        .get(*pid)
+                        .get(d.pid)
                         .map(|p| p.comm.to_string())
                         .unwrap_or_default();
-                    (*pid, comm, crate::probe::loader::DROP_REASONS[*reason], *n)
+                    (*d, comm)
                 })
                 .collect(),
             probes: s.probes.to_vec(),

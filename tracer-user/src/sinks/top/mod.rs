@@ -190,7 +190,7 @@ impl View {
                 .collect(),
             nvml_off: !now.nvml_up,
             events: now.events,
-            dropped: now.dropped.iter().sum(),
+            dropped: now.dropped.total(),
             rows,
         }
     }
