@@ -28,14 +28,13 @@ fn wanted() -> bool {
     if filter.flags == 0 {
         return true;
     }
-    // SAFETY: bpf_get_current_cgroup_id has no preconditions.
     if filter.flags & FILTER_CGROUP != 0
+        // SAFETY: bpf_get_current_cgroup_id has no preconditions.
         && unsafe { bpf_get_current_cgroup_id() } != filter.cgroup_id
     {
         return false;
     }
-    if filter.flags & FILTER_COMM != 0 && bpf_get_current_comm().map_or(true, |c| c != filter.comm)
-    {
+    if filter.flags & FILTER_COMM != 0 && !bpf_get_current_comm().is_ok_and(|c| c == filter.comm) {
         return false;
     }
     true

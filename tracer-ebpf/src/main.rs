@@ -6,6 +6,9 @@
 // atomic_xadd: the BPF target has atomic adds but no compare-and-swap, so core::sync::atomic
 // offers no fetch_add there.
 #![allow(internal_features)]
+// The maps take keys and values as `impl Borrow<K>`: a reference keeps them in place on the
+// BPF stack instead of copying them into the call.
+#![allow(clippy::needless_borrows_for_generic_args)]
 #![feature(core_intrinsics)]
 
 mod aggregate;

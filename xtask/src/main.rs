@@ -137,6 +137,24 @@ fn test(filter: Option<String>) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    // The eBPF programs, with the nightly that builds them, for their own target.
+    let nightly = env::var("CUDATRACE_EBPF_TOOLCHAIN").unwrap_or_else(|_| "nightly".into());
+    run(Command::new("rustup")
+        .current_dir(root().join("tracer-ebpf"))
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC")
+        .args([
+            "run",
+            &nightly,
+            "cargo",
+            "clippy",
+            "--target",
+            "bpfel-unknown-none",
+        ])
+        .args(["-Z", "build-std=core", "--target-dir"])
+        .arg(target_dir().join("ebpf-clippy"))
+        .args(["--", "-D", "warnings"]))?;
     // Unit tests beside the code (the eBPF crate is no_std and has none on the host).
     run(cargo().current_dir(root()).args([
         "test",

@@ -45,9 +45,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let end = unsafe { bpf_ktime_get_ns() };
     let id = bpf_get_current_pid_tgid();
-    // SAFETY: this thread's own slot (see `entry::save`): copied out, then marked idle.
     let (slot, entry) = match ENTRIES.get_ptr_mut(&id) {
-        Some(slot) if unsafe { (*slot).start_ns } != 0 => unsafe {
+        // SAFETY: this thread's own slot (see `entry::save`), valid while this program runs.
+        Some(slot) if unsafe { (*slot).start_ns } != 0 =>
+        // SAFETY: as above: copied out, then marked idle.
+        unsafe {
             let e = *slot;
             (*slot).start_ns = 0;
             (slot, e)
