@@ -128,7 +128,14 @@ fn daemonset_is_least_privilege_on_gpu_nodes() {
     assert_eq!(s["seccompProfile"]["type"].as_str(), Some("RuntimeDefault"));
     assert_eq!(
         chart::daemonset_capabilities(),
-        ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"]
+        [
+            "BPF",
+            "PERFMON",
+            "SYS_PTRACE",
+            "DAC_READ_SEARCH",
+            "SETUID",
+            "SETGID"
+        ]
     );
     let node = c["env"]
         .as_vec()

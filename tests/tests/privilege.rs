@@ -1,8 +1,10 @@
 //! End-to-end: least privilege. `cudatrace run` with exactly the capabilities and the config
-//! file of the DaemonSet `helm template` renders from deploy/helm/cudatrace, as uid 65534, finds and traces another user's process without `--lib`;
-//! without any one of them it exits non-zero naming it; once started it keeps only what it
-//! still needs, under no-new-privs. Probes are uprobe_multi links, which detach at once; the
-//! classic fallback still traces exactly.
+//! file of the DaemonSet `helm template` renders from deploy/helm/cudatrace, as uid 65534, finds
+//! and traces another user's process without `--lib`; without any one of them it exits non-zero
+//! naming it; once started it keeps only what it still needs, under no-new-privs. Started as
+//! uid 0, as the DaemonSet starts it, it leaves uid 0 before it reads anything of a tenant.
+//! Probes are uprobe_multi links, which detach at once; the classic fallback still traces
+//! exactly.
 use std::{
     process::Command,
     time::{Duration, Instant},
@@ -43,6 +45,8 @@ fn cap_eff(pid: u32) -> (u64, bool) {
 fn bit(name: &str) -> u64 {
     let n = match name {
         "DAC_READ_SEARCH" => 2,
+        "SETGID" => 6,
+        "SETUID" => 7,
         "SYS_PTRACE" => 19,
         "SYS_ADMIN" => 21,
         "PERFMON" => 38,
@@ -52,18 +56,64 @@ fn bit(name: &str) -> u64 {
     1 << n
 }
 
+/// The capabilities only leaving uid 0 takes (dropped once switched).
+const SWITCHING: [&str; 2] = ["SETUID", "SETGID"];
+
+/// The DaemonSet's capabilities that tracing itself needs: all but [`SWITCHING`].
+fn tracing_caps() -> Vec<String> {
+    let caps = chart::daemonset_capabilities();
+    assert_eq!(
+        caps,
+        [
+            "BPF",
+            "PERFMON",
+            "SYS_PTRACE",
+            "DAC_READ_SEARCH",
+            "SETUID",
+            "SETGID"
+        ],
+        "the set these tests prove"
+    );
+    caps.into_iter()
+        .filter(|c| !SWITCHING.contains(&c.as_str()))
+        .collect()
+}
+
+/// A process's real, effective, saved and filesystem uids and gids, and its groups, from
+/// /proc/PID/status.
+fn ids(pid: u32) -> (String, String, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    (field("Uid:"), field("Gid:"), field("Groups:"))
+}
+
+/// Pids of the running processes named cudatrace.
+fn cudatrace_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "cudatrace")
+        })
+        .collect()
+}
+
 /// As uid 65534 with exactly the DaemonSet's capabilities, its config file and no `--lib`: another user's
 /// process is found and every call counted; the daemon keeps exactly those four while it
 /// watches, under no-new-privs.
 #[test]
 fn least_privilege_daemon_traces_another_users_process() {
     let Some(env) = env() else { return };
-    let caps = chart::daemonset_capabilities();
-    assert_eq!(
-        caps,
-        ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH"],
-        "the set this test proves"
-    );
+    // Not root: nothing to leave, so the switching capabilities are not needed.
+    let caps = tracing_caps();
     let dir = integration_tests::guards::TempDir::new("chart-config");
     let config = dir.write("config.toml", &chart::config_toml());
     let listen = format!("127.0.0.1:{}", free_port());
@@ -116,7 +166,7 @@ fn least_privilege_daemon_traces_another_users_process() {
 #[test]
 fn each_missing_capability_is_named() {
     let Some(env) = env() else { return };
-    let caps = chart::daemonset_capabilities();
+    let caps = tracing_caps();
     for missing in &caps {
         let rest: Vec<String> = caps.iter().filter(|c| *c != missing).cloned().collect();
         let listen = format!("127.0.0.1:{}", free_port());
@@ -246,6 +296,15 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     let mut args = podman_run(&caps, &seccomp_with_bpf(&dir), &name);
     args.extend(["run".into(), "--listen".into(), listen.clone()]);
     let daemon = Cudatrace::start_wrapped(&env, "podman", &args, &[]);
+    // The container's cudatrace, seen from the host (host pid namespace, no user namespace).
+    let inside: Vec<(String, String, String, u64)> = cudatrace_pids()
+        .into_iter()
+        .map(|p| {
+            let (uid, gid, groups) = ids(p);
+            (uid, gid, groups, cap_eff(p).0)
+        })
+        .collect();
+    let want: u64 = tracing_caps().iter().map(|c| bit(c)).sum();
     let dev = device_file("image");
     let job = Workload::new(
         &env,
@@ -267,4 +326,130 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     );
     assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
+    eprintln!("e2e image_traces_a_host_process_with_the_daemonset_security_context: the container's cudatrace once ready (Uid, Gid, Groups, CapEff): {inside:?}");
+    assert_eq!(
+        inside,
+        [(
+            "65534 65534 65534 65534".to_string(),
+            "65534 65534 65534 65534".to_string(),
+            String::new(),
+            want
+        )]
+    );
+}
+
+/// `setpriv` arguments for uid 0 under no-new-privs with exactly `caps` (bounding, so permitted
+/// and effective at exec), and nothing inheritable: how the DaemonSet's container starts.
+fn as_root_with(caps: &[String]) -> Vec<String> {
+    let list: String = caps
+        .iter()
+        .map(|c| format!(",+{}", c.to_lowercase()))
+        .collect();
+    vec![
+        "--no-new-privs".into(),
+        format!("--bounding-set=-all{list}"),
+        "--inh-caps=-all".into(),
+    ]
+}
+
+/// Started as the DaemonSet starts it (uid 0, no-new-privs, its six capabilities, its config
+/// file, no `--lib`): once ready it is uid and gid 65534 everywhere (real, effective, saved,
+/// filesystem), with no supplementary group and only the four tracing capabilities, and it
+/// still counts every launch of a root process. Without CAP_SETUID it says so in one line and
+/// exits 1; with `--keep-uid` it stays uid 0, capabilities reduced as before.
+#[test]
+fn the_daemonset_process_leaves_uid_0() {
+    let Some(env) = env() else { return };
+    let caps = chart::daemonset_capabilities();
+    let tracing = tracing_caps();
+    let dir = integration_tests::guards::TempDir::new("leave-root");
+    let config = dir.write("config.toml", &chart::config_toml());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = as_root_with(&caps);
+    args.extend([
+        env.bin.display().to_string(),
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--listen".into(),
+        listen.clone(),
+    ]);
+    let daemon = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
+    let (uid, gid, groups) = ids(daemon.pid());
+    let (eff, nnp) = cap_eff(daemon.pid());
+    let want: u64 = tracing.iter().map(|c| bit(c)).sum();
+    let dev = device_file("leave-root");
+    let job = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 2000,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .settle_ms(1500)
+    .run();
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let job_uid = ids(job["pid"].as_u64().unwrap() as u32).0;
+    let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!(
+        "e2e the_daemonset_process_leaves_uid_0: started uid 0 with {caps:?}; once ready Uid {uid:?} Gid {gid:?} \
+         Groups {groups:?} CapEff {eff:#x} NoNewPrivs {nnp}; a root process's launches in=2000 counted={counted:?}"
+    );
+    assert_eq!(uid, "65534 65534 65534 65534");
+    assert_eq!(gid, "65534 65534 65534 65534");
+    assert_eq!(groups, "");
+    assert_eq!((eff, nnp), (want, true), "CapEff {eff:#x}");
+    assert!(
+        job_uid.starts_with("0 "),
+        "the workload ran as root: {job_uid}"
+    );
+    assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
+    assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
+
+    // Without CAP_SETUID: one line, exit 1, nothing attached.
+    let without: Vec<String> = caps.iter().filter(|c| *c != "SETUID").cloned().collect();
+    let out = Command::new("setpriv")
+        .args(as_root_with(&without))
+        .arg(&env.bin)
+        .args(["run", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!(
+        "e2e the_daemonset_process_leaves_uid_0: without SETUID: exit {:?}: {}",
+        out.status.code(),
+        err.trim()
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot leave uid 0 for uid 65534")
+            && err.contains("CAP_SETUID")
+            && err.contains("--keep-uid"),
+        "{err}"
+    );
+
+    // --keep-uid: uid 0 stays, the capabilities are reduced as always.
+    let lib = env.libcuda();
+    let mut args = as_root_with(&caps);
+    args.extend([
+        env.bin.display().to_string(),
+        "trace".into(),
+        "--keep-uid".into(),
+        "--lib".into(),
+        lib.display().to_string(),
+    ]);
+    let kept = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
+    let (uid, _, _) = ids(kept.pid());
+    let (eff, _) = cap_eff(kept.pid());
+    kept.stop();
+    assert_eq!(uid, "0 0 0 0");
+    assert_eq!(
+        eff,
+        bit("SYS_PTRACE") + bit("DAC_READ_SEARCH"),
+        "CapEff {eff:#x}"
+    );
 }

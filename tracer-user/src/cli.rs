@@ -9,6 +9,7 @@ use crate::{
     pipeline::{SessionOptions, Tuning},
     probe::ebpf_log::LogLevel,
     probe::filter::FilterOptions,
+    probe::run_as::RunAs,
 };
 
 /// Per-process CUDA driver call tracing with eBPF.
@@ -189,6 +190,13 @@ pub struct Selection {
     /// debug.
     #[arg(long, value_enum, default_value_t = LogLevel::Warn, value_name = "LEVEL")]
     pub log_level: LogLevel,
+    /// Started as root, switch to this uid (and gid, UID:GID) once the privileges are checked,
+    /// before anything of another user is read (default 65534, or the config's run_as).
+    #[arg(long, value_name = "UID[:GID]", value_parser = parse_run_as, conflicts_with = "keep_uid")]
+    pub run_as: Option<RunAs>,
+    /// Stay uid 0 (with the capabilities reduced as always).
+    #[arg(long)]
+    pub keep_uid: bool,
 }
 
 impl Selection {
@@ -212,8 +220,30 @@ impl Selection {
             max_libraries: t.max_libraries,
             lib_allow,
             sampling: t.sampling,
+            run_as: if self.keep_uid {
+                None
+            } else {
+                self.run_as.or(t.run_as)
+            },
         }
     }
+}
+
+fn parse_run_as(s: &str) -> Result<RunAs, String> {
+    let id = |t: &str| {
+        t.parse::<u32>()
+            .map_err(|_| format!("{t:?} is not a numeric id: give UID or UID:GID, e.g. 65534"))
+    };
+    let (uid, gid) = match s.split_once(':') {
+        Some((u, g)) => (id(u)?, id(g)?),
+        None => (id(s)?, id(s)?),
+    };
+    if uid == 0 {
+        return Err(
+            "uid 0 is where it starts: give an unprivileged uid, or pass --keep-uid".into(),
+        );
+    }
+    Ok(RunAs { uid, gid })
 }
 
 fn parse_ringbuf(s: &str) -> Result<u32, String> {

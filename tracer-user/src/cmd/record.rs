@@ -133,7 +133,8 @@ impl Stages for Recorder {
 pub async fn run(args: RecordArgs) -> Result<()> {
     // The file first: a path that cannot be written is said before anything is attached.
     let existed = args.output.exists();
-    let timeline = Timeline::create(&args.output, args.max_events).with_context(|| {
+    let owner = crate::sinks::files::sudo_owner();
+    let timeline = Timeline::create(&args.output, args.max_events, owner).with_context(|| {
         format!(
             "cannot create the timeline {} (give a writable path with -o)",
             printable(&args.output.display().to_string())

@@ -55,6 +55,11 @@ pub struct Config {
     pub max_library_mib: u64,
     /// Globs of the host's library files that may be attached (`--lib-allow` adds to them).
     pub lib_allow: Vec<String>,
+    /// The uid cudatrace started as root switches to once its privileges are checked
+    /// (`--keep-uid` stays root; `--run-as` overrides this).
+    pub run_as: u32,
+    /// The gid it switches to (default: `run_as`).
+    pub run_as_gid: Option<u32>,
     /// Contention detection: baselines, thresholds and debouncing.
     pub detect: DetectConfig,
     /// Where alerts go besides stdout and the metrics.
@@ -217,6 +222,8 @@ impl Default for Config {
             max_libraries: 32,
             max_library_mib: 2048,
             lib_allow: Vec::new(),
+            run_as: 65534,
+            run_as_gid: None,
             detect: DetectConfig::default(),
             alerts: AlertConfig::default(),
             kubernetes: KubernetesConfig::default(),
@@ -250,6 +257,14 @@ impl Config {
         }
         check_ringbuf_mib(c.ringbuf_mib)
             .map_err(|e| ConfigError::invalid("ringbuf_mib", format!("ringbuf_mib = {e}")))?;
+        if c.run_as == 0 {
+            return Err(ConfigError::invalid(
+                "run_as",
+                "run_as = 0: give the unprivileged uid to switch to (65534 by default), or pass \
+                 --keep-uid to stay root"
+                    .to_string(),
+            ));
+        }
         if c.max_libraries == 0 {
             return Err(ConfigError::invalid(
                 "max_libraries",

@@ -18,6 +18,7 @@ use crate::{
     probe::filter,
     probe::loader,
     probe::loader::Probes,
+    probe::run_as,
     registry::Registry,
 };
 
@@ -59,6 +60,10 @@ impl Session {
         let watch = opts.libs.is_empty();
         if let Some(why) = caps::missing_privilege(watch) {
             bail!(why);
+        }
+        // Leave uid 0 before anything a tenant controls is read (a library, /proc, a pod list).
+        if let Some(to) = opts.run_as {
+            run_as::switch(to)?;
         }
         let filter = filter::build(&opts.filter)?;
         let allow = AllowList::new(opts.lib_allow.clone())?;

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use crate::{
     config::{Config, Sampling},
-    probe::{ebpf_log::LogLevel, filter::FilterOptions},
+    probe::{ebpf_log::LogLevel, filter::FilterOptions, run_as::RunAs},
     registry::RegistryLimits,
 };
 
@@ -33,6 +33,9 @@ pub struct SessionOptions {
     /// Launches counted in-kernel, and which are written (`run`); `None`: every launch is
     /// written (`trace`).
     pub sampling: Option<Sampling>,
+    /// The ids a session started as root switches to once its privileges are checked (`None`:
+    /// it stays root, `--keep-uid`).
+    pub run_as: Option<RunAs>,
 }
 
 /// Processes `trace` and `record` hold at most (identity, kernel names, memory, streams); an
@@ -59,6 +62,8 @@ pub struct Tuning {
     pub lib_allow: Vec<String>,
     /// Launches counted in-kernel (`None`: every launch written).
     pub sampling: Option<Sampling>,
+    /// The ids to leave uid 0 for (`None`: stay).
+    pub run_as: Option<RunAs>,
 }
 
 impl Tuning {
@@ -76,6 +81,10 @@ impl Tuning {
             max_libraries: cfg.max_libraries,
             lib_allow: cfg.lib_allow.clone(),
             sampling: cfg.launches.sampling(),
+            run_as: Some(RunAs {
+                uid: cfg.run_as,
+                gid: cfg.run_as_gid.unwrap_or(cfg.run_as),
+            }),
         }
     }
 
@@ -94,6 +103,7 @@ impl Tuning {
             max_libraries: TRACER_MAX_LIBRARIES,
             lib_allow: Vec::new(),
             sampling: None,
+            run_as: Some(RunAs::default()),
         }
     }
 }

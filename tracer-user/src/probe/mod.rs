@@ -13,4 +13,5 @@ pub mod filter;
 pub mod loader;
 pub mod multi;
 pub mod proc_maps;
+pub mod run_as;
 pub mod symbols;

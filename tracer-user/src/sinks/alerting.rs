@@ -100,8 +100,7 @@ impl AlertSinks {
             } else {
                 cfg.alerts.archive_max_mib
             };
-            let archive = Archive::new(path.clone(), mib << 20);
-            archive.check().map_err(|why| SinkError::Archive {
+            let archive = Archive::open(path, mib << 20).map_err(|why| SinkError::Archive {
                 path: printable(&path.display().to_string()).into_owned(),
                 why,
             })?;

@@ -1,26 +1,40 @@
 //! The incident archive: every alert that resolves is appended to a JSON-lines file (`[alerts]
 //! archive`) with its cause, aggressors, evidence, start, end, duration and its root cause in
-//! words; past `archive_max_mib` the file is rotated to `PATH.1`. `cudatrace incidents` reads
+//! words; past `archive_max_mib` the file is rotated to `PATH.1`. Both files are opened once, at
+//! start, while cudatrace may still be uid 0: created 0600, never through a symlink, never a FIFO
+//! or a device, and rotated through those descriptors (copied, then truncated), so that neither
+//! the process after it leaves uid 0 nor a tenant's symlink decides what is written where.
+//! `cudatrace incidents` reads
 //! both back, bounded: lines past [`MAX_LINE`] bytes and lines that are not incidents are
 //! skipped and counted.
 use std::{
-    fs::{self, File, OpenOptions},
-    io::{self, BufRead, BufReader, Read as _, Write as _},
+    fs::File,
+    io::{self, BufRead, BufReader, Read as _, Seek as _, SeekFrom, Write as _},
     path::{Path, PathBuf},
+    sync::Mutex,
     time::SystemTime,
 };
 
 use serde_json::{json, Value};
 
+use super::files::{open_private, How};
 use crate::alert::{AlertChange, AlertState, Cause};
 
 /// Longest archive line read back (an incident is well under 4 KiB).
 pub const MAX_LINE: u64 = 64 * 1024;
 
-/// The archive file and its size bound.
+/// The archive, open, and its size bound.
 pub struct Archive {
-    path: PathBuf,
     max_bytes: u64,
+    files: Mutex<Files>,
+}
+
+/// The archive and the file it is rotated to, open for the daemon's life.
+struct Files {
+    /// `PATH`, appended to.
+    current: File,
+    /// `PATH.1`, rewritten at each rotation.
+    rotated: File,
 }
 
 /// What a signal is called in words.
@@ -98,18 +112,17 @@ fn seconds_between(start: &str, end: &str) -> f64 {
 }
 
 impl Archive {
-    /// An archive at `path`, rotated past `max_bytes`.
-    pub fn new(path: PathBuf, max_bytes: u64) -> Archive {
-        Archive { path, max_bytes }
-    }
-
-    /// Checks that the archive can be appended to (made if missing), before anything is traced.
-    pub fn check(&self) -> io::Result<()> {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .map(|_| ())
+    /// Opens the archive at `path` (made if missing) and `PATH.1`, rotated past `max_bytes`;
+    /// an error before anything is traced when either cannot be written.
+    pub fn open(path: &Path, max_bytes: u64) -> io::Result<Archive> {
+        let files = Files {
+            current: open_private(path, How::Append)?,
+            rotated: open_private(&rotated(path), How::Write)?,
+        };
+        Ok(Archive {
+            max_bytes,
+            files: Mutex::new(files),
+        })
     }
 
     /// Appends the resolved ones of `changes`; rotates first when the file would outgrow its
@@ -129,17 +142,28 @@ impl Archive {
             }
             let mut line = serde_json::to_string(&v).map_err(io::Error::other)?;
             line.push('\n');
-            let size = fs::metadata(&self.path).map_or(0, |m| m.len());
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            let size = files.current.metadata()?.len();
             if size > 0 && size + line.len() as u64 > self.max_bytes {
-                fs::rename(&self.path, rotated(&self.path))?;
+                files.rotate()?;
             }
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)?
-                .write_all(line.as_bytes())?;
+            files.current.write_all(line.as_bytes())?;
         }
         Ok(())
+    }
+}
+
+impl Files {
+    /// `PATH` becomes `PATH.1` (what `PATH.1` held goes), and `PATH` starts empty: copied and
+    /// truncated through the descriptors opened at start.
+    fn rotate(&mut self) -> io::Result<()> {
+        self.rotated.set_len(0)?;
+        self.rotated.seek(SeekFrom::Start(0))?;
+        self.current.seek(SeekFrom::Start(0))?;
+        io::copy(&mut (&self.current), &mut self.rotated)?;
+        self.rotated.flush()?;
+        // Appends go to the end, which is now 0.
+        self.current.set_len(0)
     }
 }
 
@@ -229,6 +253,8 @@ pub fn ended_since(v: &Value, since: SystemTime) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
     use crate::{alert::tests::record, event::monotonic_ns};
 
@@ -245,12 +271,13 @@ mod tests {
     #[test]
     fn resolved_alerts_are_archived_with_their_root_cause_and_rotated() {
         let path = temp("rotate");
-        Archive::new(path.clone(), u64::MAX)
+        Archive::open(&path, u64::MAX)
+            .unwrap()
             .record(&[record(AlertState::Firing), record(AlertState::Resolved)])
             .unwrap();
         let line = fs::metadata(&path).unwrap().len();
         // Room for two lines: the fourth incident rotates the file.
-        let a = Archive::new(path.clone(), 2 * line + 10);
+        let a = Archive::open(&path, 2 * line + 10).unwrap();
         for _ in 0..3 {
             a.record(&[record(AlertState::Resolved)]).unwrap();
         }
@@ -285,12 +312,48 @@ mod tests {
         text += &"x".repeat(MAX_LINE as usize * 3);
         text += "\n";
         fs::write(&path, &text).unwrap();
-        Archive::new(path.clone(), 1 << 30)
+        Archive::open(&path, 1 << 30)
+            .unwrap()
             .record(&[record(AlertState::Resolved)])
             .unwrap();
         let back = read(&path).unwrap();
         assert_eq!((back.incidents.len(), back.skipped), (1, 3));
         assert!(read(&path.with_extension("missing")).is_err());
         let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn files_are_private_and_never_a_symlink_or_a_fifo() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = temp("private");
+        let a = Archive::open(&path, 1 << 20).unwrap();
+        a.record(&[record(AlertState::Resolved)]).unwrap();
+        for p in [path.clone(), rotated(&path)] {
+            assert_eq!(
+                fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+        let dir = path.parent().unwrap();
+        let target = dir.join("target");
+        fs::write(&target, "kept").unwrap();
+        let link = dir.join("link.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(
+            Archive::open(&link, 1 << 20).is_err(),
+            "a symlink is refused"
+        );
+        assert_eq!(fs::read_to_string(&target).unwrap(), "kept");
+        let fifo = dir.join("fifo.jsonl");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = std::time::Instant::now();
+        assert!(Archive::open(&fifo, 1 << 20).is_err(), "a FIFO is refused");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "without blocking"
+        );
+        let _ = fs::remove_dir_all(dir);
     }
 }

@@ -4,6 +4,7 @@
 pub mod alerting;
 pub mod alertmanager;
 pub mod archive;
+pub mod files;
 pub mod group;
 pub mod http;
 pub mod metrics;

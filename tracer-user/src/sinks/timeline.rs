@@ -6,7 +6,6 @@
 //! past `max_events` they are counted, not written, and the file says so at its end.
 use std::{
     collections::{HashMap, HashSet},
-    fs::File,
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
 };
@@ -14,6 +13,7 @@ use std::{
 use flate2::{write::GzEncoder, Compression};
 use serde_json::{json, Value};
 
+use super::files::{give, open_private, How};
 use crate::{
     alert::AlertChange, enrich::gputime::BatchEstimate, enrich::kernels::KernelName, event::Detail,
     event::Event, nvml::GpuSample,
@@ -54,8 +54,18 @@ pub struct Timeline {
 
 impl Timeline {
     /// Creates `path` (gzip when it ends in `.gz`) and writes the format's opening.
-    pub fn create(path: &Path, max_events: Option<u64>) -> io::Result<Timeline> {
-        let file = BufWriter::new(File::create(path)?);
+    /// The file is opened as `sinks::files` opens every file cudatrace writes, and handed to
+    /// `owner` (the person behind sudo) when given.
+    pub fn create(
+        path: &Path,
+        max_events: Option<u64>,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<Timeline> {
+        let file = open_private(path, How::Truncate)?;
+        if let Some(owner) = owner {
+            give(&file, owner)?;
+        }
+        let file = BufWriter::new(file);
         let mut out: Box<dyn Write> = if path.extension().is_some_and(|e| e == "gz") {
             Box::new(GzEncoder::new(file, Compression::fast()))
         } else {
