@@ -124,3 +124,33 @@ impl Daemon {
         })
     }
 }
+
+/// Implements [`Consumer`] for a command's stages that hold a `daemon: Daemon` field (`run`'s
+/// and `top`'s): every call, launch count and exit goes to the daemon.
+macro_rules! consume_through_daemon {
+    ($stages:ty) => {
+        impl $crate::pipeline::Consumer for $stages {
+            fn call(
+                &mut self,
+                ev: &$crate::event::Event,
+                e: &$crate::enrich::Enrichment,
+                process: &mut $crate::registry::Process,
+            ) -> std::io::Result<()> {
+                $crate::pipeline::Consumer::call(&mut self.daemon, ev, e, process)
+            }
+
+            fn launches(
+                &mut self,
+                d: &$crate::event::LaunchDelta,
+                process: &mut $crate::registry::Process,
+            ) {
+                $crate::pipeline::Consumer::launches(&mut self.daemon, d, process);
+            }
+
+            fn exited(&mut self, process: &mut $crate::registry::Process) {
+                $crate::pipeline::Consumer::exited(&mut self.daemon, process);
+            }
+        }
+    };
+}
+pub(crate) use consume_through_daemon;

@@ -7,9 +7,10 @@ use serde_json::Value;
 
 use crate::{cli::IncidentsArgs, config::Config, sinks::archive, text::printable};
 
-/// One table line of an incident.
+/// One table line of an incident: every field escaped as `top` escapes names (an archive's
+/// lines carry what tenants named their processes, and may have been edited by hand).
 fn line(v: &Value) -> String {
-    let s = |k: &str| v[k].as_str().unwrap_or("-");
+    let s = |k: &str| printable(v[k].as_str().unwrap_or("-")).into_owned();
     let victim = format!(
         "{} (pid {})",
         v["victim"]["comm"].as_str().unwrap_or("?"),
@@ -22,7 +23,7 @@ fn line(v: &Value) -> String {
         s("alert"),
         printable(&victim),
         s("gpu"),
-        printable(s("root_cause")),
+        s("root_cause"),
     )
 }
 
@@ -42,15 +43,17 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         }
     };
     let shown = printable(&path.display().to_string()).into_owned();
-    let read = archive::read(&path)
-        .with_context(|| format!("cannot read the incident archive {shown}"))?;
     let since = args.since.map(|d| SystemTime::now() - d);
-    let mut incidents: Vec<&Value> = read
-        .incidents
-        .iter()
-        .filter(|v| since.is_none_or(|t| archive::ended_since(v, t)))
-        .collect();
-    incidents.reverse();
+    let read = archive::read(&path, since)
+        .with_context(|| format!("cannot read the incident archive {shown}"))?;
+    let incidents: Vec<&Value> = read.incidents.iter().rev().collect();
+    if read.left_out > 0 {
+        log::warn!(
+            "cudatrace: {} older incidents of {shown} not shown (the newest {} are; narrow with --since)",
+            read.left_out,
+            archive::MAX_INCIDENTS
+        );
+    }
     if read.skipped > 0 {
         log::warn!(
             "cudatrace: skipped {} lines of {shown} that are not incidents",

@@ -3,7 +3,6 @@
 //! sinks; the metrics server asks the loop for snapshots. On a signal or at `--duration` it stops like
 //! `trace`: recording off, the ring buffer drained, a summary, detached.
 use std::{
-    io,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -15,14 +14,10 @@ use super::daemon::Daemon;
 use crate::{
     cli::RunArgs,
     config::{self, Config},
-    enrich::{
-        pods_api::{self, PodNamesSource},
-        Enrichment,
-    },
-    event::{Event, LaunchDelta},
+    enrich::pods_api::{self, PodNamesSource},
     nvml::Sampler,
-    pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
-    registry::{Process, Registry},
+    pipeline::{Ending, Pipeline, Session, Stages, Tuning},
+    registry::Registry,
     sinks::{
         alerting::AlertSinks,
         metrics::{server, server::SnapshotRequest, web},
@@ -61,6 +56,7 @@ fn config(args: &mut RunArgs) -> Result<Config> {
             *slot = Some(url);
         }
     }
+    cfg.alerts.check_credentials()?;
     Ok(cfg)
 }
 
@@ -98,19 +94,7 @@ enum Tick {
     Scrape(SnapshotRequest),
 }
 
-impl Consumer for Daemonized {
-    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.daemon.call(ev, e, process)
-    }
-
-    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
-        self.daemon.launches(d, process);
-    }
-
-    fn exited(&mut self, process: &mut Process) {
-        self.daemon.exited(process);
-    }
-}
+super::daemon::consume_through_daemon!(Daemonized);
 
 impl Stages for Daemonized {
     type Tick = Tick;

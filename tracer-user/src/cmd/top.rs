@@ -4,7 +4,7 @@
 //! when stdout is not a terminal, the screens are printed one after the other as plain text
 //! (for scripts and bug reports), `-n` of them.
 use std::{
-    io::{self, IsTerminal as _, Write as _},
+    io::{IsTerminal as _, Write as _},
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -18,11 +18,8 @@ use super::daemon::Daemon;
 use crate::{
     cli::TopArgs,
     config::Config,
-    enrich::Enrichment,
-    event::{Event, LaunchDelta},
     nvml::Sampler,
-    pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
-    registry::Process,
+    pipeline::{Ending, Pipeline, Session, Stages, Tuning},
     sinks::{
         metrics::Snapshot,
         top::{
@@ -141,19 +138,7 @@ enum Tick {
     Screen,
 }
 
-impl Consumer for Shown {
-    fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.daemon.call(ev, e, process)
-    }
-
-    fn launches(&mut self, d: &LaunchDelta, process: &mut Process) {
-        self.daemon.launches(d, process);
-    }
-
-    fn exited(&mut self, process: &mut Process) {
-        self.daemon.exited(process);
-    }
-}
+super::daemon::consume_through_daemon!(Shown);
 
 impl Shown {
     /// Shows one screen; `Some` when the loop ends (stdout closed, or `-n` screens shown).

@@ -143,6 +143,40 @@ pub struct AlertConfig {
     pub alertmanager_auth: SinkAuth,
     /// Credentials sent to the webhook.
     pub webhook_auth: SinkAuth,
+    /// Send credentials over plain `http://` sink URLs too (off: a sink with credentials must
+    /// be `https://`, so that a password or token never crosses the network in the clear).
+    pub insecure_http_credentials: bool,
+}
+
+impl AlertConfig {
+    /// Refuses credentials bound for a plain `http://` sink, unless
+    /// `insecure_http_credentials` allows them. Checked at load and again once the command
+    /// line's `--alertmanager` and `--webhook` are in.
+    pub fn check_credentials(&self) -> Result<()> {
+        if self.insecure_http_credentials {
+            return Ok(());
+        }
+        for (key, url, auth) in [
+            (
+                "alertmanager_auth",
+                &self.alertmanager_url,
+                &self.alertmanager_auth,
+            ),
+            ("webhook_auth", &self.webhook_url, &self.webhook_auth),
+        ] {
+            let Some(url) = url else { continue };
+            if auth.is_set() && !url.to_ascii_lowercase().starts_with("https://") {
+                return Err(ConfigError::invalid(
+                    format!("alerts.{key}"),
+                    format!(
+                        "alerts.{key}: credentials for {url:?} would be sent in the clear: give an \
+                         https URL, or set alerts.insecure_http_credentials = true"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[alerts.alertmanager_auth]`, `[alerts.webhook_auth]`: what a sink sends in `Authorization`,
@@ -159,6 +193,11 @@ pub struct SinkAuth {
 }
 
 impl SinkAuth {
+    /// Whether it sends credentials at all.
+    pub fn is_set(&self) -> bool {
+        self.username.is_some() || self.bearer_token_file.is_some()
+    }
+
     fn validate(&self, key: &str) -> Result<()> {
         match (&self.username, &self.password_file, &self.bearer_token_file) {
             (None, None, None) | (Some(_), Some(_), None) | (None, None, Some(_)) => Ok(()),
@@ -333,6 +372,7 @@ impl Config {
         }
         c.alerts.alertmanager_auth.validate("alertmanager_auth")?;
         c.alerts.webhook_auth.validate("webhook_auth")?;
+        c.alerts.check_credentials()?;
         if c.kubernetes.refresh_s < 5 {
             return Err(ConfigError::invalid(
                 "kubernetes.refresh_s",

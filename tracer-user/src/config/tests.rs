@@ -121,3 +121,21 @@ fn detect_and_alert_tables() {
         Some("http://127.0.0.1:9093")
     );
 }
+
+#[test]
+fn credentials_go_only_over_https() {
+    let am = |url: &str, extra: &str| {
+        format!(
+            "[alerts]\nalertmanager_url = {url:?}\n{extra}[alerts.alertmanager_auth]\nusername = \"u\"\npassword_file = \"/p\"\n"
+        )
+    };
+    assert_invalid(
+        &am("http://am:9093", ""),
+        "alerts.alertmanager_auth",
+        "alerts.alertmanager_auth: credentials for \"http://am:9093\" would be sent in the clear: give an https URL, or set alerts.insecure_http_credentials = true",
+    );
+    assert!(Config::parse(&am("https://am:9093", "")).is_ok());
+    assert!(Config::parse(&am("http://am:9093", "insecure_http_credentials = true\n")).is_ok());
+    // Without credentials plain http is fine.
+    assert!(Config::parse("[alerts]\nwebhook_url = \"http://hooks/x\"\n").is_ok());
+}

@@ -8,6 +8,7 @@
 //! both back, bounded: lines past [`MAX_LINE`] bytes and lines that are not incidents are
 //! skipped and counted.
 use std::{
+    collections::VecDeque,
     fs::File,
     io::{self, BufRead, BufReader, Read as _, Seek as _, SeekFrom, Write as _},
     path::{Path, PathBuf},
@@ -174,20 +175,29 @@ pub fn rotated(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Incidents read back at most: the newest this many (a window of lines, so that memory stays
+/// bounded whatever the archive's size: at most about [`MAX_INCIDENTS`] x 4 KiB).
+pub const MAX_INCIDENTS: usize = 10_000;
+
 /// Incidents read back from an archive and its rotated file, and how many lines were skipped.
 pub struct Read {
-    /// Each incident's JSON object.
-    pub incidents: Vec<Value>,
+    /// Each incident's JSON object, oldest first: the newest [`MAX_INCIDENTS`] of those asked for.
+    pub incidents: VecDeque<Value>,
     /// Lines that were too long or not incidents.
     pub skipped: u64,
+    /// Incidents asked for but older than the window kept.
+    pub left_out: u64,
 }
 
-/// Reads `path` and `path.1` (when present), oldest first. Only the files' lines are trusted to
+/// Reads `path.1` (when present) and `path`, oldest first, keeping the newest
+/// [`MAX_INCIDENTS`] incidents that ended at or after `since` (a line is parsed, checked and
+/// dropped or kept as it is read: nothing else is held). Only the files' lines are trusted to
 /// be bounded by [`MAX_LINE`]: longer ones are skipped unread.
-pub fn read(path: &Path) -> io::Result<Read> {
+pub fn read(path: &Path, since: Option<SystemTime>) -> io::Result<Read> {
     let mut out = Read {
-        incidents: Vec::new(),
+        incidents: VecDeque::new(),
         skipped: 0,
+        left_out: 0,
     };
     let old = rotated(path);
     let mut found = false;
@@ -230,7 +240,14 @@ pub fn read(path: &Path) -> io::Result<Read> {
                         && v["ended_at"].is_string()
                         && v["victim"].is_object() =>
                 {
-                    out.incidents.push(v)
+                    if since.is_some_and(|t| !ended_since(&v, t)) {
+                        continue;
+                    }
+                    if out.incidents.len() == MAX_INCIDENTS {
+                        out.incidents.pop_front();
+                        out.left_out += 1;
+                    }
+                    out.incidents.push_back(v);
                 }
                 _ if line.iter().all(u8::is_ascii_whitespace) => {}
                 _ => out.skipped += 1,
@@ -281,7 +298,7 @@ mod tests {
         for _ in 0..3 {
             a.record(&[record(AlertState::Resolved)]).unwrap();
         }
-        let back = read(&path).unwrap();
+        let back = read(&path, None).unwrap();
         assert_eq!(
             (back.incidents.len(), back.skipped),
             (4, 0),
@@ -316,9 +333,9 @@ mod tests {
             .unwrap()
             .record(&[record(AlertState::Resolved)])
             .unwrap();
-        let back = read(&path).unwrap();
+        let back = read(&path, None).unwrap();
         assert_eq!((back.incidents.len(), back.skipped), (1, 3));
-        assert!(read(&path.with_extension("missing")).is_err());
+        assert!(read(&path.with_extension("missing"), None).is_err());
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 
