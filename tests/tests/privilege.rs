@@ -93,16 +93,21 @@ fn ids(pid: u32) -> (String, String, String) {
     (field("Uid:"), field("Gid:"), field("Groups:"))
 }
 
-/// Pids of the running processes named cudatrace.
-fn cudatrace_pids() -> Vec<u32> {
+/// Pids of the running processes named cudatrace whose parent is named `parent`.
+fn cudatrace_pids(parent: &str) -> Vec<u32> {
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let ppid = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:")?.trim().parse::<u32>().ok())
+    };
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|p| p.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end() == "cudatrace")
-        })
+        .filter(|pid| comm(*pid).trim_end() == "cudatrace")
+        .filter(|pid| ppid(*pid).is_some_and(|pp| comm(pp).trim_end() == parent))
         .collect()
 }
 
@@ -296,8 +301,9 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     let mut args = podman_run(&caps, &seccomp_with_bpf(&dir), &name);
     args.extend(["run".into(), "--listen".into(), listen.clone()]);
     let daemon = Cudatrace::start_wrapped(&env, "podman", &args, &[]);
-    // The container's cudatrace, seen from the host (host pid namespace, no user namespace).
-    let inside: Vec<(String, String, String, u64)> = cudatrace_pids()
+    // The container's cudatrace (conmon's child), seen from the host (host pid namespace, no
+    // user namespace).
+    let inside: Vec<(String, String, String, u64)> = cudatrace_pids("conmon")
         .into_iter()
         .map(|p| {
             let (uid, gid, groups) = ids(p);
@@ -379,7 +385,7 @@ fn the_daemonset_process_leaves_uid_0() {
     let (eff, nnp) = cap_eff(daemon.pid());
     let want: u64 = tracing.iter().map(|c| bit(c)).sum();
     let dev = device_file("leave-root");
-    let job = Workload::new(
+    let running = Workload::new(
         &env,
         Scenario::Basic {
             launches: 2000,
@@ -388,9 +394,10 @@ fn the_daemonset_process_leaves_uid_0() {
     )
     .device(&dev)
     .settle_ms(1500)
-    .run();
+    .spawn();
+    let job_uid = ids(running.pid() as u32).0;
+    let job = running.finish();
     let pid = job["pid"].as_u64().unwrap().to_string();
-    let job_uid = ids(job["pid"].as_u64().unwrap() as u32).0;
     let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);

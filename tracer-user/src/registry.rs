@@ -87,18 +87,24 @@ pub struct Registry {
     pub evicted: u64,
     /// Overflows of the per-process tables of processes released so far: kernel handles,
     /// allocations, streams.
-    released_overflows: [u64; 3],
+    released_overflows: [u64; 4],
 }
 
 /// Names of the per-process tables that are bounded, as [`Registry::overflows`] orders them.
-pub const BOUNDED_TABLES: [&str; 3] = ["kernel_handles", "allocations", "streams"];
+pub const BOUNDED_TABLES: [&str; 4] = [
+    "kernel_handles",
+    "allocations",
+    "streams",
+    "visible_devices",
+];
 
 impl Process {
-    fn overflows(&self) -> [u64; 3] {
+    fn overflows(&self) -> [u64; 4] {
         [
             self.kernels.overflowed,
             self.memory.overflowed,
             self.streams.overflowed,
+            u64::from(self.identity.devices_dropped),
         ]
     }
 }
@@ -110,7 +116,7 @@ impl Registry {
             by_pid: HashMap::default(),
             limits,
             evicted: 0,
-            released_overflows: [0; 3],
+            released_overflows: [0; 4],
         }
     }
 
@@ -187,6 +193,9 @@ impl Registry {
         // The released tables' counts are zero now: keep them here.
         p.memory.overflowed = 0;
         p.streams.overflowed = 0;
+        if p.identity.devices_dropped != 0 {
+            Arc::make_mut(&mut p.identity).devices_dropped = 0;
+        }
         for (total, n) in self.released_overflows.iter_mut().zip(overflows) {
             *total += n;
         }
@@ -219,7 +228,7 @@ impl Registry {
     }
 
     /// Overflows of each bounded per-process table ([`BOUNDED_TABLES`]) since start.
-    pub fn overflows(&self) -> [u64; 3] {
+    pub fn overflows(&self) -> [u64; 4] {
         let mut all = self.released_overflows;
         for p in self.by_pid.values() {
             for (total, n) in all.iter_mut().zip(p.overflows()) {
@@ -370,11 +379,11 @@ mod tests {
         r.live_mut(1).unwrap().streams.overflowed = 4;
         add(&mut r, 2, 1);
         r.live_mut(2).unwrap().kernels.overflowed = 2;
-        assert_eq!(r.overflows(), [2, 0, 4]);
+        assert_eq!(r.overflows(), [2, 0, 4, 0]);
         r.exit(1, |_| {});
         assert_eq!(
             (r.len(), r.overflows()),
-            (1, [2, 0, 4]),
+            (1, [2, 0, 4, 0]),
             "released, still counted"
         );
     }

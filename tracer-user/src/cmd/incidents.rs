@@ -46,7 +46,6 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
     let since = args.since.map(|d| SystemTime::now() - d);
     let read = archive::read(&path, since)
         .with_context(|| format!("cannot read the incident archive {shown}"))?;
-    let incidents: Vec<&Value> = read.incidents.iter().rev().collect();
     if read.left_out > 0 {
         log::warn!(
             "cudatrace: {} older incidents of {shown} not shown (the newest {} are; narrow with --since)",
@@ -61,7 +60,7 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         );
     }
     if args.json {
-        for v in incidents {
+        for v in read.newest_first() {
             println!("{v}");
         }
         return Ok(());
@@ -70,10 +69,10 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
         "{:<20}  {:>8}  {:<28}  {:<26}  {:<4}  ROOT CAUSE",
         "ENDED", "SECONDS", "ALERT", "VICTIM", "GPU"
     );
-    for v in &incidents {
-        println!("{}", line(v));
+    for v in read.newest_first() {
+        println!("{}", line(&v));
     }
-    if incidents.is_empty() {
+    if read.is_empty() {
         log::info!(
             "no incidents in {shown}{}",
             if args.since.is_some() {

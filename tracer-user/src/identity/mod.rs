@@ -8,8 +8,8 @@ mod proc;
 
 pub use comm::Comm;
 pub use proc::{
-    comm, container_id, parse_alive, parse_cgroup, parse_start_time, pod_uid, process_alive, read,
-    start_time, MAX_PROC_READ,
+    comm, container_id, parse_alive, parse_cgroup, parse_start_time, parse_visible_devices,
+    pod_uid, process_alive, read, start_time, MAX_PROC_READ, MAX_VISIBLE_DEVICES,
 };
 
 /// Identity of one process, as read from /proc when its first event arrived.
@@ -32,9 +32,13 @@ pub struct Identity {
     /// Kubernetes pod UID found in the cgroup path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
-    /// `CUDA_VISIBLE_DEVICES` from the environment, when set.
+    /// `CUDA_VISIBLE_DEVICES` from the environment, when set: its valid entries only, at most
+    /// [`MAX_VISIBLE_DEVICES`] (see [`parse_visible_devices`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda_visible_devices: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` entries dropped (past the bound, or not an index or a UUID).
+    #[serde(skip)]
+    pub devices_dropped: u32,
     /// Namespace, pod and container names, once the node's pod list has them (`run`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kube: Option<PodNames>,

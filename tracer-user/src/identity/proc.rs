@@ -4,6 +4,45 @@ use std::fs;
 
 use super::{Comm, Identity};
 
+/// `CUDA_VISIBLE_DEVICES` entries kept at most: more GPUs than a node has.
+pub const MAX_VISIBLE_DEVICES: usize = 16;
+/// Longest entry kept: a MIG UUID in its older form (`MIG-GPU-<uuid>/<gi>/<ci>`) is under 64.
+const MAX_DEVICE_ENTRY: usize = 64;
+
+/// A tenant's `CUDA_VISIBLE_DEVICES`, bounded: at most [`MAX_VISIBLE_DEVICES`] entries, each a
+/// GPU index (up to three digits) or a `GPU-`/`MIG-` UUID of at most 64 letters, digits, `-`
+/// and `/`; repeats are skipped, the rest dropped and counted. What is kept becomes metric labels and, where
+/// NVML does not place the process, the GPU named in alerts, so it is never free text.
+pub fn parse_visible_devices(raw: &[u8]) -> (String, u32) {
+    let mut kept: Vec<&str> = Vec::new();
+    let mut dropped = 0u32;
+    for entry in raw.split(|&b| b == b',') {
+        let Ok(entry) = std::str::from_utf8(entry).map(str::trim) else {
+            dropped = dropped.saturating_add(1);
+            continue;
+        };
+        if entry.is_empty() {
+            continue;
+        }
+        let index = entry.len() <= 3 && entry.bytes().all(|b| b.is_ascii_digit());
+        let uuid = (entry.starts_with("GPU-") || entry.starts_with("MIG-"))
+            && entry.len() <= MAX_DEVICE_ENTRY
+            && entry
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/');
+        if (index || uuid) && kept.contains(&entry) {
+            // A repeat names no new GPU.
+            continue;
+        }
+        if (index || uuid) && kept.len() < MAX_VISIBLE_DEVICES {
+            kept.push(entry);
+        } else {
+            dropped = dropped.saturating_add(1);
+        }
+    }
+    (kept.join(","), dropped)
+}
+
 /// Start time from the text of /proc/PID/stat (the comm field may hold spaces and parentheses).
 pub fn parse_start_time(stat: &str) -> Option<u64> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
@@ -180,12 +219,16 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .as_deref()
         .and_then(parse_cgroup);
-    let cuda_visible_devices = read_bounded(&format!("{proc}/environ")).and_then(|env| {
+    let visible = read_bounded(&format!("{proc}/environ")).and_then(|env| {
         env.split(|&b| b == 0).find_map(|kv| {
             kv.strip_prefix(b"CUDA_VISIBLE_DEVICES=")
-                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .map(parse_visible_devices)
         })
     });
+    let (cuda_visible_devices, devices_dropped) = match visible {
+        Some((kept, dropped)) => (Some(kept), dropped),
+        None => (None, 0),
+    };
     Identity {
         start_time,
         exe,
@@ -194,6 +237,7 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
         pod_uid: cgroup.as_deref().and_then(pod_uid),
         cgroup,
         cuda_visible_devices,
+        devices_dropped,
         kube: None,
         alive: parse_alive(&stat) || process_alive(pid),
     }
@@ -312,5 +356,27 @@ mod tests {
             Some("/docker/abc")
         );
         assert_eq!(parse_cgroup("1:cpu:/\n0::/\n"), None);
+    }
+
+    #[test]
+    fn visible_devices_are_bounded_and_never_free_text() {
+        assert_eq!(parse_visible_devices(b"0,1"), ("0,1".into(), 0));
+        let uuid = "GPU-11111111-2222-3333-4444-555555555555";
+        assert_eq!(
+            parse_visible_devices(format!("{uuid}, MIG-GPU-x/1/0").as_bytes()),
+            (format!("{uuid},MIG-GPU-x/1/0"), 0)
+        );
+        assert_eq!(
+            parse_visible_devices(b"0,\x1b[2J,evil label,1234,GPU-\xff"),
+            ("0".into(), 4)
+        );
+        // 0..99 two hundred times: 0..15 kept once, their repeats skipped, 16..99 dropped.
+        let many: String = (0..20_000).map(|i| format!("{},", i % 100)).collect();
+        let (kept, dropped) = parse_visible_devices(many.as_bytes());
+        assert_eq!(
+            kept,
+            (0..16).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+        );
+        assert_eq!(dropped, 84 * 200);
     }
 }

@@ -175,14 +175,15 @@ pub fn rotated(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Incidents read back at most: the newest this many (a window of lines, so that memory stays
-/// bounded whatever the archive's size: at most about [`MAX_INCIDENTS`] x 4 KiB).
+/// Incidents read back at most: the newest this many (a window of lines, kept as the text they
+/// are, so that memory stays bounded whatever the archive's size: at most [`MAX_INCIDENTS`]
+/// lines of at most [`MAX_LINE`] bytes, a few MiB for real incidents).
 pub const MAX_INCIDENTS: usize = 10_000;
 
 /// Incidents read back from an archive and its rotated file, and how many lines were skipped.
 pub struct Read {
-    /// Each incident's JSON object, oldest first: the newest [`MAX_INCIDENTS`] of those asked for.
-    pub incidents: VecDeque<Value>,
+    /// Each incident's line, oldest first: the newest [`MAX_INCIDENTS`] of those asked for.
+    pub lines: VecDeque<Vec<u8>>,
     /// Lines that were too long or not incidents.
     pub skipped: u64,
     /// Incidents asked for but older than the window kept.
@@ -195,7 +196,7 @@ pub struct Read {
 /// be bounded by [`MAX_LINE`]: longer ones are skipped unread.
 pub fn read(path: &Path, since: Option<SystemTime>) -> io::Result<Read> {
     let mut out = Read {
-        incidents: VecDeque::new(),
+        lines: VecDeque::new(),
         skipped: 0,
         left_out: 0,
     };
@@ -243,11 +244,11 @@ pub fn read(path: &Path, since: Option<SystemTime>) -> io::Result<Read> {
                     if since.is_some_and(|t| !ended_since(&v, t)) {
                         continue;
                     }
-                    if out.incidents.len() == MAX_INCIDENTS {
-                        out.incidents.pop_front();
+                    if out.lines.len() == MAX_INCIDENTS {
+                        out.lines.pop_front();
                         out.left_out += 1;
                     }
-                    out.incidents.push_back(v);
+                    out.lines.push_back(std::mem::take(&mut line));
                 }
                 _ if line.iter().all(u8::is_ascii_whitespace) => {}
                 _ => out.skipped += 1,
@@ -258,6 +259,26 @@ pub fn read(path: &Path, since: Option<SystemTime>) -> io::Result<Read> {
         return Err(io::Error::new(io::ErrorKind::NotFound, "no archive yet"));
     }
     Ok(out)
+}
+
+impl Read {
+    /// The incidents, newest first, each parsed as it is taken.
+    pub fn newest_first(&self) -> impl Iterator<Item = Value> + '_ {
+        self.lines
+            .iter()
+            .rev()
+            .filter_map(|l| serde_json::from_slice(l).ok())
+    }
+
+    /// How many incidents were read (within the window).
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
 }
 
 /// Whether an incident ended at or after `since`.
@@ -300,7 +321,7 @@ mod tests {
         }
         let back = read(&path, None).unwrap();
         assert_eq!(
-            (back.incidents.len(), back.skipped),
+            (back.len(), back.skipped),
             (4, 0),
             "only resolved alerts; none lost to the rotation"
         );
@@ -311,7 +332,7 @@ mod tests {
             ),
             (2 * line, 2 * line)
         );
-        let v = &back.incidents[0];
+        let v = &back.newest_first().last().unwrap();
         assert_eq!(
             v["root_cause"],
             "trainer (pid 20) took 90% of GPU 0; server's wait per launch 3.6x its p99"
@@ -334,7 +355,7 @@ mod tests {
             .record(&[record(AlertState::Resolved)])
             .unwrap();
         let back = read(&path, None).unwrap();
-        assert_eq!((back.incidents.len(), back.skipped), (1, 3));
+        assert_eq!((back.len(), back.skipped), (1, 3));
         assert!(read(&path.with_extension("missing"), None).is_err());
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
