@@ -111,6 +111,23 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
     let named = poll(Duration::from_secs(20), || {
         launch_labels(&listen, &pid).filter(|l| l.1 == "llm-0")
     });
+    // A 16 MiB list of empty items (5.6 million): counted while parsed, never held (the whole
+    // list was parsed into memory before: 841 MB peak).
+    let asked = api.requests().len();
+    let empty = vec!["{}"; ((16 << 20) - 64) / 3].join(",");
+    api.answer(200, &format!(r#"{{"items":[{empty}]}}"#));
+    drop(empty);
+    let fetched = poll(Duration::from_secs(30), || {
+        (api.requests().len() >= asked + 2).then_some(())
+    });
+    let hwm_kib = vm_hwm_kib(daemon.pid());
+    eprintln!(
+        "e2e pod_names_from_the_api_server_and_uids_until_it_answers: a 16 MiB list of empty items fetched {:?}; daemon peak RSS {} MiB",
+        fetched.is_some(),
+        hwm_kib / 1024
+    );
+    assert!(fetched.is_some(), "{:?}", api.requests());
+    assert!(hwm_kib < 160 * 1024, "peak RSS {hwm_kib} KiB");
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     let requests = api.requests();
@@ -154,4 +171,14 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
         traced.stderr
     );
     assert_eq!(traced.code, Some(0));
+}
+
+/// A process's peak resident memory (VmHWM), KiB.
+fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
 }

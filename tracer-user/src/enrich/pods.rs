@@ -34,7 +34,76 @@ pub struct PodIndex {
 #[derive(Deserialize)]
 struct PodList {
     #[serde(default)]
-    items: Vec<Pod>,
+    items: Bounded<Pod, MAX_PODS>,
+}
+
+/// What a bounded list keeps of its elements.
+trait Keep {
+    /// Whether this element is worth a place in the list.
+    fn keep(&self) -> bool;
+}
+
+/// A JSON array read with at most `N` kept elements (those [`Keep`] accepts): past them,
+/// elements are skipped as they are parsed, never held, so memory is bounded by `N` whatever
+/// the array's length. Every element is counted.
+struct Bounded<T, const N: usize> {
+    kept: Vec<T>,
+    total: usize,
+}
+
+impl<T, const N: usize> Default for Bounded<T, N> {
+    fn default() -> Self {
+        Bounded {
+            kept: Vec::new(),
+            total: 0,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Keep, const N: usize> Deserialize<'de> for Bounded<T, N> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T, const N: usize>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Keep, const N: usize> serde::de::Visitor<'de> for Visit<T, N> {
+            type Value = Bounded<T, N>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = Bounded::default();
+                while out.kept.len() < N {
+                    let Some(t) = seq.next_element::<T>()? else {
+                        return Ok(out);
+                    };
+                    out.total += 1;
+                    if t.keep() {
+                        out.kept.push(t);
+                    }
+                }
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    out.total += 1;
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_seq(Visit::<T, N>(std::marker::PhantomData))
+    }
+}
+
+impl Keep for Pod {
+    fn keep(&self) -> bool {
+        !self.metadata.uid.is_empty()
+    }
+}
+
+impl Keep for ContainerStatus {
+    fn keep(&self) -> bool {
+        self.container_id.is_some()
+    }
 }
 
 #[derive(Deserialize)]
@@ -59,11 +128,11 @@ struct Meta {
 #[serde(rename_all = "camelCase")]
 struct Status {
     #[serde(default)]
-    container_statuses: Option<Vec<ContainerStatus>>,
+    container_statuses: Option<Bounded<ContainerStatus, MAX_CONTAINERS>>,
     #[serde(default)]
-    init_container_statuses: Option<Vec<ContainerStatus>>,
+    init_container_statuses: Option<Bounded<ContainerStatus, MAX_CONTAINERS>>,
     #[serde(default)]
-    ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
+    ephemeral_container_statuses: Option<Bounded<ContainerStatus, MAX_CONTAINERS>>,
 }
 
 #[derive(Deserialize)]
@@ -84,18 +153,14 @@ fn clean(name: &str) -> Arc<str> {
 }
 
 impl PodIndex {
-    /// Parses a `PodList`; at most [`MAX_PODS`] pods and [`MAX_CONTAINERS`] containers each.
-    /// Returns the index and how many pods were left out.
+    /// Parses a `PodList`; at most [`MAX_PODS`] pods and [`MAX_CONTAINERS`] containers each,
+    /// capped while parsing (the rest are skipped unheld). Returns the index and how many pods
+    /// were left out.
     pub fn parse(json: &[u8]) -> Result<(PodIndex, usize), serde_json::Error> {
         let list: PodList = serde_json::from_slice(json)?;
-        let total = list.items.len();
+        let total = list.items.total;
         let mut pods = HashMap::default();
-        for pod in list
-            .items
-            .into_iter()
-            .filter(|p| !p.metadata.uid.is_empty())
-            .take(MAX_PODS)
-        {
+        for pod in list.items.kept {
             let status = pod.status.unwrap_or_default();
             let containers = [
                 status.container_statuses,
@@ -104,7 +169,7 @@ impl PodIndex {
             ]
             .into_iter()
             .flatten()
-            .flatten()
+            .flat_map(|b| b.kept)
             .filter_map(|c| {
                 // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
                 let id = c.container_id?;
@@ -211,5 +276,31 @@ mod tests {
             "nesting is refused, not a stack overflow"
         );
         assert!(PodIndex::parse(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_flood_of_empty_items_is_counted_not_held() {
+        let items = vec!["{}"; 1_000_000].join(",");
+        let (index, left_out) =
+            PodIndex::parse(format!(r#"{{"items":[{items}]}}"#).as_bytes()).unwrap();
+        assert_eq!((index.len(), left_out), (0, 1_000_000));
+        let containers: Vec<String> = (0..MAX_CONTAINERS + 5)
+            .map(|i| format!(r#"{{"name":"c{i}","containerID":"containerd://id{i}"}}"#))
+            .collect();
+        let list = format!(
+            r#"{{"items":[{{"metadata":{{"name":"p","namespace":"n","uid":"u"}},"status":{{"containerStatuses":[{}]}}}}]}}"#,
+            containers.join(",")
+        );
+        let (index, _) = PodIndex::parse(list.as_bytes()).unwrap();
+        assert!(index
+            .names("u", Some(&format!("id{}", MAX_CONTAINERS - 1)))
+            .is_some());
+        assert_eq!(
+            index
+                .names("u", Some(&format!("id{}", MAX_CONTAINERS)))
+                .map(|n| n.container),
+            Some(String::new()),
+            "past the cap a container is not known by its id"
+        );
     }
 }

@@ -61,10 +61,6 @@ impl Session {
         if let Some(why) = caps::missing_privilege(watch) {
             bail!(why);
         }
-        // Leave uid 0 before anything a tenant controls is read (a library, /proc, a pod list).
-        if let Some(to) = opts.run_as {
-            run_as::switch(to)?;
-        }
         let filter = filter::build(&opts.filter)?;
         let allow = AllowList::new(opts.lib_allow.clone())?;
         let libs = if watch {
@@ -80,6 +76,25 @@ impl Session {
         )?;
         probes.maps.set_filter(filter)?;
         probes.set_allow(allow);
+        // The libraries named with --lib, or the host's own in the loader's directories: the
+        // operator's files, not a tenant's. With one library its error is the run's error,
+        // printed once below (before leaving uid 0, so that a command can still undo what it
+        // made, as record removes its file).
+        let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
+        if probes.probe_count() == 0 && !watch {
+            match failures.into_iter().next() {
+                Some(e) if libs.len() == 1 => return Err(e.into()),
+                _ => bail!(
+                    "no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib",
+                    libs.len()
+                ),
+            }
+        }
+        // Leave uid 0 before anything a tenant controls is read (other processes' /proc and
+        // libraries, a pod list).
+        if let Some(to) = opts.run_as {
+            run_as::switch(to)?;
+        }
         let mut discovery = if watch {
             Some(Discovery::start().context("cannot start the discovery thread")?)
         } else {
@@ -90,19 +105,8 @@ impl Session {
                 attach_one(&mut probes, p);
             }
         }
-        // With one library its error is the run's error, printed once below.
-        let failures = attach_all(&mut probes, &libs, !watch && libs.len() == 1);
         if watch && probes.probe_count() == 0 {
             log::info!(target: "cudatrace::watching", "no libcuda in use or installed yet; watching for processes that map one");
-        }
-        if probes.probe_count() == 0 && !watch {
-            match failures.into_iter().next() {
-                Some(e) if libs.len() == 1 => return Err(e.into()),
-                _ => bail!(
-                    "no probe attached in any of {} libraries; pass a libcuda.so.1 with --lib",
-                    libs.len()
-                ),
-            }
         }
         let ring = probes
             .take_ring()

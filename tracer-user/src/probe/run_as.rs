@@ -1,5 +1,7 @@
-//! Leaving uid 0. Once the capability check has passed, and before anything a tenant controls is
-//! read, cudatrace started as root switches every thread to an unprivileged uid and gid (`run_as`,
+//! Leaving uid 0. Once the capability check has passed and the operator's own libraries are
+//! attached (those named with `--lib`, or the host's in the loader's directories), and before
+//! anything a tenant controls is read (other processes' `/proc` and libraries, the pod list),
+//! cudatrace started as root switches every thread to an unprivileged uid and gid (`run_as`,
 //! 65534 by default; `--keep-uid` opts out): supplementary groups cleared, then the gid, then
 //! the uid (real, effective, saved; the filesystem ids follow), keeping the permitted
 //! capabilities across the switch (`PR_SET_KEEPCAPS`) but not `CAP_SETUID`, `CAP_SETGID` or
