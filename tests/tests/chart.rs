@@ -343,3 +343,95 @@ fn policies_in_values_render_as_a_config_cudatrace_takes() {
     assert!(out.status.success(), "{said}\n{toml}");
     assert!(said.contains("no incidents in"), "{said}");
 }
+
+/// The metrics door: served on the pod's IP, TLS and auth from a Secret, a readiness probe that
+/// holds with both on (TCP), and an optional NetworkPolicy admitting only the listed peers to
+/// the metrics port. Rendered and validated strictly.
+#[test]
+fn the_metrics_door_is_narrow() {
+    let (text, docs) = chart::render(&[]);
+    validate(&text, "door-defaults");
+    let c = chart::container(&docs);
+    let args: Vec<&str> = c["args"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--config",
+            "/etc/cudatrace/config.toml",
+            "--listen",
+            "$(POD_IP):9464"
+        ]
+    );
+    let env = |c: &yaml_rust2::Yaml, name: &str| {
+        c["env"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"].as_str() == Some(name))
+            .cloned()
+    };
+    assert_eq!(
+        env(c, "POD_IP").expect("POD_IP")["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("status.podIP")
+    );
+    assert_eq!(
+        c["readinessProbe"]["tcpSocket"]["port"].as_str(),
+        Some("metrics")
+    );
+    assert!(c["readinessProbe"]["httpGet"].is_badvalue());
+    assert!(
+        !kinds(&docs).contains(&"NetworkPolicy"),
+        "no NetworkPolicy unless asked"
+    );
+
+    let sets = [
+        "networkPolicy.enabled=true",
+        "webConfig.secretName=cudatrace-web",
+        "listenOnPodIP=false",
+    ];
+    let (text, docs) = chart::render(&sets);
+    let checked = validate(&text, "door-on");
+    let c = chart::container(&docs);
+    let args: Vec<&str> = c["args"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--config",
+            "/etc/cudatrace/config.toml",
+            "--web-config-file",
+            "/etc/cudatrace/web/web.yml"
+        ]
+    );
+    let pod = &chart::object(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    let secret = pod["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some("web-config"))
+        .expect("the web-config volume");
+    assert_eq!(
+        secret["secret"]["secretName"].as_str(),
+        Some("cudatrace-web")
+    );
+    let policy = chart::object(&docs, "NetworkPolicy");
+    let rule = &policy["spec"]["ingress"][0];
+    assert_eq!(rule["ports"][0]["port"].as_str(), Some("metrics"));
+    assert_eq!(
+        rule["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].as_str(),
+        Some("monitoring")
+    );
+    assert_eq!(policy["spec"]["policyTypes"][0].as_str(), Some("Ingress"));
+    eprintln!("chart: the metrics door: defaults and everything on validated ({checked} objects)");
+}
