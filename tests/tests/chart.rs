@@ -344,6 +344,16 @@ fn policies_in_values_render_as_a_config_cudatrace_takes() {
     assert!(said.contains("no incidents in"), "{said}");
 }
 
+/// The container's arguments.
+fn args_of(c: &Yaml) -> Vec<&str> {
+    c["args"]
+        .as_vec()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
+}
+
 /// The metrics door: served on the pod's IP, TLS and auth from a Secret, a readiness probe that
 /// holds with both on (TCP), and an optional NetworkPolicy admitting only the listed peers to
 /// the metrics port. Rendered and validated strictly.
@@ -352,12 +362,7 @@ fn the_metrics_door_is_narrow() {
     let (text, docs) = chart::render(&[]);
     validate(&text, "door-defaults");
     let c = chart::container(&docs);
-    let args: Vec<&str> = c["args"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = args_of(c);
     assert_eq!(
         args,
         [
@@ -398,12 +403,7 @@ fn the_metrics_door_is_narrow() {
     let (text, docs) = chart::render(&sets);
     let checked = validate(&text, "door-on");
     let c = chart::container(&docs);
-    let args: Vec<&str> = c["args"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = args_of(c);
     assert_eq!(
         args,
         [
