@@ -123,6 +123,7 @@ pub struct Workload {
     uid: Option<u32>,
     vars: Vec<(String, String)>,
     comm: Option<String>,
+    cgroup: Option<PathBuf>,
 }
 
 impl Workload {
@@ -137,6 +138,7 @@ impl Workload {
             uid: None,
             vars: Vec::new(),
             comm: None,
+            cgroup: None,
         }
     }
 
@@ -188,6 +190,12 @@ impl Workload {
         self
     }
 
+    /// Starts it in this cgroup v2 directory (a shell writes its pid, then execs it).
+    pub fn cgroup(mut self, dir: &std::path::Path) -> Workload {
+        self.cgroup = Some(dir.to_path_buf());
+        self
+    }
+
     /// Starts it without waiting.
     pub fn spawn(self) -> Running {
         let (exe, link_dir) = match &self.comm {
@@ -199,20 +207,28 @@ impl Workload {
             }
             None => (self.exe.clone(), None),
         };
-        let mut cmd = match self.uid {
-            Some(uid) => {
-                let mut c = Command::new("setpriv");
-                c.args([
-                    format!("--reuid={uid}"),
-                    format!("--regid={uid}"),
-                    "--clear-groups".into(),
-                    "--inh-caps=-all".into(),
-                ]);
-                c.arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
+        // What runs, in order: the cgroup's shell, setpriv, the workload.
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(dir) = &self.cgroup {
+            argv.extend([
+                "sh".into(),
+                "-c".into(),
+                "echo $$ > \"$0\" && exec \"$@\"".into(),
+            ]);
+            argv.push(dir.join("cgroup.procs").into());
+        }
+        if let Some(uid) = self.uid {
+            argv.push("setpriv".into());
+            argv.extend([
+                format!("--reuid={uid}").into(),
+                format!("--regid={uid}").into(),
+                "--clear-groups".into(),
+                "--inh-caps=-all".into(),
+            ]);
+        }
+        argv.push(exe.into());
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         cmd.arg("--lib").arg(&self.lib);
         if let Some(n) = self.threads {
             cmd.args(["--threads", &n.to_string()]);

@@ -5,23 +5,32 @@ use std::time::{Duration, Instant};
 
 use integration_tests::{
     device_file, env, exposition,
-    guards::TempDir,
+    guards::{Cgroup, TempDir},
     http, poll,
     servers::{Alertmanager, Webhook},
     Cudatrace, Scenario, Workload, FAST_DETECTION,
 };
 
-#[test]
-fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
-    let Some(env) = env() else { return };
+/// What one contention run under quiet entries gave: the victim's firing alert in the metrics,
+/// Alertmanager's listing and the webhook's bodies 10 s later, the stdout records of the alert.
+struct Quieted {
+    active: Option<exposition::Sample>,
+    listed: Vec<serde_json::Value>,
+    hooked: Vec<serde_json::Value>,
+    waits: Vec<serde_json::Value>,
+}
+
+/// A victim (`model-server`) learns its baseline, then an aggressor named `aggressor`, in
+/// `cgroup` when given, slows it, under `quiet` (`[[alerts.quiet]]` entries).
+fn contention_under(test: &str, quiet: &str, aggressor: &str, cgroup: Option<&Cgroup>) -> Quieted {
+    let env = env().expect("privileged");
     let am = Alertmanager::start();
     let hook = Webhook::start();
     let dir = TempDir::new("quiet");
-    // The trainer's slowdowns of others are quiet all day, every day.
     let config = dir.write(
         "cudatrace.toml",
         &format!(
-            "{FAST_DETECTION}[alerts]\nresend_s = 1\nwebhook_url = \"http://127.0.0.1:{}/hook\"\n\n[[alerts.quiet]]\nname = \"nightly-batch\"\ncomm = \"train*\"\nrole = \"aggressor\"\nhours = \"00:00-24:00\"\n",
+            "{FAST_DETECTION}[alerts]\nresend_s = 1\nwebhook_url = \"http://127.0.0.1:{}/hook\"\n\n{quiet}",
             hook.port
         ),
     );
@@ -64,9 +73,13 @@ fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
         "no baseline within 60 s: {:?}",
         daemon.stderr_now()
     );
-    let trainer = looping(40.0, 4000, 2).comm("trainer").vars(&vars).spawn();
+    let mut trainer = looping(40.0, 4000, 2).comm(aggressor).vars(&vars);
+    if let Some(cg) = cgroup {
+        trainer = trainer.cgroup(cg.path());
+    }
+    let trainer = trainer.spawn();
     let started = Instant::now();
-    // Firing in the metrics, marked quiet.
+    // Firing in the metrics.
     let pid = victim_pid.to_string();
     let active = poll(Duration::from_secs(40), || {
         let samples = exposition::parse(&http::scrape(&listen));
@@ -83,48 +96,139 @@ fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
         .map(|s| (*s).clone())
     });
     let fired_after = started.elapsed();
-    // Alertmanager would have the alert within a resend period (1 s) if it were sent: give it 10.
+    // Alertmanager has the alert within a resend period (1 s) when it is sent: give it 10.
     std::thread::sleep(Duration::from_secs(10));
     let listed = am.alerts().expect("Alertmanager answers");
     drop((victim, trainer));
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    let waits: Vec<&serde_json::Value> = traced
+    let waits: Vec<serde_json::Value> = traced
         .events
         .iter()
         .filter(|e| e["evidence"]["signal"] == "wait_per_launch")
+        .cloned()
         .collect();
+    let hooked = hook.received();
     eprintln!(
-        "e2e a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert: fired {:.1} s after the trainer started; stdout states {:?}; \
+        "e2e {test}: fired {:.1} s after the aggressor started; stdout states {:?}; \
          Alertmanager lists {} alerts 10 s later; webhook got {} bodies",
         fired_after.as_secs_f64(),
-        waits.iter().map(|e| (e["state"].as_str().unwrap_or_default(), e["quiet"].as_str().unwrap_or_default())).collect::<Vec<_>>(),
+        waits
+            .iter()
+            .map(|e| (
+                e["state"].as_str().unwrap_or_default(),
+                e["quiet"].as_str().unwrap_or_default()
+            ))
+            .collect::<Vec<_>>(),
         listed.len(),
-        hook.received().len()
+        hooked.len()
     );
-    let active =
-        active.unwrap_or_else(|| panic!("no firing alert within 40 s: {:?}", traced.stderr));
+    assert!(
+        active.is_some(),
+        "no firing alert within 40 s: {:?}",
+        traced.stderr
+    );
+    let states: Vec<&str> = waits.iter().map(|e| e["state"].as_str().unwrap()).collect();
+    assert_eq!(&states[..2], ["pending", "firing"], "{waits:?}");
+    Quieted {
+        active,
+        listed,
+        hooked,
+        waits,
+    }
+}
+
+/// The batch job's own cgroup is quiet (narrowed by its comm): its victim's alert is printed
+/// and exported as quiet, and neither Alertmanager nor the webhook gets it.
+#[test]
+fn a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert() {
+    if env().is_none() {
+        return;
+    }
+    let batch = Cgroup::new("batch.slice/train.scope");
+    let q = contention_under(
+        "a_quiet_period_keeps_alertmanager_empty_while_stdout_shows_the_alert",
+        "[[alerts.quiet]]\nname = \"nightly-batch\"\ncgroup = \"*/batch.slice/*\"\ncomm = \"train*\"\nrole = \"aggressor\"\nhours = \"00:00-24:00\"\n",
+        "trainer",
+        Some(&batch),
+    );
+    let active = q.active.unwrap();
     assert_eq!(
         (active.label("quiet"), active.label("alert")),
         ("true", "CudatraceComputeContention")
     );
     assert_eq!(
-        listed,
+        q.listed,
         Vec::<serde_json::Value>::new(),
         "Alertmanager got a quiet alert"
     );
     assert_eq!(
-        hook.received(),
+        q.hooked,
         Vec::<serde_json::Value>::new(),
         "the webhook got a quiet alert"
     );
-    let states: Vec<&str> = waits.iter().map(|e| e["state"].as_str().unwrap()).collect();
-    assert_eq!(&states[..2], ["pending", "firing"], "{waits:?}");
     assert!(
-        waits
+        q.waits
             .iter()
             .all(|e| e["quiet"] == "nightly-batch" && e["alert"] == "CudatraceComputeContention"),
-        "{waits:?}"
+        "{:?}",
+        q.waits
+    );
+}
+
+/// Finding 8 of the second tenant review: with the trainers' comm quiet, an aggressor that
+/// names itself `train-evil` (outside the batch cgroup) still has its victim's alert sent.
+#[test]
+fn an_aggressor_cannot_quiet_its_victims_alert_by_its_name() {
+    if env().is_none() {
+        return;
+    }
+    let q = contention_under(
+        "an_aggressor_cannot_quiet_its_victims_alert_by_its_name",
+        "[[alerts.quiet]]\nname = \"trainers\"\ncomm = \"train*\"\nhours = \"00:00-24:00\"\n\n\
+         [[alerts.quiet]]\nname = \"nightly-batch\"\ncgroup = \"*/batch.slice/*\"\nrole = \"aggressor\"\n",
+        "train-evil",
+        None,
+    );
+    let active = q.active.unwrap();
+    assert_eq!(
+        (
+            active.label("quiet"),
+            active.label("alert"),
+            active.label("comm")
+        ),
+        ("false", "CudatraceComputeContention", "model-server")
+    );
+    let sent: Vec<_> = q
+        .listed
+        .iter()
+        .map(|a| {
+            (
+                a["labels"]["alertname"].as_str(),
+                a["labels"]["comm"].as_str(),
+                a["annotations"]["aggressors"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("train-evil")),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [(
+            Some("CudatraceComputeContention"),
+            Some("model-server"),
+            true
+        )],
+        "{:?}",
+        q.listed
+    );
+    assert!(!q.hooked.is_empty(), "the webhook got nothing");
+    assert!(
+        q.waits
+            .iter()
+            .all(|e| e["quiet"].is_null() && e["alert"] == "CudatraceComputeContention"),
+        "{:?}",
+        q.waits
     );
 }
 

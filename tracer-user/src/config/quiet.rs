@@ -18,7 +18,7 @@ pub enum Role {
     Any,
     /// The victim only.
     Victim,
-    /// An aggressor only.
+    /// An aggressor only (the entry needs a cgroup or pod glob: a comm is the tenant's choice).
     Aggressor,
 }
 
@@ -29,7 +29,7 @@ pub struct QuietEntry {
     /// Its name: the `quiet` field of the alert record.
     #[serde(default)]
     pub name: String,
-    /// Glob on the process's comm (`train*`).
+    /// Glob on the process's comm (`train*`); alone, it matches only the alert's victim.
     pub comm: Option<String>,
     /// Glob on the process's cgroup path (`*/batch.slice/*`).
     pub cgroup: Option<String>,
@@ -58,6 +58,13 @@ impl QuietEntry {
         if self.comm.is_none() && self.cgroup.is_none() && self.pod.is_none() {
             return Err(
                 "give comm, cgroup or pod (a glob), or the entry would quiet every alert".into(),
+            );
+        }
+        if self.role == Role::Aggressor && self.cgroup.is_none() && self.pod.is_none() {
+            return Err(
+                "role = \"aggressor\" needs a cgroup or pod glob: any process can take \
+                        a comm, so a comm alone would let a tenant quiet the alerts it causes"
+                    .into(),
             );
         }
         for (key, glob) in [

@@ -1,6 +1,11 @@
 //! Quiet periods at work: an alert whose victim (or an aggressor, per the entry's `role`) matches
 //! a `[[alerts.quiet]]` entry while its period holds is quiet: printed, archived and exported
 //! (`quiet="true"`), but not sent.
+//!
+//! A process chooses its own comm, so a comm glob alone never matches an aggressor: a tenant
+//! naming itself `train-evil` must not silence the alert it causes. An aggressor matches only an
+//! entry with a cgroup or pod glob (set by the kernel and the API server, not by the tenant); the
+//! comm glob then only narrows it.
 use std::time::SystemTime;
 
 use crate::{
@@ -75,7 +80,13 @@ impl Rule {
             matches!(self.role, Role::Any | Role::Victim) && self.matches(victim, cgroup);
         victim_ok
             || (matches!(self.role, Role::Any | Role::Aggressor)
+                && self.names_tenants_by_what_they_cannot_set()
                 && aggressors.iter().any(|a| self.matches(a, cgroup)))
+    }
+
+    /// Whether the rule has a glob a tenant cannot satisfy by naming itself (cgroup or pod).
+    fn names_tenants_by_what_they_cannot_set(&self) -> bool {
+        self.cgroup.is_some() || self.pod.is_some()
     }
 
     /// Whether every glob the rule has matches the process.
@@ -136,16 +147,13 @@ mod tests {
             party(2, "trainer", None),
         );
         let canary = party(3, "model-server", Some(("canary", "server-1")));
-        // The trainer's slowdowns of others are quiet from 01:00 to 05:00, not after.
+        // A comm alone never quiets what an aggressor causes: any process can call itself
+        // train-evil. The trainer's own alerts (as victim) are quiet from 01:00 to 05:00.
         assert_eq!(
-            q.find(&server, std::slice::from_ref(&trainer), r, at(1, 0))
-                .as_deref(),
-            Some("nightly-batch")
-        );
-        assert_eq!(
-            q.find(&server, std::slice::from_ref(&trainer), r, at(5, 0)),
+            q.find(&server, std::slice::from_ref(&trainer), r, at(1, 0)),
             None
         );
+        assert_eq!(q.find(&trainer, &[], r, at(5, 0)), None);
         assert_eq!(
             q.find(&trainer, &[], r, at(4, 59)).as_deref(),
             Some("nightly-batch")
@@ -172,6 +180,24 @@ mod tests {
             Some("batch")
         );
         assert_eq!(q.find(&server, &[], r, at(12, 0)), None);
+        // The comm narrows a cgroup entry: a process of that cgroup by another name is not quiet.
+        let q = Quiet::new(
+            &Config::parse(
+                "[[alerts.quiet]]\nname = \"batch\"\ncgroup = \"/batch.slice/*\"\ncomm = \"train*\"\nrole = \"aggressor\"\n",
+            )
+            .unwrap()
+            .alerts
+            .quiet,
+        );
+        let evil = party(4, "train-evil", None);
+        let renamed = party(2, "sampler", None);
+        assert_eq!(
+            q.find(&server, std::slice::from_ref(&trainer), r, at(12, 0))
+                .as_deref(),
+            Some("batch")
+        );
+        assert_eq!(q.find(&server, &[evil], r, at(12, 0)), None);
+        assert_eq!(q.find(&server, &[renamed], r, at(12, 0)), None);
     }
 
     #[test]
@@ -199,6 +225,11 @@ mod tests {
         assert!(
             e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"a\"\nrole = \"bystander\"\n")
                 .contains("unknown variant `bystander`")
+        );
+        assert_eq!(
+            e("[[alerts.quiet]]\nname = \"x\"\ncomm = \"train*\"\nrole = \"aggressor\"\n"),
+            "alerts.quiet \"x\": role = \"aggressor\" needs a cgroup or pod glob: any process can \
+             take a comm, so a comm alone would let a tenant quiet the alerts it causes"
         );
         assert_eq!(
             e("[[alerts.quiet]]\ncomm = \"a\"\n"),
