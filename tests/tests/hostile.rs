@@ -281,15 +281,19 @@ fn cpu_seconds(pid: u32) -> f64 {
     (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / hz
 }
 
-/// 150,000 launches of made-up kernel handles fill the launch map (131,072 cells): every launch
-/// is still counted once (the cells, and a full record for each launch past them), the kernel
+/// 150,000 launches of made-up kernel handles fill the launch map (131,072 cells; the process's
+/// quota raised to all of them): every launch is still counted once (the cells, and a full
+/// record for each launch past them), the kernel
 /// labels stay within `top_kernels` plus `other`, and while the tenant holds its cells the
 /// daemon, reading them in batches every 500 ms and before each scrape, answers every scrape
 /// within 2 s and uses under half a core.
 #[test]
 fn a_flood_of_kernel_handles_is_counted_exactly() {
     let Some(env) = env() else { return };
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+    let dir = TempDir::new("flood");
+    let config = dir.write("cudatrace.toml", "[launches]\ncells_per_process = 131072\n");
+    let (daemon, listen) =
+        Cudatrace::start_daemon_on_loopback(&env, &["--config", config.to_str().unwrap()], &[]);
     let agent = daemon.pid();
     let job = Workload::new(
         &env,

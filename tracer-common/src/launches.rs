@@ -108,6 +108,16 @@ pub struct ProcWindow {
 /// is a sample (or opens a stream batch) and must not be counted again.
 pub const FLAG_COUNTED: u32 = 1;
 
+/// `LaunchKey::bucket` of a process's overflow cell of one launch api: its launches past its
+/// quota of cells (`CONFIG_CELL_QUOTA`), whatever their kernel and latency. Real buckets are
+/// far below it; such a cell does not count against the quota (a process has at most one per
+/// launch entry point).
+pub const OVERFLOW_BUCKET: u16 = u16::MAX;
+/// `LaunchKey::function` of an overflow cell.
+pub const OVERFLOW_FUNCTION: u64 = u64::MAX;
+/// Default quota of `LAUNCHES` cells per process: eight processes at their quota fill the map.
+pub const DEFAULT_CELLS_PER_PROCESS: u32 = 16_384;
+
 /// Capacity of `LAUNCHES` (allocated as used). A launch finding it full is written to the ring
 /// buffer as a full record instead, so it is still counted once.
 pub const MAX_LAUNCH_CELLS: u32 = 131_072;

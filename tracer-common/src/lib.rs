@@ -41,8 +41,11 @@ pub const CONFIG_SAMPLE_EVERY: u32 = 5;
 /// Index of the slow-launch threshold in microseconds: slower launches are always written
 /// (0: none is slow).
 pub const CONFIG_SLOW_US: u32 = 6;
+/// Index of the per-process quota of `LAUNCHES` cells: a process's launches past it are counted
+/// in its overflow cells (0: no quota).
+pub const CONFIG_CELL_QUOTA: u32 = 7;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_COUNT: u32 = 7;
+pub const CONFIG_COUNT: u32 = 8;
 
 /// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
 pub const FILTER_COMM: u32 = 1;

@@ -24,6 +24,8 @@ pub const MAP_RATES: &str = "RATES";
 /// Launches counted in-kernel (hash, [`crate::launches::LaunchKey`] to
 /// [`crate::launches::LaunchCell`]).
 pub const MAP_LAUNCHES: &str = "LAUNCHES";
+/// Cells of `LAUNCHES` made per process (hash, pid to u64), for the per-process quota.
+pub const MAP_CELLS: &str = "CELLS";
 /// Per-process sampling windows (LRU hash, pid to [`crate::launches::ProcWindow`]).
 pub const MAP_PROCS: &str = "PROCS";
 
@@ -41,7 +43,7 @@ pub const PROG_EXIT: &str = "cuda_exit";
 pub const PROG_RENAME: &str = "cuda_rename";
 
 /// Every map name.
-pub const MAPS: [&str; 11] = [
+pub const MAPS: [&str; 12] = [
     MAP_EVENTS,
     MAP_ENTRIES,
     MAP_STATS,
@@ -52,6 +54,7 @@ pub const MAPS: [&str; 11] = [
     MAP_LIMITED,
     MAP_RATES,
     MAP_LAUNCHES,
+    MAP_CELLS,
     MAP_PROCS,
 ];
 /// Every program name.

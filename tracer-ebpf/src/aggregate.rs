@@ -8,11 +8,13 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use tracer_common::{
     api::{COOKIE_API_MASK, COOKIE_PER_THREAD},
-    launches::{latency_bucket, LaunchCell, LaunchKey, ProcWindow},
-    Entry, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
+    launches::{
+        latency_bucket, LaunchCell, LaunchKey, ProcWindow, OVERFLOW_BUCKET, OVERFLOW_FUNCTION,
+    },
+    Entry, CONFIG_CELL_QUOTA, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
 };
 
-use crate::maps::{config, LAUNCHES, PROCS};
+use crate::maps::{config, CELLS, LAUNCHES, PROCS};
 
 /// `CU_STREAM_LEGACY`, what stream 0 means for the plain entry points.
 const STREAM_LEGACY: u64 = 1;
@@ -29,10 +31,12 @@ fn add(counter: *mut u64, v: u64) {
 }
 
 /// Counts a launch in its cell; `false` when the map is full (the caller then writes a full
-/// record, so the launch is still counted once).
+/// record, so the launch is still counted once). A process that has made its quota of cells
+/// (`CONFIG_CELL_QUOTA`) counts its launches with new keys in its overflow cell of the api, so
+/// that one process cannot take the cells of all.
 #[inline(always)]
 pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
-    let key = LaunchKey {
+    let mut key = LaunchKey {
         pid,
         api: (entry.cookie & COOKIE_API_MASK) as u16,
         bucket: latency_bucket(duration_ns) as u16,
@@ -41,9 +45,27 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
     let cell = match LAUNCHES.get_ptr_mut(&key) {
         Some(c) => c,
         None => {
+            let made = match made_cells(pid) {
+                Some(made) => made,
+                None => return false,
+            };
+            let quota = u64::from(config(CONFIG_CELL_QUOTA));
+            // SAFETY: `made` points into a CELLS value, valid while this program runs.
+            let over = quota != 0 && unsafe { *made } >= quota;
+            if over {
+                key.bucket = OVERFLOW_BUCKET;
+                key.function = OVERFLOW_FUNCTION;
+            }
             // Made empty, then added to like any other: a CPU that made it meanwhile wins, and
-            // both adds land.
-            let _ = LAUNCHES.insert(&key, &LaunchCell::default(), BPF_NOEXIST);
+            // both adds land. Only the CPU that made a cell counts it against the quota (other
+            // CPUs racing on new keys can pass the quota by at most one cell each).
+            if LAUNCHES
+                .insert(&key, &LaunchCell::default(), BPF_NOEXIST)
+                .is_ok()
+                && !over
+            {
+                add(made, 1);
+            }
             match LAUNCHES.get_ptr_mut(&key) {
                 Some(c) => c,
                 None => return false,
@@ -59,6 +81,17 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
         add(core::ptr::addr_of_mut!((*cell).sum_ns), duration_ns);
     }
     true
+}
+
+/// The count of cells `pid` has made (made 0 on its first); `None` when `CELLS` is full, which
+/// (one entry a cell) only a full `LAUNCHES` can cause.
+#[inline(always)]
+fn made_cells(pid: u32) -> Option<*mut u64> {
+    if let Some(m) = CELLS.get_ptr_mut(&pid) {
+        return Some(m);
+    }
+    let _ = CELLS.insert(&pid, &0, BPF_NOEXIST);
+    CELLS.get_ptr_mut(&pid)
 }
 
 /// The stream a launch goes to, as the GPU-time estimate tells them apart for one thread

@@ -61,6 +61,12 @@ pub static RATES: LruHashMap<u32, RateWindow> = LruHashMap::with_max_entries(MAX
 pub static LAUNCHES: HashMap<LaunchKey, LaunchCell> =
     HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
 
+/// Cells of `LAUNCHES` each process has made, against its quota; added to atomically. User
+/// space deletes a process's entry with its cells.
+#[map]
+pub static CELLS: HashMap<u32, u64> =
+    HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
+
 /// Each process's launch-sampling window and wait epoch, while aggregating.
 #[map]
 pub static PROCS: LruHashMap<u32, ProcWindow> = LruHashMap::with_max_entries(MAX_SAMPLED_PROCS, 0);

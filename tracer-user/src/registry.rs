@@ -50,6 +50,8 @@ pub struct Process {
     pub signals: Slot,
     /// CLOCK_MONOTONIC ns at the end of its latest call.
     pub last_seen_ns: u64,
+    /// Launches the kernel counted in its overflow cells (past its quota of launch cells).
+    pub launches_overflowed: u64,
     /// When it exited; the entry stays for [`RegistryLimits::retain_exited`].
     pub exited_at: Option<Instant>,
 }
@@ -87,24 +89,29 @@ pub struct Registry {
     pub evicted: u64,
     /// Overflows of the per-process tables of processes released so far: kernel handles,
     /// allocations, streams.
-    released_overflows: [u64; 4],
+    released_overflows: [u64; TABLES],
 }
 
+/// How many bounded per-process tables there are.
+const TABLES: usize = 5;
+
 /// Names of the per-process tables that are bounded, as [`Registry::overflows`] orders them.
-pub const BOUNDED_TABLES: [&str; 4] = [
+pub const BOUNDED_TABLES: [&str; TABLES] = [
     "kernel_handles",
     "allocations",
     "streams",
     "visible_devices",
+    "launch_cells",
 ];
 
 impl Process {
-    fn overflows(&self) -> [u64; 4] {
+    fn overflows(&self) -> [u64; TABLES] {
         [
             self.kernels.overflowed,
             self.memory.overflowed,
             self.streams.overflowed,
             u64::from(self.identity.devices_dropped),
+            self.launches_overflowed,
         ]
     }
 }
@@ -116,7 +123,7 @@ impl Registry {
             by_pid: HashMap::default(),
             limits,
             evicted: 0,
-            released_overflows: [0; 4],
+            released_overflows: [0; TABLES],
         }
     }
 
@@ -143,6 +150,7 @@ impl Registry {
             series: ProcessSeries::default(),
             signals: None,
             last_seen_ns: 0,
+            launches_overflowed: 0,
             exited_at: None,
         };
         self.by_pid.insert(pid, process);
@@ -228,7 +236,7 @@ impl Registry {
     }
 
     /// Overflows of each bounded per-process table ([`BOUNDED_TABLES`]) since start.
-    pub fn overflows(&self) -> [u64; 4] {
+    pub fn overflows(&self) -> [u64; TABLES] {
         let mut all = self.released_overflows;
         for p in self.by_pid.values() {
             for (total, n) in all.iter_mut().zip(p.overflows()) {
@@ -379,11 +387,11 @@ mod tests {
         r.live_mut(1).unwrap().streams.overflowed = 4;
         add(&mut r, 2, 1);
         r.live_mut(2).unwrap().kernels.overflowed = 2;
-        assert_eq!(r.overflows(), [2, 0, 4, 0]);
+        assert_eq!(r.overflows(), [2, 0, 4, 0, 0]);
         r.exit(1, |_| {});
         assert_eq!(
             (r.len(), r.overflows()),
-            (1, [2, 0, 4, 0]),
+            (1, [2, 0, 4, 0, 0]),
             "released, still counted"
         );
     }

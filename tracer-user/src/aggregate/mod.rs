@@ -39,7 +39,7 @@ fn bucket_index(ns: u64) -> usize {
 /// The label under which kernels past the limits are counted.
 pub const OTHER: &str = "other";
 /// Series key of the launches past `max_kernels`.
-const OVERFLOW: u64 = u64::MAX;
+const OVERFLOW: u64 = tracer_common::launches::OVERFLOW_FUNCTION;
 /// Series key of calls that are not launches.
 const NO_KERNEL: u64 = u64::MAX - 1;
 

@@ -83,6 +83,9 @@ pub struct LaunchesConfig {
     pub sample_one_in: u32,
     /// Launches at least this slow are always written, microseconds (0: none).
     pub slow_us: u32,
+    /// Cells of the in-kernel launch map one process may make (one per kernel, entry point and
+    /// latency bucket); past them its launches are counted in one cell per entry point.
+    pub cells_per_process: u32,
 }
 
 impl Default for LaunchesConfig {
@@ -92,6 +95,7 @@ impl Default for LaunchesConfig {
             sample_first_per_second: 10,
             sample_one_in: 100,
             slow_us: 1000,
+            cells_per_process: tracer_common::launches::DEFAULT_CELLS_PER_PROCESS,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct Sampling {
     pub one_in: u32,
     /// Launches at least this slow (µs) are always written (0: none).
     pub slow_us: u32,
+    /// Cells of the launch map one process may make (0: no quota).
+    pub cells_per_process: u32,
 }
 
 impl LaunchesConfig {
@@ -114,6 +120,7 @@ impl LaunchesConfig {
             first_per_second: self.sample_first_per_second,
             one_in: self.sample_one_in,
             slow_us: self.slow_us,
+            cells_per_process: self.cells_per_process,
         })
     }
 }
@@ -342,6 +349,16 @@ impl Config {
                 format!(
                     "launches.slow_us = {}: give 0 (none) to 60000000 (a minute)",
                     c.launches.slow_us
+                ),
+            ));
+        }
+        let most = tracer_common::launches::MAX_LAUNCH_CELLS;
+        if !(1..=most).contains(&c.launches.cells_per_process) {
+            return Err(ConfigError::invalid(
+                "launches.cells_per_process",
+                format!(
+                    "launches.cells_per_process = {}: give 1 to {most} (the launch map's size)",
+                    c.launches.cells_per_process
                 ),
             ));
         }

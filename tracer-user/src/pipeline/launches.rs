@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use foldhash::{HashMap, HashMapExt};
 use tracer_common::{
-    launches::{LaunchCell, LaunchKey},
+    launches::{latency_bucket, LaunchCell, LaunchKey, OVERFLOW_BUCKET, OVERFLOW_FUNCTION},
     Api,
 };
 
@@ -41,15 +41,22 @@ impl Harvest {
             if count == 0 {
                 continue;
             }
+            let sum_ns = cell.sum_ns.saturating_sub(last.sum_ns);
+            // An overflow cell (its process past its quota of cells) keeps no bucket: its
+            // launches are placed at their mean.
+            let (function, bucket) = match key.bucket {
+                OVERFLOW_BUCKET => (OVERFLOW_FUNCTION, latency_bucket(sum_ns / count)),
+                b => (key.function, u32::from(b)),
+            };
             out.push((
                 key.pid,
                 LaunchDelta {
                     api,
-                    function: key.function,
-                    bucket: u32::from(key.bucket),
+                    function,
+                    bucket,
                     count,
                     errors: cell.errors.saturating_sub(last.errors),
-                    sum_ns: cell.sum_ns.saturating_sub(last.sum_ns),
+                    sum_ns,
                 },
             ));
             *last = cell;
@@ -110,6 +117,9 @@ impl Session {
                     cmdline,
                 ),
             };
+            if delta.function == OVERFLOW_FUNCTION {
+                process.launches_overflowed += delta.count;
+            }
             consumer.launches(&delta, process);
         }
     }
@@ -124,7 +134,7 @@ impl Session {
             self.exit(pid, consumer);
         }
         let keys = self.harvest.release(&leaving);
-        self.probes.maps.delete_launch_cells(&keys);
+        self.probes.maps.delete_launch_cells(&keys, &leaving);
     }
 }
 
@@ -181,5 +191,31 @@ mod tests {
         assert_eq!(h.release(&[8]).len(), 0);
         assert_eq!(h.release(&[7]), vec![k]);
         assert_eq!(h.len(), 0);
+    }
+
+    #[test]
+    fn an_overflow_cell_is_placed_at_its_mean() {
+        let k = LaunchKey {
+            pid: 7,
+            api: Api::LaunchKernel as u16,
+            bucket: OVERFLOW_BUCKET,
+            function: OVERFLOW_FUNCTION,
+        };
+        let mut h = Harvest::new();
+        // 1,000 launches of 4 µs each, then 10 more of 50 µs: each gain at its own mean.
+        let gains = |h: &mut Harvest, c| {
+            h.gains(vec![(k, c)])
+                .into_iter()
+                .map(|(_, d)| (d.function, d.bucket, d.count))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            gains(&mut h, cell(1000, 0, 4_000_000)),
+            [(OVERFLOW_FUNCTION, latency_bucket(4_000), 1000)]
+        );
+        assert_eq!(
+            gains(&mut h, cell(1010, 0, 4_500_000)),
+            [(OVERFLOW_FUNCTION, latency_bucket(50_000), 10)]
+        );
     }
 }

@@ -8,12 +8,12 @@ use aya::{
 use tracer_common::{
     launches::{LaunchCell, LaunchKey},
     names::{
-        MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_FILTER, MAP_LAUNCHES, MAP_LIMITED, MAP_STATS,
-        MAP_TRACKED,
+        MAP_CELLS, MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_FILTER, MAP_LAUNCHES, MAP_LIMITED,
+        MAP_STATS, MAP_TRACKED,
     },
-    Entry, Filter, CONFIG_AGGREGATE, CONFIG_ENABLED, CONFIG_RATE_LIMIT, CONFIG_SAMPLE_EVERY,
-    CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED, STAT_ORPHAN_RETURNS,
-    STAT_RATE_LIMITED,
+    Entry, Filter, CONFIG_AGGREGATE, CONFIG_CELL_QUOTA, CONFIG_ENABLED, CONFIG_RATE_LIMIT,
+    CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED,
+    STAT_ORPHAN_RETURNS, STAT_RATE_LIMITED,
 };
 
 use super::loader::take;
@@ -76,6 +76,8 @@ pub struct Maps {
     limited: PerCpuHashMap<MapData, u32, u64>,
     /// Launches counted in-kernel.
     launches: BpfHashMap<MapData, LaunchKey, LaunchCell>,
+    /// Cells of `launches` made per process (the quota's count).
+    cells: BpfHashMap<MapData, u32, u64>,
     /// The same map's descriptor (a duplicate), for batch reads.
     launches_fd: Option<std::os::fd::OwnedFd>,
 }
@@ -98,6 +100,7 @@ impl Maps {
                 _ => None,
             }),
             launches: take(ebpf, MAP_LAUNCHES)?,
+            cells: take(ebpf, MAP_CELLS)?,
         })
     }
 
@@ -123,7 +126,9 @@ impl Maps {
             first_per_second: 0,
             one_in: 0,
             slow_us: 0,
+            cells_per_process: 0,
         });
+        self.set_config(CONFIG_CELL_QUOTA, s.cells_per_process)?;
         self.set_config(CONFIG_SAMPLE_FIRST, s.first_per_second)?;
         self.set_config(CONFIG_SAMPLE_EVERY, s.one_in)?;
         self.set_config(CONFIG_SLOW_US, s.slow_us)?;
@@ -207,10 +212,13 @@ impl Maps {
         self.launches.iter().filter_map(Result::ok).collect()
     }
 
-    /// Deletes launch cells (of exited processes).
-    pub fn delete_launch_cells(&mut self, keys: &[LaunchKey]) {
+    /// Deletes launch cells of exited processes `pids`, and their counts of cells made.
+    pub fn delete_launch_cells(&mut self, keys: &[LaunchKey], pids: &[u32]) {
         for k in keys {
             let _ = self.launches.remove(k);
+        }
+        for pid in pids {
+            let _ = self.cells.remove(pid);
         }
     }
 }
