@@ -47,3 +47,13 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// A process's peak resident memory (VmHWM), KiB.
+pub fn vm_hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}

@@ -56,6 +56,14 @@ pub enum Scenario {
         /// Seconds idle afterwards.
         hold_s: f64,
     },
+    /// `lookups` kernel lookups of distinct 254-byte names, then `hold_s` seconds alive without
+    /// a call (with `CUDA_STANDIN_FRESH_HANDLES=1`, a new handle each).
+    Lookups {
+        /// Lookups (and distinct names).
+        lookups: u64,
+        /// Seconds idle afterwards.
+        hold_s: f64,
+    },
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -96,6 +104,9 @@ impl Scenario {
             Scenario::Rename(name, n) => vec!["rename".into(), name.clone(), n.to_string()],
             Scenario::Handles { launches, hold_s } => {
                 vec!["handles".into(), launches.to_string(), hold_s.to_string()]
+            }
+            Scenario::Lookups { lookups, hold_s } => {
+                vec!["lookups".into(), lookups.to_string(), hold_s.to_string()]
             }
             Scenario::Copies {
                 seconds,

@@ -53,6 +53,11 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* CUDA_STANDIN_FRESH_HANDLES=1: cuModuleGetFunction answers every lookup with a new made-up
+ * handle, remembering nothing (a tenant's own library, growing the tracer's name tables). */
+static uint64_t cfg_fresh_handles;
+static uint64_t fresh_handles_given;
+
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
     if (!v || !*v) return dflt;
@@ -67,6 +72,7 @@ static void init_once(void) {
     cfg_graph_ns = env_u64("CUDA_STANDIN_GRAPH_NS", cfg_graph_ns);
     cfg_bytes_per_us = env_u64("CUDA_STANDIN_COPY_BYTES_PER_US", cfg_bytes_per_us);
     cfg_outlier_ppm = env_u64("CUDA_STANDIN_OUTLIER_PPM", 0);
+    cfg_fresh_handles = env_u64("CUDA_STANDIN_FRESH_HANDLES", 0);
     if (cfg_bytes_per_us == 0) cfg_bytes_per_us = 1;
     const char *path = getenv("CUDA_STANDIN_DEVICE");
     if (!path || !*path) path = "/dev/shm/cudatrace-standin-device";
@@ -460,6 +466,10 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *nam
     spin(cfg_call_ns);
     if (!out || !m || !name) return CUDA_ERROR_INVALID_VALUE;
     if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
+    if (cfg_fresh_handles) {
+        *out = (CUfunction)(uintptr_t)(0x7e0000000000ull + 16ull * __atomic_add_fetch(&fresh_handles_given, 1, __ATOMIC_RELAXED));
+        return CUDA_SUCCESS;
+    }
     *out = function_named(name);
     return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }

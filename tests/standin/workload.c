@@ -13,6 +13,8 @@
  *     copy-calls N [SECONDS]    N timed 64-byte cuMemcpyHtoD_v2 calls per thread (benchmarks)
  *     kernels K                 K distinct kernel names looked up and launched once each
  *     handles N HOLD            N launches of N made-up kernel handles, then HOLD seconds idle
+ *     lookups N HOLD            N cuModuleGetFunction calls of N distinct 254-byte names, then HOLD
+ *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
  *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
@@ -256,6 +258,27 @@ static void run_handles(long n, double hold) {
     usleep((useconds_t)(hold * 1e6));
 }
 
+/* N lookups of N distinct 254-byte names (a tenant's way to grow the tracer's name tables), then
+ * HOLD seconds alive without a call, so that the tables stay while the process does. */
+static void run_lookups(long n, double hold) {
+    setup(4096);
+    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
+    char name[255];
+    memset(name, 'x', sizeof name - 1);
+    name[sizeof name - 1] = 0;
+    long found = 0;
+    for (long i = 0; i < n; i++) {
+        CUfunction f;
+        char head[24];
+        int len = snprintf(head, sizeof head, "k%018ld", i);
+        memcpy(name, head, (size_t)len); /* the rest stays 'x' */
+        found += getfn(&f, module, name) == CUDA_SUCCESS;
+    }
+    printf("{\"pid\":%d,\"lookups\":%ld,\"found\":%ld}\n", getpid(), n, found);
+    fflush(stdout);
+    usleep((useconds_t)(hold * 1e6));
+}
+
 /* ---- die-in-call ------------------------------------------------------------------------------ */
 
 static CUstream die_stream;
@@ -352,7 +375,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | lookup NAME | rename NAME N | headless SECONDS\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | lookup NAME | rename NAME N | headless SECONDS\n");
     exit(64);
 }
 
@@ -403,6 +426,7 @@ int main(int argc, char **argv) {
         run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0, 1);
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "handles") && i + 2 == argc) run_handles(atol(argv[i]), atof(argv[i + 1]));
+    else if (!strcmp(scenario, "lookups") && i + 2 == argc) run_lookups(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
     else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));

@@ -120,7 +120,7 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
     let fetched = poll(Duration::from_secs(30), || {
         (api.requests().len() >= asked + 2).then_some(())
     });
-    let hwm_kib = vm_hwm_kib(daemon.pid());
+    let hwm_kib = integration_tests::vm_hwm_kib(daemon.pid());
     eprintln!(
         "e2e pod_names_from_the_api_server_and_uids_until_it_answers: a 16 MiB list of empty items fetched {:?}; daemon peak RSS {} MiB",
         fetched.is_some(),
@@ -171,14 +171,4 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
         traced.stderr
     );
     assert_eq!(traced.code, Some(0));
-}
-
-/// A process's peak resident memory (VmHWM), KiB.
-fn vm_hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
 }

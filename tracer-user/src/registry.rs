@@ -14,7 +14,11 @@ use crate::{
     aggregate::ProcessSeries,
     detect::{self, Slot, Tracked},
     enrich::{
-        gputime::Streams, kernels::KernelNames, memory::ProcessMemory, pods::PodIndex, Enrichment,
+        gputime::Streams,
+        kernels::{KernelNames, NameBytes},
+        memory::ProcessMemory,
+        pods::PodIndex,
+        Enrichment,
     },
     event::Event,
     identity::{Comm, Identity, ProcessRef},
@@ -90,6 +94,8 @@ pub struct Registry {
     /// Overflows of the per-process tables of processes released so far: kernel handles,
     /// allocations, streams.
     released_overflows: [u64; TABLES],
+    /// Bytes of kernel names all entries hold.
+    names: NameBytes,
 }
 
 /// How many bounded per-process tables there are.
@@ -124,6 +130,7 @@ impl Registry {
             limits,
             evicted: 0,
             released_overflows: [0; TABLES],
+            names: NameBytes::default(),
         }
     }
 
@@ -144,7 +151,7 @@ impl Registry {
             pid,
             identity: Arc::new(identity),
             comm,
-            kernels: KernelNames::default(),
+            kernels: KernelNames::new(self.names.clone()),
             memory: ProcessMemory::default(),
             streams: Streams::default(),
             series: ProcessSeries::default(),
@@ -185,22 +192,44 @@ impl Registry {
         }
     }
 
+    /// Keeps the kernel names of all entries within `kernels::MAX_TOTAL_BYTES`: past it, the
+    /// entry holding the most forgets its oldest handles, until the total is 10% under it.
+    pub fn bound_kernel_names(&mut self) {
+        if !self.names.over() {
+            return;
+        }
+        while self.names.excess() > 0 {
+            let excess = self.names.excess();
+            match self.by_pid.values_mut().max_by_key(|p| p.kernels.bytes()) {
+                Some(p) if p.kernels.bytes() > 0 => p.kernels.forget_oldest(excess),
+                _ => break,
+            }
+        }
+    }
+
+    /// Bytes of kernel names all entries hold.
+    pub fn kernel_name_bytes(&self) -> usize {
+        self.names.held()
+    }
+
     /// Marks a process exited and hands it to `f` (final lines, alerts), then releases its
     /// per-call tables; its totals stay for the retention time. `false` when it was not known.
     pub fn exit(&mut self, pid: u32, f: impl FnOnce(&mut Process)) -> bool {
+        let names = self.names.clone();
         let Some(p) = self.live_mut(pid) else {
             return false;
         };
         p.exited_at = Some(Instant::now());
         f(p);
         let overflows = p.overflows();
-        p.kernels = KernelNames::default();
+        p.kernels = KernelNames::new(names);
         p.memory.release();
         p.streams.release();
         p.signals = None;
         // The released tables' counts are zero now: keep them here.
         p.memory.overflowed = 0;
         p.streams.overflowed = 0;
+        p.launches_overflowed = 0;
         if p.identity.devices_dropped != 0 {
             Arc::make_mut(&mut p.identity).devices_dropped = 0;
         }
@@ -421,5 +450,42 @@ mod tests {
             0,
             "without retention an exited process goes at once"
         );
+    }
+
+    #[test]
+    fn kernel_names_of_all_processes_stay_within_the_total() {
+        use crate::enrich::kernels::{MAX_PROCESS_BYTES, MAX_TOTAL_BYTES};
+        use crate::event::Detail;
+        let mut r = Registry::new(limits(10, 600));
+        let name = "x".repeat(254);
+        let lookup = |pid, handle| {
+            let d = Detail::Lookup {
+                handle,
+                source: 1,
+                name: Some(name.clone()),
+            };
+            Event::of(tracer_common::Api::ModuleGetFunction, pid, d)
+        };
+        add(&mut r, 1, 0);
+        r.live_mut(1).unwrap().enrich(&lookup(1, 7));
+        // Five tenants, each a new handle per lookup, each to its own limit.
+        for pid in 2..=6 {
+            add(&mut r, pid, 0);
+            for h in 1..=(MAX_PROCESS_BYTES / 572 + 1) as u64 {
+                r.live_mut(pid).unwrap().enrich(&lookup(pid, h));
+                r.bound_kernel_names();
+            }
+        }
+        let held: usize = r.by_pid.values().map(|p| p.kernels.bytes()).sum();
+        assert_eq!(held, r.kernel_name_bytes());
+        assert!(held <= MAX_TOTAL_BYTES, "{held}");
+        assert_eq!(
+            r.get(1).unwrap().kernels.bytes(),
+            572,
+            "the small table is untouched"
+        );
+        assert!(r.overflows()[0] > 0);
+        assert!(r.exit(6, |_| {}));
+        assert!(r.kernel_name_bytes() < held);
     }
 }

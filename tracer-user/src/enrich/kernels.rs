@@ -1,8 +1,15 @@
 //! Kernel names for launches: handles returned by `cuModuleGetFunction`, `cuLibraryGetKernel` and
 //! `cuKernelGetFunction` are remembered per process, so that every later launch of that handle
 //! carries the kernel's name. The table lives in the process's registry entry and dies with it.
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
+
 use foldhash::HashMap;
-use std::sync::Arc;
 
 use tracer_common::api::Shape;
 
@@ -90,25 +97,88 @@ impl KernelName {
     }
 }
 
-/// Handles remembered per process at most: past it new handles are not named (their launches
-/// are labelled by handle, and fold into `other` past `max_kernels`) and are counted.
+/// Handles remembered per process at most: past it the oldest are forgotten (counted). A
+/// forgotten handle keeps the label of any series it already has; a series made later for it is
+/// labelled by handle.
 pub const MAX_HANDLES: usize = 65_536;
+/// Bytes of names one process may hold (as [`cost`] counts them); past it, its oldest go.
+pub const MAX_PROCESS_BYTES: usize = 16 << 20;
+/// Bytes of names all processes together may hold; past it the process holding the most
+/// forgets its oldest, down to [`TRIM_TO`] of this.
+pub const MAX_TOTAL_BYTES: usize = 64 << 20;
+/// Share of [`MAX_TOTAL_BYTES`] a trim leaves, in percent (room before the next one).
+const TRIM_TO: usize = 90;
+
+/// What one remembered handle costs: both forms of its name (counted for each handle, also
+/// when handles share a name) and the table's own bookkeeping.
+fn cost(name: &KernelName) -> usize {
+    64 + name.mangled.len() + name.demangled.len()
+}
+
+/// The bytes of names every process's table holds together, shared by the tables.
+#[derive(Clone, Debug, Default)]
+pub struct NameBytes(Arc<AtomicUsize>);
+
+impl NameBytes {
+    /// Bytes held now.
+    pub fn held(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Whether the tables together hold more than [`MAX_TOTAL_BYTES`].
+    pub fn over(&self) -> bool {
+        self.held() > MAX_TOTAL_BYTES
+    }
+
+    /// How many bytes to forget to get back to [`TRIM_TO`] percent of the total.
+    pub fn excess(&self) -> usize {
+        self.held().saturating_sub(MAX_TOTAL_BYTES / 100 * TRIM_TO)
+    }
+}
 
 /// One process's handle-to-name table.
 #[derive(Default)]
 pub struct KernelNames {
     by_handle: HashMap<u64, Arc<KernelName>>,
-    /// Handles not remembered, the table being full.
+    /// Handles in the order they were first remembered (each once).
+    order: VecDeque<u64>,
+    /// What this table holds, by [`cost`].
+    bytes: usize,
+    /// What all the tables hold.
+    total: NameBytes,
+    /// Handles forgotten or never remembered, to stay within the bounds.
     pub overflowed: u64,
 }
 
+impl Drop for KernelNames {
+    fn drop(&mut self) {
+        self.total.0.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
 impl KernelNames {
-    /// Learns from lookups; returns the kernel a launch runs, when its handle is known.
+    /// An empty table counted in `total`.
+    pub fn new(total: NameBytes) -> KernelNames {
+        KernelNames {
+            by_handle: HashMap::default(),
+            order: VecDeque::new(),
+            bytes: 0,
+            total,
+            overflowed: 0,
+        }
+    }
+
     /// The name of a kernel handle, when its lookup was seen.
     pub fn name(&self, handle: u64) -> Option<Arc<KernelName>> {
         self.by_handle.get(&handle).cloned()
     }
 
+    /// Bytes this table holds, by [`cost`].
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Learns from lookups; returns the kernel a launch runs, when its handle is known.
     pub fn observe(&mut self, ev: &Event) -> Option<Arc<KernelName>> {
         match &ev.detail {
             Detail::Launch { function, .. } => self.by_handle.get(function).cloned(),
@@ -121,15 +191,56 @@ impl KernelNames {
                     Shape::KernelGetFunction => self.by_handle.get(source).cloned()?,
                     _ => Arc::new(KernelName::new(name.as_deref()?)),
                 };
-                if self.by_handle.len() < MAX_HANDLES || self.by_handle.contains_key(handle) {
-                    self.by_handle.insert(*handle, name.clone());
-                } else {
-                    self.overflowed += 1;
-                }
+                self.remember(*handle, name.clone());
                 Some(name)
             }
             _ => None,
         }
+    }
+
+    /// Keeps `handle`'s name, forgetting the oldest handles to stay within the bounds.
+    fn remember(&mut self, handle: u64, name: Arc<KernelName>) {
+        let added = cost(&name);
+        if added > MAX_PROCESS_BYTES {
+            self.overflowed += 1;
+            return;
+        }
+        match self.by_handle.insert(handle, name) {
+            Some(old) => self.take_bytes(cost(&old)),
+            None => self.order.push_back(handle),
+        }
+        self.give_bytes(added);
+        while self.by_handle.len() > MAX_HANDLES || self.bytes > MAX_PROCESS_BYTES {
+            self.forget_one();
+        }
+    }
+
+    /// Forgets the oldest handles until at least `bytes` are given back (or none is left).
+    pub fn forget_oldest(&mut self, bytes: usize) {
+        let goal = self.bytes.saturating_sub(bytes);
+        while self.bytes > goal && self.forget_one() {}
+    }
+
+    /// Forgets the oldest handle; `false` when there is none.
+    fn forget_one(&mut self) -> bool {
+        while let Some(h) = self.order.pop_front() {
+            if let Some(name) = self.by_handle.remove(&h) {
+                self.take_bytes(cost(&name));
+                self.overflowed += 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn give_bytes(&mut self, n: usize) {
+        self.bytes += n;
+        self.total.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn take_bytes(&mut self, n: usize) {
+        self.bytes -= n;
+        self.total.0.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Handles known.
@@ -177,25 +288,58 @@ mod tests {
         assert_eq!(demangle(&"x".repeat(5000)).len(), MAX_DEMANGLED);
     }
 
+    fn lookup(handle: u64, name: &str) -> Event {
+        Event::of(
+            Api::ModuleGetFunction,
+            1,
+            Detail::Lookup {
+                handle,
+                source: 1,
+                name: Some(name.into()),
+            },
+        )
+    }
+
     #[test]
-    fn handles_past_the_cap_are_counted_not_kept() {
-        let mut t = KernelNames::default();
+    fn past_the_cap_the_oldest_handles_are_forgotten_and_counted() {
+        let total = NameBytes::default();
+        let mut t = KernelNames::new(total.clone());
         for h in 1..=(MAX_HANDLES as u64 + 5) {
-            t.observe(&Event::of(
-                Api::ModuleGetFunction,
-                1,
-                Detail::Lookup {
-                    handle: h,
-                    source: 1,
-                    name: Some("k".into()),
-                },
-            ));
+            t.observe(&lookup(h, "k"));
         }
         assert_eq!((t.len(), t.overflowed), (MAX_HANDLES, 5));
         assert!(
-            t.observe(&launch(1, 1)).is_some()
-                && t.observe(&launch(1, MAX_HANDLES as u64 + 1)).is_none()
+            t.observe(&launch(1, 5)).is_none()
+                && t.observe(&launch(1, 6)).is_some()
+                && t.observe(&launch(1, MAX_HANDLES as u64 + 5)).is_some()
         );
+        assert_eq!(total.held(), t.bytes());
+        assert_eq!(t.bytes(), MAX_HANDLES * (64 + 2));
+        drop(t);
+        assert_eq!(total.held(), 0, "a dropped table gives its bytes back");
+    }
+
+    #[test]
+    fn one_process_holds_at_most_its_bytes_and_all_together_are_counted() {
+        let total = NameBytes::default();
+        let mut a = KernelNames::new(total.clone());
+        let mut b = KernelNames::new(total.clone());
+        // 254-byte names, a new handle for each: 64 + 2 x 254 bytes a handle.
+        let long = "x".repeat(254);
+        for h in 1..=40_000u64 {
+            a.observe(&lookup(h, &long));
+        }
+        let each = 64 + 2 * 254;
+        assert_eq!(a.len(), MAX_PROCESS_BYTES / each);
+        assert_eq!(a.overflowed, 40_000 - (MAX_PROCESS_BYTES / each) as u64);
+        b.observe(&lookup(1, "_Z3addv"));
+        assert_eq!(total.held(), a.bytes() + b.bytes());
+        // A lookup of the same handle again replaces its name, not adds one.
+        b.observe(&lookup(1, "_Z3mulv"));
+        assert_eq!((b.len(), total.held()), (1, a.bytes() + b.bytes()));
+        a.forget_oldest(each * 10);
+        assert_eq!(a.len(), MAX_PROCESS_BYTES / each - 10);
+        assert!(a.observe(&launch(1, 40_000)).is_some());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use tokio::{
 
 use crate::{
     enrich::Enrichment,
-    event::{self, DecodeError, Event, LaunchDelta, RingRecord},
+    event::{self, DecodeError, Detail, Event, LaunchDelta, RingRecord},
     identity::{self, Comm},
     probe::{
         discovery::{self, Discovery},
@@ -364,7 +364,11 @@ impl Session {
             ),
         };
         ev.comm = process.comm;
-        consume(process, &ev, consumer)
+        let consumed = consume(process, &ev, consumer);
+        if matches!(ev.detail, Detail::Lookup { .. }) {
+            self.registry.bound_kernel_names();
+        }
+        consumed
     }
 
     /// Makes the registry entry of a process seen for the first time, named `comm` (its first
