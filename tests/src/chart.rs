@@ -91,7 +91,12 @@ pub fn daemonset_capabilities() -> Vec<String> {
 
 /// The default config file, as the ConfigMap carries it.
 pub fn config_toml() -> String {
-    let (_, docs) = render(&[]);
+    config_toml_with(&[])
+}
+
+/// The config file with `sets` (`--set` values).
+pub fn config_toml_with(sets: &[&str]) -> String {
+    let (_, docs) = render(sets);
     object(&docs, "ConfigMap")["data"]["config.toml"]
         .as_str()
         .expect("config.toml in the ConfigMap")

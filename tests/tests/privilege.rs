@@ -120,7 +120,10 @@ fn least_privilege_daemon_traces_another_users_process() {
     // Not root: nothing to leave, so the switching capabilities are not needed.
     let caps = tracing_caps();
     let dir = integration_tests::guards::TempDir::new("chart-config");
-    let config = dir.write("config.toml", &chart::config_toml());
+    let config = dir.write(
+        "config.toml",
+        &chart::config_toml_with(&[&allow_standin(&env)]),
+    );
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_nobody_with(&caps);
     args.extend([
@@ -369,7 +372,10 @@ fn the_daemonset_process_leaves_uid_0() {
     let caps = chart::daemonset_capabilities();
     let tracing = tracing_caps();
     let dir = integration_tests::guards::TempDir::new("leave-root");
-    let config = dir.write("config.toml", &chart::config_toml());
+    let config = dir.write(
+        "config.toml",
+        &chart::config_toml_with(&[&allow_standin(&env)]),
+    );
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_root_with(&caps);
     args.extend([
@@ -459,4 +465,11 @@ fn the_daemonset_process_leaves_uid_0() {
         bit("SYS_PTRACE") + bit("DAC_READ_SEARCH"),
         "CapEff {eff:#x}"
     );
+}
+
+/// The `--set` that adds the stand-in's folder to the chart's `lib_allow` (the driver's own
+/// folders on a node): the DaemonSet's config, allowing the library the tests' workloads map.
+fn allow_standin(env: &integration_tests::Env) -> String {
+    let dir = env.libcuda().parent().unwrap().display().to_string();
+    format!("config.lib_allow={{{dir}/libcuda.so*}}")
 }

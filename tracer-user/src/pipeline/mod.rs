@@ -134,7 +134,7 @@ pub struct Session {
     /// The discovery thread, while watching.
     discovery: Option<Discovery>,
     /// Libraries a discovery pass prepared, attached by [`Session::rescan`].
-    found: Vec<discovery::Prepared>,
+    found: discovery::Pass,
     poll: Interval,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
@@ -182,10 +182,10 @@ impl Session {
         /// What woke the loop below.
         enum Step {
             Tick,
-            Found(Option<Vec<discovery::Prepared>>),
+            Found(Option<discovery::Pass>),
             Wake(Wake),
         }
-        async fn found(d: &mut Option<Discovery>) -> Option<Vec<discovery::Prepared>> {
+        async fn found(d: &mut Option<Discovery>) -> Option<discovery::Pass> {
             match d {
                 Some(d) => d.next().await,
                 None => std::future::pending().await,
@@ -239,10 +239,22 @@ impl Session {
         }
     }
 
-    /// Attaches the libcuda files the last discovery pass found; returns whether any was
-    /// attached.
+    /// Attaches the libcuda files the last discovery pass found, after detaching the ones it
+    /// found no process maps any more; returns whether the probes changed.
     pub fn rescan(&mut self) -> bool {
-        let found = std::mem::take(&mut self.found);
+        let discovery::Pass { found, mapped } = std::mem::take(&mut self.found);
+        let mut changed = false;
+        if let Some(mapped) = mapped {
+            for lib in self.probes.release_unmapped(&mapped) {
+                changed = true;
+                let path = crate::text::printable(&lib.path.display().to_string()).into_owned();
+                log::info!(
+                    target: "cudatrace::detached",
+                    path = path.as_str();
+                    "detached: {path}: no process maps it any more"
+                );
+            }
+        }
         let before = self.probes.libraries.len();
         if !found.is_empty() {
             self.probes.refresh_allow();
@@ -261,7 +273,7 @@ impl Session {
                 "discovered: {path} at_ns={at_ns}"
             );
         }
-        self.probes.libraries.len() > before
+        changed || self.probes.libraries.len() > before
     }
 
     /// Reads every record now in the ring buffer into `consumer`, then (every

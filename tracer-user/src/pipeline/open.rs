@@ -101,7 +101,7 @@ impl Session {
             None
         };
         if let Some(d) = discovery.as_mut() {
-            for p in d.first_pass(probes.settled()) {
+            for p in d.first_pass(probes.settled()).found {
                 attach_one(&mut probes, p);
             }
         }
@@ -142,7 +142,7 @@ impl Session {
             checked_at: std::time::Instant::now(),
             cmdline: opts.cmdline,
             discovery,
-            found: Vec::new(),
+            found: discovery::Pass::default(),
             poll,
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),

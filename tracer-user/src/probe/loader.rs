@@ -31,14 +31,12 @@ use super::{
     ebpf_log::{LogLevel, StderrLog},
     error::{open_library, AttachError},
     multi::{MultiError, MultiPrograms},
+    slots::Slots,
     symbols::{self, Resolution},
 };
 
 /// The compiled eBPF programs, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
-/// Refused files remembered at most (past it they are forgotten, then refused and counted again).
-const MAX_REFUSED_FILES: usize = 4096;
-
 /// What was attached in one library.
 #[derive(Debug, Clone)]
 pub struct LibraryProbes {
@@ -48,6 +46,16 @@ pub struct LibraryProbes {
     pub resolution: Resolution,
     /// The file probed: device and inode.
     pub file: FileKey,
+}
+
+impl LibraryProbes {
+    fn new(path: &Path, resolution: Resolution, file: FileKey) -> LibraryProbes {
+        LibraryProbes {
+            path: path.to_path_buf(),
+            resolution,
+            file,
+        }
+    }
 }
 
 /// How probes are attached.
@@ -76,15 +84,8 @@ pub struct Probes {
     /// Libraries attached so far, in order.
     pub libraries: Vec<LibraryProbes>,
     scope: UProbeScope,
-    seen: HashSet<FileKey>,
-    /// Files `--lib-allow` or `max_libraries` refused (at most [`MAX_REFUSED_FILES`]).
-    refused_files: HashSet<FileKey>,
-    /// Distinct library files attached at most.
-    max_libraries: usize,
-    /// Libraries refused for `max_libraries`.
-    refused: u64,
-    /// `--lib-allow`: the only library files attached, when set.
-    allow: AllowList,
+    /// Which files may be attached.
+    slots: Slots,
     /// Reader of the programs' aya-log records (none with `--log-level off`).
     log: Option<aya_log::EbpfLogger<StderrLog>>,
 }
@@ -166,11 +167,7 @@ pub fn load(
         ring,
         libraries: Vec::new(),
         scope,
-        seen: HashSet::new(),
-        refused_files: HashSet::new(),
-        max_libraries,
-        refused: 0,
-        allow: AllowList::default(),
+        slots: Slots::new(max_libraries),
         log,
     })
 }
@@ -214,16 +211,17 @@ impl Probes {
     /// or exports none of the entry points.
     pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>, AttachError> {
         let (file, meta) = open_library(path)?;
-        if !self.admit(path, &meta)? {
+        if !self.slots.admit(path, &meta, true)? {
             return Ok(None);
         }
         let resolution = symbols::resolve(&file, path)?;
         self.attach_resolved(path, &file, resolution)
     }
 
-    /// Attaches a library discovery opened and read (see [`Probes::attach_library`]).
+    /// Attaches a library discovery opened and read (see [`Probes::attach_library`]); it takes
+    /// one of the `max_libraries` slots unless `--lib-allow` names it.
     pub fn attach_prepared(&mut self, p: Prepared) -> Result<Option<&LibraryProbes>, AttachError> {
-        if !self.admit(&p.path, &p.meta)? {
+        if !self.slots.admit(&p.path, &p.meta, false)? {
             return Ok(None);
         }
         self.attach_resolved(&p.path, &p.file, p.resolution)
@@ -231,39 +229,30 @@ impl Probes {
 
     /// Files attached or refused: discovery does not open them again.
     pub fn settled(&self) -> HashSet<FileKey> {
-        self.seen.union(&self.refused_files).copied().collect()
+        self.slots.settled()
     }
 
-    /// Whether the file may be attached now: `false` when attached already; an error (and the
-    /// file remembered as refused) when `--lib-allow` or `max_libraries` refuses it.
-    fn admit(&mut self, path: &Path, meta: &std::fs::Metadata) -> Result<bool, AttachError> {
-        use std::os::unix::fs::MetadataExt as _;
-        let key = (meta.dev(), meta.ino());
-        if self.seen.contains(&key) {
-            return Ok(false);
+    /// Detaches the discovered libraries no process maps any more (`mapped`: every libcuda file
+    /// mapped now), giving back their slots; returns them. uprobe_multi links only: classic
+    /// uprobes stay until cudatrace exits.
+    pub fn release_unmapped(&mut self, mapped: &HashSet<FileKey>) -> Vec<LibraryProbes> {
+        let Attach::Multi { links, .. } = &mut self.attach else {
+            return Vec::new();
+        };
+        let mut gone = Vec::new();
+        let mut i = 0;
+        while i < self.libraries.len() {
+            let key = self.libraries[i].file;
+            if mapped.contains(&key) || self.slots.kept(&key) {
+                i += 1;
+                continue;
+            }
+            // Closing the links detaches the probes at once.
+            drop(links.remove(i));
+            self.slots.release(&key);
+            gone.push(self.libraries.remove(i));
         }
-        let allowed = self.allow.allows(meta);
-        if !allowed || self.libraries.len() >= self.max_libraries {
-            if self.refused_files.len() >= MAX_REFUSED_FILES {
-                self.refused_files.clear();
-            }
-            let first = self.refused_files.insert(key);
-            if !allowed {
-                return Err(AttachError::NotAllowed {
-                    path: path.display().to_string(),
-                    allowed: self.allow.describe(),
-                });
-            }
-            if first {
-                self.refused += 1;
-            }
-            return Err(AttachError::TooMany {
-                path: path.display().to_string(),
-                max: self.max_libraries,
-            });
-        }
-        self.seen.insert(key);
-        Ok(true)
+        gone
     }
 
     /// Attaches the entry points `resolution` found in the open `file`.
@@ -304,11 +293,8 @@ impl Probes {
             match programs.attach(&probe_path, path, &resolution.found, pid) {
                 Ok(new) => {
                     links.push(new);
-                    self.libraries.push(LibraryProbes {
-                        path: path.to_path_buf(),
-                        resolution,
-                        file: key,
-                    });
+                    self.libraries
+                        .push(LibraryProbes::new(path, resolution, key));
                     return Ok(self.libraries.last());
                 }
                 // A kernel that loads the programs but has no uprobe_multi links (before 6.6).
@@ -344,11 +330,8 @@ impl Probes {
                     })?;
             }
         }
-        self.libraries.push(LibraryProbes {
-            path: path.to_path_buf(),
-            resolution,
-            file: key,
-        });
+        self.libraries
+            .push(LibraryProbes::new(path, resolution, key));
         Ok(self.libraries.last())
     }
 
@@ -366,19 +349,17 @@ impl Probes {
 
     /// Restricts attaching to the files `allow` names.
     pub fn set_allow(&mut self, allow: AllowList) {
-        self.allow = allow;
+        self.slots.set_allow(allow);
     }
 
     /// Expands `--lib-allow` again (before a rescan attaches what it found).
     pub fn refresh_allow(&mut self) {
-        if self.allow.active() {
-            self.allow.refresh();
-        }
+        self.slots.refresh_allow();
     }
 
     /// Libraries refused because `max_libraries` were attached.
     pub fn refused(&self) -> u64 {
-        self.refused
+        self.slots.refused()
     }
 
     /// Whether probes are uprobe_multi links (else classic perf-event uprobes).

@@ -14,4 +14,5 @@ pub mod loader;
 pub mod multi;
 pub mod proc_maps;
 pub mod run_as;
+pub mod slots;
 pub mod symbols;

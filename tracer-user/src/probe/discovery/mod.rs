@@ -119,6 +119,17 @@ fn prepare(pid: u32, m: &Mapping) -> Result<Prepared, String> {
     })
 }
 
+/// What one pass over every process's maps found.
+#[derive(Default)]
+pub struct Pass {
+    /// The libcuda files to attach, opened and read.
+    pub found: Vec<Prepared>,
+    /// Every libcuda file some process whose maps cudatrace reads maps now (`None`: /proc could
+    /// not be listed). A process whose maps it cannot read keeps no file attached: discovery
+    /// could not have found one through it either.
+    pub mapped: Option<HashSet<FileKey>>,
+}
+
 /// A file that failed: when to try again and what it said.
 struct Retry {
     next: Instant,
@@ -137,14 +148,16 @@ pub struct Scanner {
 
 impl Scanner {
     /// One pass over every process's maps: the libcuda files not in `skip` (attached or refused
-    /// already), opened and read. Failures are said once per new reason.
-    pub fn pass(&mut self, skip: &HashSet<FileKey>) -> Vec<Prepared> {
+    /// already), opened and read, and every libcuda file mapped. Failures are said once per new
+    /// reason.
+    pub fn pass(&mut self, skip: &HashSet<FileKey>) -> Pass {
         self.pass += 1;
         let now = Instant::now();
         let mut out = Vec::new();
         let mut tried = HashSet::new();
+        let mut mapped = HashSet::new();
         let Ok(procs) = fs::read_dir("/proc") else {
-            return out;
+            return Pass::default();
         };
         for p in procs.flatten() {
             let name = p.file_name();
@@ -156,6 +169,7 @@ impl Scanner {
             };
             for m in proc_maps::libcuda_mappings(file) {
                 let key = (m.dev, m.inode);
+                mapped.insert(key);
                 if skip.contains(&key) || !tried.insert(key) {
                     continue;
                 }
@@ -177,7 +191,10 @@ impl Scanner {
         // Files no process maps any more are forgotten.
         let pass = self.pass;
         self.failed.retain(|_, r| r.pass == pass);
-        out
+        Pass {
+            found: out,
+            mapped: Some(mapped),
+        }
     }
 
     fn failed_again(&mut self, key: FileKey, why: String, now: Instant) {

@@ -10,7 +10,7 @@ use std::{
 
 use tokio::sync::mpsc;
 
-use super::{FileKey, Prepared, Scanner};
+use super::{FileKey, Pass, Scanner};
 
 /// How long the first pass may take before cudatrace goes on without it (what it finds later is
 /// attached then).
@@ -21,7 +21,7 @@ const PASS_DEADLINE: Duration = Duration::from_secs(10);
 /// The discovery thread: requests in, prepared libraries out.
 pub struct Discovery {
     requests: std_mpsc::Sender<HashSet<FileKey>>,
-    found: mpsc::UnboundedReceiver<Vec<Prepared>>,
+    found: mpsc::UnboundedReceiver<Pass>,
     /// When the pass now running was asked for.
     pending_since: Option<Instant>,
     warned: bool,
@@ -51,7 +51,7 @@ impl Discovery {
     }
 
     /// The first pass, waited for up to [`FIRST_PASS_DEADLINE`].
-    pub fn first_pass(&mut self, skip: HashSet<FileKey>) -> Vec<Prepared> {
+    pub fn first_pass(&mut self, skip: HashSet<FileKey>) -> Pass {
         self.request(skip);
         let started = Instant::now();
         loop {
@@ -60,7 +60,7 @@ impl Discovery {
                     self.pending_since = None;
                     return found;
                 }
-                Err(mpsc::error::TryRecvError::Disconnected) => return Vec::new(),
+                Err(mpsc::error::TryRecvError::Disconnected) => return Pass::default(),
                 Err(mpsc::error::TryRecvError::Empty)
                     if started.elapsed() >= FIRST_PASS_DEADLINE =>
                 {
@@ -70,7 +70,7 @@ impl Discovery {
                         FIRST_PASS_DEADLINE.as_secs()
                     );
                     self.warned = true;
-                    return Vec::new();
+                    return Pass::default();
                 }
                 Err(mpsc::error::TryRecvError::Empty) => {
                     std::thread::sleep(Duration::from_millis(2))
@@ -100,8 +100,8 @@ impl Discovery {
         }
     }
 
-    /// The next pass's libraries (`None`: the thread is gone).
-    pub async fn next(&mut self) -> Option<Vec<Prepared>> {
+    /// The next pass (`None`: the thread is gone).
+    pub async fn next(&mut self) -> Option<Pass> {
         let found = self.found.recv().await;
         self.pending_since = None;
         self.warned = false;
