@@ -2,6 +2,7 @@
 //! rows the metrics need, copied between two drains) and encodes that on the metrics server's
 //! own thread, so encoding never holds up tracing. One prometheus-client collector per domain
 //! (calls, processes, probes and the agent, the detector, GPUs), registered in [`registry`].
+pub mod admission;
 pub mod calls;
 pub mod detector;
 pub mod encode;

@@ -3,17 +3,18 @@
 //! here, as OpenMetrics or the Prometheus text format by the scrape's `Accept` header. Scrapes
 //! are encoded one at a time.
 //!
-//! Anyone who reaches the port can connect, so connections are bounded: headers must arrive
-//! within [`HEADER_TIMEOUT`] (idle and slow connections are closed), a connection lives at most
-//! [`CONNECTION_LIFETIME`], headers are at most [`MAX_HEADER_BYTES`], and past
-//! [`MAX_CONNECTIONS`] open at once a new one is closed at once. With a web config file
-//! ([`super::web`]) it speaks TLS only (the handshake within [`HEADER_TIMEOUT`] too) and answers
-//! 401 without a user's right password.
+//! Anyone who reaches the port can connect, so connections are bounded: per client and in all
+//! ([`super::admission`]: a new one past the limits is closed at once), headers must arrive
+//! within [`HEADER_TIMEOUT`], a connection idle for [`super::admission::IDLE_TIMEOUT`] is
+//! closed, one lives at most [`CONNECTION_LIFETIME`], and headers are at most
+//! [`MAX_HEADER_BYTES`]. With a web config file ([`super::web`]) it speaks TLS only (the
+//! handshake within [`HEADER_TIMEOUT`] too) and answers 401, closing the connection, without a
+//! user's right password.
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, Result};
 use axum::{
-    extract::State,
+    extract::{Extension, State},
     http::{header, HeaderMap, StatusCode},
     response::IntoResponse,
     routing::get,
@@ -24,16 +25,18 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use prometheus_client::registry::Registry;
-use tokio::sync::{mpsc, oneshot, Mutex, Semaphore};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::{web::WebConfig, Snapshot, SnapshotCell};
+use super::{
+    admission::{Admission, Client, Watched},
+    web::WebConfig,
+    Snapshot, SnapshotCell,
+};
 
 /// Time a connection has to send a request's headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest life of one connection (a scraper then opens another).
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
-/// Connections open at once, at most.
-pub const MAX_CONNECTIONS: usize = 4096;
 /// Largest request head read.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
@@ -50,19 +53,26 @@ struct Served {
     auth: Option<super::web::BasicAuth>,
 }
 
-/// `None` when the request may go on, else the 401 to answer.
-async fn refused(served: &Served, headers: &HeaderMap) -> Option<axum::response::Response> {
+/// `None` when the request may go on, else the 401 to answer (which closes the connection).
+async fn refused(
+    served: &Served,
+    headers: &HeaderMap,
+    client: Client,
+) -> Option<axum::response::Response> {
     let auth = served.auth.as_ref()?;
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if auth.allows(given).await {
+    if auth.allows(given, client).await {
         return None;
     }
     Some(
         (
             StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Basic realm=\"cudatrace\"")],
+            [
+                (header::WWW_AUTHENTICATE, "Basic realm=\"cudatrace\""),
+                (header::CONNECTION, "close"),
+            ],
             "unauthorized\n",
         )
             .into_response(),
@@ -150,9 +160,9 @@ async fn accept_loop(
     app: Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let admission = Admission::default();
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             // Out of descriptors, or the peer gave up first: go on accepting.
             Err(_) => {
@@ -160,11 +170,12 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let client = Client::of(peer.ip());
+        let Some(ticket) = admission.admit(client) else {
             drop(stream);
             continue;
         };
-        let app = app.clone();
+        let app = app.clone().layer(Extension(client));
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
@@ -177,7 +188,7 @@ async fn accept_loop(
                     }
                 }
             }
-            drop(slot);
+            drop(ticket);
         });
     }
 }
@@ -192,12 +203,21 @@ where
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(MAX_HEADER_BYTES);
+    let (stream, idle) = Watched::new(stream);
     let connection = http.serve_connection(TokioIo::new(stream), service);
-    let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
+    tokio::select! {
+        _ = connection => {}
+        _ = idle => {}
+        _ = tokio::time::sleep(CONNECTION_LIFETIME) => {}
+    }
 }
 
-async fn index(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum::response::Response {
-    if let Some(no) = refused(&served, &headers).await {
+async fn index(
+    State(served): State<Arc<Served>>,
+    Extension(client): Extension<Client>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    if let Some(no) = refused(&served, &headers, client).await {
         return no;
     }
     "cudatrace: metrics at /metrics\n".into_response()
@@ -205,9 +225,10 @@ async fn index(State(served): State<Arc<Served>>, headers: HeaderMap) -> axum::r
 
 async fn metrics(
     State(served): State<Arc<Served>>,
+    Extension(client): Extension<Client>,
     headers: HeaderMap,
 ) -> axum::response::Response {
-    if let Some(no) = refused(&served, &headers).await {
+    if let Some(no) = refused(&served, &headers, client).await {
         return no;
     }
     let accept = headers

@@ -11,8 +11,11 @@
 //! ```
 //!
 //! Keys it does not implement are errors, not ignored. Checking a bcrypt hash costs tens of
-//! milliseconds by design, so checks run one at a time, and passwords that matched are
-//! remembered (at most [`MAX_REMEMBERED`]).
+//! milliseconds by design, so each client (see [`super::admission::Client`]) has one check at a
+//! time and all together at most [`MAX_CHECKS`]: a client sending wrong passwords queues behind
+//! itself, not in front of a scraper. An unknown user is checked against a hash of the users'
+//! cost, so that the answer takes as long as for a known one with a wrong password (user names
+//! do not leak by time). Passwords that matched are remembered (at most [`MAX_REMEMBERED`]).
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
@@ -22,8 +25,12 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use yaml_rust2::{Yaml, YamlLoader};
 
+use super::admission::Client;
+
 /// Authorization headers remembered as good, at most.
 const MAX_REMEMBERED: usize = 64;
+/// bcrypt checks running at once, at most (each takes a core for tens of milliseconds).
+pub const MAX_CHECKS: usize = 4;
 
 /// TLS and users for the metrics server.
 pub struct WebConfig {
@@ -36,8 +43,12 @@ pub struct WebConfig {
 /// Users and their bcrypt hashes, and headers that passed.
 pub struct BasicAuth {
     users: HashMap<String, String>,
+    /// A hash of the users' highest cost, checked for unknown users.
+    decoy: String,
     passed: Mutex<HashSet<String>>,
-    checking: tokio::sync::Mutex<()>,
+    /// Each client's turn to check, while it has checks waiting.
+    turns: Mutex<HashMap<Client, Arc<tokio::sync::Mutex<()>>>>,
+    checks: tokio::sync::Semaphore,
 }
 
 fn text<'a>(y: &'a Yaml, what: &str) -> Result<&'a str> {
@@ -83,10 +94,19 @@ fn parse(body: &str, dir: &Path) -> Result<WebConfig> {
                     }
                     out.insert(u.to_owned(), h.to_owned());
                 }
+                let cost = out
+                    .values()
+                    .filter_map(|h| h.get(4..6)?.parse::<u32>().ok())
+                    .max()
+                    .unwrap_or(bcrypt::DEFAULT_COST);
+                let decoy = bcrypt::hash("cudatrace-decoy", cost.clamp(4, 31))
+                    .context("basic_auth_users: cannot make a bcrypt hash of their cost")?;
                 config.auth = Some(BasicAuth {
                     users: out,
+                    decoy,
                     passed: Mutex::new(HashSet::new()),
-                    checking: tokio::sync::Mutex::new(()),
+                    turns: Mutex::new(HashMap::new()),
+                    checks: tokio::sync::Semaphore::new(MAX_CHECKS),
                 });
             }
             Some(other) => {
@@ -143,8 +163,9 @@ fn tls(y: &Yaml, dir: &Path) -> Result<Arc<rustls::ServerConfig>> {
 }
 
 impl BasicAuth {
-    /// Whether an `Authorization` header names a user with the right password.
-    pub async fn allows(&self, header: Option<&str>) -> bool {
+    /// Whether an `Authorization` header names a user with the right password; `client` sent
+    /// it.
+    pub async fn allows(&self, header: Option<&str>, client: Client) -> bool {
         let Some(given) = header.and_then(|h| h.strip_prefix("Basic ")).map(str::trim) else {
             return false;
         };
@@ -166,15 +187,37 @@ impl BasicAuth {
         let Some((user, password)) = pair.split_once(':') else {
             return false;
         };
-        let Some(hash) = self.users.get(user).cloned() else {
-            return false;
+        let (hash, known) = match self.users.get(user) {
+            Some(h) => (h.clone(), true),
+            None => (self.decoy.clone(), false),
         };
         let password = password.to_owned();
-        let _one_at_a_time = self.checking.lock().await;
-        let ok =
+        let turn = self
+            .turns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(client)
+            .or_default()
+            .clone();
+        let ok = {
+            let _my_turn = turn.lock().await;
+            let _a_core = self.checks.acquire().await;
             tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
                 .await
-                .unwrap_or(false);
+                .unwrap_or(false)
+        };
+        {
+            // The client's turn goes once nobody waits on it (the map holds only waiting clients).
+            let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+            drop(turn);
+            if turns
+                .get(&client)
+                .is_some_and(|t| Arc::strong_count(t) == 1)
+            {
+                turns.remove(&client);
+            }
+        }
+        let ok = ok && known;
         if ok {
             let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
             if passed.len() >= MAX_REMEMBERED {
@@ -219,6 +262,7 @@ mod tests {
         )
         .unwrap();
         let auth = c.auth.unwrap();
+        let me = Client::of("10.0.0.1".parse().unwrap());
         use base64::Engine as _;
         let header = |s: &str| {
             format!(
@@ -226,14 +270,16 @@ mod tests {
                 base64::engine::general_purpose::STANDARD.encode(s)
             )
         };
-        assert!(auth.allows(Some(&header("prom:s3cret"))).await);
+        assert!(auth.allows(Some(&header("prom:s3cret")), me).await);
         assert!(
-            auth.allows(Some(&header("prom:s3cret"))).await,
+            auth.allows(Some(&header("prom:s3cret")), me).await,
             "remembered"
         );
-        assert!(!auth.allows(Some(&header("prom:wrong"))).await);
-        assert!(!auth.allows(Some(&header("nobody:s3cret"))).await);
-        assert!(!auth.allows(Some("Bearer x")).await);
-        assert!(!auth.allows(None).await);
+        assert!(!auth.allows(Some(&header("prom:wrong")), me).await);
+        assert!(!auth.allows(Some(&header("nobody:s3cret")), me).await);
+        assert!(!auth.allows(Some("Bearer x"), me).await);
+        assert!(!auth.allows(None, me).await);
+        assert!(auth.turns.lock().unwrap().is_empty());
+        assert!(auth.decoy.starts_with("$2b$04$"), "the users' cost");
     }
 }
