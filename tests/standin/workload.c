@@ -14,6 +14,9 @@
  *     kernels K                 K distinct kernel names looked up and launched once each
  *     handles N HOLD            N launches of N made-up kernel handles, then HOLD seconds idle
  *     lookups N HOLD            N cuModuleGetFunction calls of N distinct 254-byte names, then HOLD
+ *     crowd MAPPINGS SECONDS    no driver at all: MAPPINGS separate mappings, then SECONDS asleep (a
+ *                               crowded node's process, for the discovery benchmark)
+ *     syscalls N                N getppid() system calls, timed (the cost of a sys_enter hook)
  *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
@@ -279,6 +282,28 @@ static void run_lookups(long n, double hold) {
     usleep((useconds_t)(hold * 1e6));
 }
 
+/* MAPPINGS one-page mappings that cannot merge (alternating protections), then SECONDS asleep: the
+ * /proc/PID/maps of a process on a crowded node. Loads no library. */
+static void run_crowd(long mappings, double seconds) {
+    long page = sysconf(_SC_PAGESIZE);
+    char *base = mmap(NULL, (size_t)(page * mappings), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) { perror("mmap"); exit(2); }
+    for (long i = 0; i < mappings; i += 2) mprotect(base + i * page, (size_t)page, PROT_READ | PROT_WRITE);
+    printf("{\"pid\":%d,\"mappings\":%ld}\n", getpid(), mappings);
+    fflush(stdout);
+    usleep((useconds_t)(seconds * 1e6));
+}
+
+/* N getppid() calls back to back: ns per system call. */
+static void run_syscalls(long n) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) (void)getppid();
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ns = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+    printf("{\"pid\":%d,\"calls\":%ld,\"ns_per_call\":%.1f}\n", getpid(), n, ns / (double)n);
+}
+
 /* ---- die-in-call ------------------------------------------------------------------------------ */
 
 static CUstream die_stream;
@@ -375,7 +400,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | lookup NAME | rename NAME N | headless SECONDS\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS\n");
     exit(64);
 }
 
@@ -427,6 +452,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "handles") && i + 2 == argc) run_handles(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "lookups") && i + 2 == argc) run_lookups(atol(argv[i]), atof(argv[i + 1]));
+    else if (!strcmp(scenario, "crowd") && i + 2 == argc) run_crowd(atol(argv[i]), atof(argv[i + 1]));
+    else if (!strcmp(scenario, "syscalls") && i + 1 == argc) run_syscalls(atol(argv[i]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
     else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));

@@ -8,6 +8,7 @@ pub mod entry;
 pub mod event;
 pub mod launches;
 pub mod names;
+pub mod opens;
 
 pub use api::{Api, Kind, Layout};
 pub use entry::Entry;
@@ -20,8 +21,10 @@ pub const STAT_ORPHAN_RETURNS: u32 = 1;
 /// Index of the slot counting records not written because their process was over
 /// `CONFIG_RATE_LIMIT`.
 pub const STAT_RATE_LIMITED: u32 = 2;
+/// Index of the slot counting libcuda opens the `OPENS` ring buffer had no room for.
+pub const STAT_OPENS_LOST: u32 = 3;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 3;
+pub const STAT_COUNT: u32 = 4;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;

@@ -26,6 +26,8 @@ pub const MAP_RATES: &str = "RATES";
 pub const MAP_LAUNCHES: &str = "LAUNCHES";
 /// Cells of `LAUNCHES` made per process (hash, pid to u64), for the per-process quota.
 pub const MAP_CELLS: &str = "CELLS";
+/// Opens of files named like libcuda (ring buffer of [`crate::opens::OpenEvent`]).
+pub const MAP_OPENS: &str = "OPENS";
 /// Per-process sampling windows (LRU hash, pid to [`crate::launches::ProcWindow`]).
 pub const MAP_PROCS: &str = "PROCS";
 
@@ -41,9 +43,13 @@ pub const PROG_RETURN: &str = "cuda_ret";
 pub const PROG_EXIT: &str = "cuda_exit";
 /// The `task_rename` raw tracepoint program.
 pub const PROG_RENAME: &str = "cuda_rename";
+/// The `sys_enter` raw tracepoint program of discovery without polling (opens of libcuda).
+pub const PROG_OPENED: &str = "cuda_opened";
+/// The raw tracepoint [`PROG_OPENED`] is attached to.
+pub const OPENED_TRACEPOINT: &str = "sys_enter";
 
 /// Every map name.
-pub const MAPS: [&str; 12] = [
+pub const MAPS: [&str; 13] = [
     MAP_EVENTS,
     MAP_ENTRIES,
     MAP_STATS,
@@ -55,14 +61,16 @@ pub const MAPS: [&str; 12] = [
     MAP_RATES,
     MAP_LAUNCHES,
     MAP_CELLS,
+    MAP_OPENS,
     MAP_PROCS,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 6] = [
+pub const PROGRAMS: [&str; 7] = [
     PROG_LAUNCH,
     PROG_LAUNCH_EX,
     PROG_REGS,
     PROG_RETURN,
     PROG_EXIT,
     PROG_RENAME,
+    PROG_OPENED,
 ];

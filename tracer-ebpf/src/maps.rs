@@ -7,6 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     launches::{LaunchCell, LaunchKey, ProcWindow, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS},
+    opens::OPENS_RINGBUF_BYTES,
     Entry, EventTag, Filter, NameEvent, RateWindow, CONFIG_COUNT, CONFIG_RATE_LIMIT,
     DEFAULT_RINGBUF_BYTES, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED, STAT_COUNT,
     STAT_DROPPED, STAT_RATE_LIMITED,
@@ -66,6 +67,11 @@ pub static LAUNCHES: HashMap<LaunchKey, LaunchCell> =
 #[map]
 pub static CELLS: HashMap<u32, u64> =
     HashMap::with_max_entries(MAX_LAUNCH_CELLS, BPF_F_NO_PREALLOC);
+
+/// Opens of files named like libcuda, for discovery (a ring of its own: a flood of calls cannot
+/// hide a new library).
+#[map]
+pub static OPENS: RingBuf = RingBuf::with_byte_size(OPENS_RINGBUF_BYTES, 0);
 
 /// Each process's launch-sampling window and wait epoch, while aggregating.
 #[map]

@@ -166,6 +166,15 @@ pub struct RunArgs {
     pub duration: Option<Duration>,
 }
 
+/// How discovery finds libraries mapped after start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiscoveryMode {
+    /// The kernel names the processes to read.
+    Events,
+    /// Every process's maps, every rescan.
+    Poll,
+}
+
 /// Trace options shared by every command: what to attach and which processes to keep.
 #[derive(clap::Args)]
 pub struct Selection {
@@ -186,6 +195,11 @@ pub struct Selection {
     /// and inode: e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.* locks a node to the driver's own.
     #[arg(long = "lib-allow", value_name = "GLOB")]
     pub lib_allow: Vec<String>,
+    /// How libraries mapped later are found, without --lib: events (the kernel names the
+    /// process that opened a libcuda; polling where it cannot) or poll (every process's maps
+    /// every --rescan-ms).
+    #[arg(long, value_enum, default_value_t = DiscoveryMode::Events, value_name = "HOW")]
+    pub discovery: DiscoveryMode,
     /// What the eBPF programs report on stderr: rare conditions at warn, process exits too at
     /// debug.
     #[arg(long, value_enum, default_value_t = LogLevel::Warn, value_name = "LEVEL")]
@@ -215,6 +229,7 @@ impl Selection {
             ringbuf_bytes: t.ringbuf_mib << 20,
             log_level: self.log_level,
             rescan: Duration::from_millis(t.rescan_ms),
+            poll_discovery: self.discovery == DiscoveryMode::Poll,
             limits: t.limits,
             cmdline: t.cmdline,
             max_libraries: t.max_libraries,

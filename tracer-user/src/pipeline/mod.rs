@@ -7,6 +7,7 @@ mod drive;
 pub mod launches;
 mod open;
 mod options;
+mod rescan;
 
 pub use drive::{Ending, Pipeline, Stages};
 pub use options::{SessionOptions, Tuning, TRACER_MAX_LIBRARIES, TRACER_MAX_PROCESSES};
@@ -108,6 +109,9 @@ pub struct Counts {
     pub launch_samples: u64,
 }
 
+/// Lost opens (a tenant flooding them) ask for a pass over every process at most this often.
+const LOST_OPENS_PASS_GAP: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A tracing session: probes, ring buffer, registry, timers.
 pub struct Session {
     probes: Probes,
@@ -135,6 +139,12 @@ pub struct Session {
     discovery: Option<Discovery>,
     /// Libraries a discovery pass prepared, attached by [`Session::rescan`].
     found: discovery::Pass,
+    /// Processes whose maps discovery read.
+    maps_read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Libraries refused and opens the kernel lost when a full pass was last asked for.
+    asked_full: (u64, u64),
+    /// When a full pass was last asked for because the kernel lost opens.
+    full_at: Instant,
     poll: Interval,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
@@ -167,6 +177,11 @@ impl Session {
     /// Libraries refused because `max_libraries` were attached.
     pub fn libraries_refused(&self) -> u64 {
         self.probes.refused()
+    }
+
+    /// Processes whose maps discovery read since start.
+    pub fn discovery_maps_read(&self) -> u64 {
+        self.maps_read.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Records the kernel did not write, by reason.
@@ -208,12 +223,7 @@ impl Session {
             };
             match step {
                 Step::Wake(w) => return Ok(w),
-                Step::Tick => {
-                    let settled = self.probes.settled();
-                    if let Some(d) = self.discovery.as_mut() {
-                        d.request(settled);
-                    }
-                }
+                Step::Tick => self.tick_discovery(),
                 Step::Found(Some(found)) => {
                     self.found = found;
                     return Ok(Wake::Rescan);
@@ -237,43 +247,6 @@ impl Session {
                 Err(_) => Flow::OutputClosed,
             },
         }
-    }
-
-    /// Attaches the libcuda files the last discovery pass found, after detaching the ones it
-    /// found no process maps any more; returns whether the probes changed.
-    pub fn rescan(&mut self) -> bool {
-        let discovery::Pass { found, mapped } = std::mem::take(&mut self.found);
-        let mut changed = false;
-        if let Some(mapped) = mapped {
-            for lib in self.probes.release_unmapped(&mapped) {
-                changed = true;
-                let path = crate::text::printable(&lib.path.display().to_string()).into_owned();
-                log::info!(
-                    target: "cudatrace::detached",
-                    path = path.as_str();
-                    "detached: {path}: no process maps it any more"
-                );
-            }
-        }
-        let before = self.probes.libraries.len();
-        if !found.is_empty() {
-            self.probes.refresh_allow();
-        }
-        for p in found {
-            open::attach_one(&mut self.probes, p);
-        }
-        for lib in &self.probes.libraries[before..] {
-            let path = lib.path.display().to_string();
-            let at_ns = event::monotonic_ns();
-            let path = crate::text::printable(&path);
-            log::info!(
-                target: "cudatrace::discovered",
-                path = path.as_ref(),
-                at_ns = at_ns;
-                "discovered: {path} at_ns={at_ns}"
-            );
-        }
-        changed || self.probes.libraries.len() > before
     }
 
     /// Reads every record now in the ring buffer into `consumer`, then (every

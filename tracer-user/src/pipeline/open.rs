@@ -53,6 +53,9 @@ pub(super) fn attach_one(probes: &mut Probes, p: discovery::Prepared) {
     }
 }
 
+/// How often the loop tells an event-driven discovery thread what is settled.
+const EVENTS_TICK: Duration = Duration::from_secs(1);
+
 impl Session {
     /// Checks privileges, attaches (or starts watching for) the libraries and arms the timers.
     /// Recording starts with [`Session::start_recording`].
@@ -90,13 +93,43 @@ impl Session {
                 ),
             }
         }
+        // Discovery without polling where the kernel can name the processes that open a libcuda.
+        let opens = if watch && !opts.poll_discovery {
+            match probes.watch_opens() {
+                Ok(ring) => Some(ring),
+                Err(e) => {
+                    log::warn!(
+                        "cudatrace: the kernel cannot say which process opens a libcuda ({e:#}); \
+                         discovering by reading every process's maps every {} ms instead",
+                        opts.rescan.as_millis()
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         // Leave uid 0 before anything a tenant controls is read (other processes' /proc and
         // libraries, a pod list).
         if let Some(to) = opts.run_as {
             run_as::switch(to)?;
         }
+        let maps_read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut discovery = if watch {
-            Some(Discovery::start().context("cannot start the discovery thread")?)
+            let d = Discovery::start(opens, maps_read.clone())
+                .context("cannot start the discovery thread")?;
+            let mode = if d.event_driven() { "events" } else { "poll" };
+            log::info!(
+                target: "cudatrace::discovery",
+                mode = mode;
+                "discovery: {}",
+                if d.event_driven() {
+                    "the kernel names each process that opens a libcuda; only its maps are read"
+                } else {
+                    "every process's maps are read at each rescan"
+                }
+            );
+            Some(d)
         } else {
             None
         };
@@ -116,7 +149,12 @@ impl Session {
             .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
         let mut poll = tokio::time::interval(POLL_PERIOD);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut rescan = tokio::time::interval(opts.rescan);
+        // Driven by the kernel, the tick only keeps the thread's list of settled files fresh.
+        let tick = match discovery.as_ref() {
+            Some(d) if d.event_driven() => EVENTS_TICK,
+            _ => opts.rescan,
+        };
+        let mut rescan = tokio::time::interval(tick);
         rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let forever = Duration::from_secs(u64::MAX / 4);
         // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
@@ -143,6 +181,9 @@ impl Session {
             cmdline: opts.cmdline,
             discovery,
             found: discovery::Pass::default(),
+            maps_read,
+            asked_full: (0, 0),
+            full_at: std::time::Instant::now(),
             poll,
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),

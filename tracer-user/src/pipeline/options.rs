@@ -20,8 +20,10 @@ pub struct SessionOptions {
     pub ringbuf_bytes: u32,
     /// What the eBPF programs report on stderr.
     pub log_level: LogLevel,
-    /// How often to look for newly mapped libcuda files, without `--lib`.
+    /// How often to look for newly mapped libcuda files, without `--lib`, when polling.
     pub rescan: Duration,
+    /// Poll every process's maps even where the kernel can name the processes to read.
+    pub poll_discovery: bool,
     /// What the process registry keeps.
     pub limits: RegistryLimits,
     /// Whether identities keep the command line (`trace --cmdline`; it may hold secrets).

@@ -13,7 +13,7 @@ use tracer_common::{
     },
     Entry, Filter, CONFIG_AGGREGATE, CONFIG_CELL_QUOTA, CONFIG_ENABLED, CONFIG_RATE_LIMIT,
     CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED,
-    STAT_ORPHAN_RETURNS, STAT_RATE_LIMITED,
+    STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_RATE_LIMITED,
 };
 
 use super::loader::take;
@@ -166,6 +166,14 @@ impl Maps {
             rate_limited: sum(STAT_RATE_LIMITED)?,
         };
         Ok((dropped, sum(STAT_ORPHAN_RETURNS)?))
+    }
+
+    /// Opens of files named like libcuda the kernel could not report (its ring was full).
+    pub fn opens_lost(&self) -> u64 {
+        self.stats
+            .get(&STAT_OPENS_LOST, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0)
     }
 
     /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs

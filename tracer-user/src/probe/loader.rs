@@ -19,7 +19,8 @@ use aya::{
 };
 use tracer_common::{
     names::{
-        MAP_EVENTS, PROG_EXIT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RENAME, PROG_RETURN,
+        MAP_EVENTS, MAP_OPENS, OPENED_TRACEPOINT, PROG_EXIT, PROG_LAUNCH, PROG_LAUNCH_EX,
+        PROG_OPENED, PROG_REGS, PROG_RENAME, PROG_RETURN,
     },
     Api, Layout,
 };
@@ -333,6 +334,24 @@ impl Probes {
         self.libraries
             .push(LibraryProbes::new(path, resolution, key));
         Ok(self.libraries.last())
+    }
+
+    /// Attaches the open hook of discovery (the `sys_enter` raw tracepoint) and returns the ring
+    /// it writes to; the error says why the kernel cannot. `CUDATRACE_OPENS_TRACEPOINT` names
+    /// another tracepoint (a test names none that exists, to see the fallback).
+    pub fn watch_opens(&mut self) -> Result<RingBuf<MapData>> {
+        let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
+            .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
+        let prog: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(PROG_OPENED)
+            .context("eBPF object lacks program cuda_opened")?
+            .try_into()?;
+        prog.load()
+            .context("the kernel refused eBPF program cuda_opened")?;
+        prog.attach(&tracepoint)
+            .with_context(|| format!("cannot attach to the raw tracepoint {tracepoint}"))?;
+        take(&mut self.ebpf, MAP_OPENS)
     }
 
     /// Prints what the programs logged since the last call.

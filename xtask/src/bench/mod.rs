@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 const ROUNDS: usize = 7;
 
+mod discovery;
 mod overhead;
 
 struct Paths {
@@ -315,6 +316,20 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         workload: standin.join("cuda-workload"),
         lib: standin.join("libcuda.so.1"),
     };
+    let dir = root.join("bench/results");
+    std::fs::create_dir_all(&dir)?;
+    // CUDATRACE_BENCH_ONLY=discovery runs that part alone.
+    if std::env::var("CUDATRACE_BENCH_ONLY").is_ok_and(|v| v == "discovery") {
+        let (v, md) = discovery::measure(&p, &dir)?;
+        std::fs::write(
+            dir.join("discovery.json"),
+            serde_json::to_string_pretty(&v)? + "\n",
+        )?;
+        std::fs::write(dir.join("discovery.md"), &md)?;
+        println!("{md}");
+        return Ok(());
+    }
+    let (discovery_json, discovery_md) = discovery::measure(&p, &dir)?;
     let setups = if p.before.is_some() { 6 } else { 5 };
     let mut overheads = Vec::new();
     for sym in &overhead::SYMBOLS {
@@ -378,9 +393,8 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         "scraped_cpu_ratio_to_unscraped": scrape_cpu_ratio,
         "throughput_before": quiet_before.as_ref().map(tp),
         "rss_bytes": rss,
+        "discovery": discovery_json,
     });
-    let dir = root.join("bench/results");
-    std::fs::create_dir_all(&dir)?;
     std::fs::write(
         dir.join("latest.json"),
         serde_json::to_string_pretty(&result)? + "\n",
@@ -448,6 +462,7 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         md += &format!(" {k} {:.1} MiB;", v.as_f64().unwrap_or(0.0) / 1048576.0);
     }
     md += "\n";
+    md += &discovery_md;
     std::fs::write(dir.join("latest.md"), &md)?;
     println!("{md}");
     Ok(())

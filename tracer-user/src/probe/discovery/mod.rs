@@ -10,9 +10,14 @@ use std::{
     fs::{self, File},
     os::{fd::FromRawFd as _, unix::fs::MetadataExt as _},
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
+mod events;
 mod watch;
 
 pub use watch::Discovery;
@@ -144,6 +149,8 @@ struct Retry {
 pub struct Scanner {
     failed: HashMap<FileKey, Retry>,
     pass: u64,
+    /// Processes whose maps were read, shared with the metrics.
+    pub reads: Arc<AtomicU64>,
 }
 
 impl Scanner {
@@ -164,29 +171,7 @@ impl Scanner {
             let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            let Ok(file) = File::open(format!("/proc/{pid}/maps")) else {
-                continue;
-            };
-            for m in proc_maps::libcuda_mappings(file) {
-                let key = (m.dev, m.inode);
-                mapped.insert(key);
-                if skip.contains(&key) || !tried.insert(key) {
-                    continue;
-                }
-                if let Some(r) = self.failed.get_mut(&key) {
-                    r.pass = self.pass;
-                    if now < r.next {
-                        continue;
-                    }
-                }
-                match prepare(pid, &m) {
-                    Ok(p) => {
-                        self.failed.remove(&key);
-                        out.push(p);
-                    }
-                    Err(why) => self.failed_again(key, why, now),
-                }
-            }
+            self.scan(pid, skip, now, &mut tried, &mut mapped, &mut out);
         }
         // Files no process maps any more are forgotten.
         let pass = self.pass;
@@ -195,6 +180,45 @@ impl Scanner {
             found: out,
             mapped: Some(mapped),
         }
+    }
+
+    /// The libcuda files process `pid` maps, not in `skip`, opened and read into `out` (each
+    /// file tried once per pass: `tried`); every libcuda file it maps goes into `mapped`.
+    /// Whether it maps any (`None`: its maps cannot be read; it is gone).
+    pub fn scan(
+        &mut self,
+        pid: u32,
+        skip: &HashSet<FileKey>,
+        now: Instant,
+        tried: &mut HashSet<FileKey>,
+        mapped: &mut HashSet<FileKey>,
+        out: &mut Vec<Prepared>,
+    ) -> Option<bool> {
+        let file = File::open(format!("/proc/{pid}/maps")).ok()?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut any = false;
+        for m in proc_maps::libcuda_mappings(file) {
+            any = true;
+            let key = (m.dev, m.inode);
+            mapped.insert(key);
+            if skip.contains(&key) || !tried.insert(key) {
+                continue;
+            }
+            if let Some(r) = self.failed.get_mut(&key) {
+                r.pass = self.pass;
+                if now < r.next {
+                    continue;
+                }
+            }
+            match prepare(pid, &m) {
+                Ok(p) => {
+                    self.failed.remove(&key);
+                    out.push(p);
+                }
+                Err(why) => self.failed_again(key, why, now),
+            }
+        }
+        Some(any)
     }
 
     fn failed_again(&mut self, key: FileKey, why: String, now: Instant) {

@@ -1,16 +1,21 @@
-//! Discovery off the event loop: passes over every process's maps ([`Scanner`]) run on a thread
-//! of their own, asked for on each rescan tick and answered through a channel the loop waits on,
-//! so a slow `/proc` or a library file that does not answer delays no drain. The first pass,
-//! before `ready`, has a deadline; a pass that runs long is said once.
+//! Discovery off the event loop, on a thread of its own that answers through a channel the loop
+//! waits on, so a slow `/proc` or a library file that does not answer delays no drain. Polling:
+//! a pass over every process's maps ([`Scanner`]) on each rescan tick. Events ([`super::events`]):
+//! the kernel names the processes to read, and passes come when something was found. The first
+//! pass, before `ready`, has a deadline; a pass that runs long is said once.
 use std::{
     collections::HashSet,
     sync::mpsc as std_mpsc,
     time::{Duration, Instant},
 };
 
+use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
 
-use super::{FileKey, Pass, Scanner};
+use super::{
+    events::{self, Request},
+    FileKey, Pass, Scanner,
+};
 
 /// How long the first pass may take before cudatrace goes on without it (what it finds later is
 /// attached then).
@@ -20,7 +25,9 @@ const PASS_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The discovery thread: requests in, prepared libraries out.
 pub struct Discovery {
-    requests: std_mpsc::Sender<HashSet<FileKey>>,
+    requests: std_mpsc::Sender<Request>,
+    /// Whether the kernel names the processes to read (else every tick reads all).
+    events: bool,
     found: mpsc::UnboundedReceiver<Pass>,
     /// When the pass now running was asked for.
     pending_since: Option<Instant>,
@@ -28,31 +35,49 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    /// Starts the thread (its scanner remembers failures between passes).
-    pub fn start() -> std::io::Result<Discovery> {
-        let (requests, incoming) = std_mpsc::channel::<HashSet<FileKey>>();
+    /// Starts the thread (its scanner remembers failures between passes): driven by the
+    /// kernel's `opens` when given, else polling. `reads` counts the processes whose maps it read.
+    pub fn start(
+        opens: Option<RingBuf<MapData>>,
+        reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> std::io::Result<Discovery> {
+        let (requests, incoming) = std_mpsc::channel::<Request>();
         let (out, found) = mpsc::unbounded_channel();
+        let events = opens.is_some();
+        let mut scanner = Scanner {
+            reads,
+            ..Scanner::default()
+        };
         std::thread::Builder::new()
             .name("cudatrace-discover".into())
-            .spawn(move || {
-                let mut scanner = Scanner::default();
-                for skip in incoming {
-                    if out.send(scanner.pass(&skip)).is_err() {
-                        return;
+            .spawn(move || match opens {
+                Some(opens) => events::run(scanner, opens, incoming, out),
+                None => {
+                    for r in incoming {
+                        if out.send(scanner.pass(&r.skip)).is_err() {
+                            return;
+                        }
                     }
                 }
             })?;
         Ok(Discovery {
             requests,
+            events,
             found,
             pending_since: None,
             warned: false,
         })
     }
 
+    /// Whether the kernel names the processes to read.
+    pub fn event_driven(&self) -> bool {
+        self.events
+    }
+
     /// The first pass, waited for up to [`FIRST_PASS_DEADLINE`].
     pub fn first_pass(&mut self, skip: HashSet<FileKey>) -> Pass {
-        self.request(skip);
+        self.pending_since = None;
+        self.ask(skip, true);
         let started = Instant::now();
         loop {
             match self.found.try_recv() {
@@ -79,8 +104,13 @@ impl Discovery {
         }
     }
 
-    /// Asks for a pass, unless one is running (a long one is said once).
-    pub fn request(&mut self, skip: HashSet<FileKey>) {
+    /// Polling: asks for a pass, unless one is running (a long one is said once). Events: tells
+    /// the thread what is settled; `full` asks for a pass over every process as well.
+    pub fn request(&mut self, skip: HashSet<FileKey>, full: bool) {
+        if self.events {
+            let _ = self.requests.send(Request { skip, full });
+            return;
+        }
         match self.pending_since {
             Some(since) => {
                 if since.elapsed() > PASS_DEADLINE && !self.warned {
@@ -92,11 +122,13 @@ impl Discovery {
                     );
                 }
             }
-            None => {
-                if self.requests.send(skip).is_ok() {
-                    self.pending_since = Some(Instant::now());
-                }
-            }
+            None => self.ask(skip, true),
+        }
+    }
+
+    fn ask(&mut self, skip: HashSet<FileKey>, full: bool) {
+        if self.requests.send(Request { skip, full }).is_ok() && !self.events {
+            self.pending_since = Some(Instant::now());
         }
     }
 

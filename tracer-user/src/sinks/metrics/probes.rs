@@ -44,6 +44,12 @@ impl Collector for ProbesCollector {
             "Library files not attached because max_libraries distinct ones were attached already.",
             &[(vec![], snap.libraries_refused as f64)],
         )?;
+        counter(
+            &mut enc,
+            "cudatrace_discovery_maps_read",
+            "Processes whose /proc/PID/maps discovery read (polling: every process each rescan; event-driven: those the kernel named, and full passes).",
+            &[(vec![], snap.discovery_maps_read as f64)],
+        )?;
         let by_process: Vec<(Labels, f64)> = snap
             .drops_by_process
             .iter()

@@ -1,0 +1,173 @@
+//! End-to-end: discovery without polling. The kernel names each process that opens a file
+//! named like libcuda (the `sys_enter` raw tracepoint), and only that process's maps are read:
+//! a crowd of processes that open none costs no read, while a process in another mount
+//! namespace that `dlopen`s a copy of its own after start is attached within 100 ms and traced
+//! in full. Where the kernel cannot, one line says so and discovery polls.
+use std::process::{Command, Stdio};
+
+use integration_tests::{
+    device_file, env, exposition, free_port, guards::TempDir, http, report, Cudatrace, Scenario,
+    Workload,
+};
+
+/// The daemon's `cudatrace_discovery_maps_read_total`.
+fn maps_read(listen: &str) -> f64 {
+    exposition::sum(
+        &exposition::parse(&http::scrape(listen)),
+        "cudatrace_discovery_maps_read_total",
+        &[],
+    )
+}
+
+#[test]
+fn discovery_reads_only_the_maps_of_processes_the_kernel_names() {
+    let Some(env) = env() else { return };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[]);
+    let mode = daemon.wait_event(std::time::Duration::from_secs(5), "discovery", |_| true);
+    let after_start = maps_read(&listen);
+    // A crowd of 200 processes that open no libcuda.
+    let crowd: Vec<_> = (0..200)
+        .map(|_| {
+            Command::new("sleep")
+                .arg("30")
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // A process in its own mount namespace, its own copy of the library at a container path,
+    // loaded 0.5 s after the daemon was ready.
+    let dir = TempDir::new("events");
+    let lib = dir.copy(&env.libcuda(), "image/libcuda.so.1");
+    let dev = device_file("events");
+    let script = format!(
+        "sleep 0.5; exec unshare --mount --propagation private sh -c '\
+         mount -t tmpfs none /mnt && mkdir -p /mnt/usr/lib && touch /mnt/usr/lib/libcuda.so.1 && \
+         mount --bind {lib} /mnt/usr/lib/libcuda.so.1 && \
+         exec {workload} --lib /mnt/usr/lib/libcuda.so.1 --settle 300 basic 2000 0'",
+        lib = lib.display(),
+        workload = env.workload().display(),
+    );
+    let inside = Command::new("sh")
+        .args(["-c", &script])
+        .env("CUDA_STANDIN_DEVICE", &dev)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let inside = report(inside);
+    // And a process on the host mapping a second copy.
+    let second = dir.copy(&env.libcuda(), "second/libcuda.so.1");
+    let host = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 500,
+            copies: 0,
+        },
+    )
+    .lib(&second)
+    .device(&dev)
+    .settle_ms(300)
+    .run();
+    let read = maps_read(&listen) - after_start;
+    let counted = |r: &serde_json::Value, n: f64| {
+        let pid = r["pid"].as_u64().unwrap().to_string();
+        exposition::wait_for_launches(&listen, &pid, n, std::time::Duration::from_secs(10))
+    };
+    let (c_inside, c_host) = (counted(&inside, 2000.0), counted(&host, 500.0));
+    for mut c in crowd {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    let delay_ms = |r: &serde_json::Value| {
+        let pid = r["pid"].as_u64().unwrap();
+        traced
+            .log_events("discovered")
+            .iter()
+            .find(|e| {
+                e["path"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with(&format!("/proc/{pid}/"))
+            })
+            .map(|e| {
+                (e["at_ns"].as_u64().unwrap() as f64 - r["loaded_ns"].as_u64().unwrap() as f64)
+                    / 1e6
+            })
+    };
+    let (d_inside, d_host) = (delay_ms(&inside), delay_ms(&host));
+    eprintln!(
+        "e2e discovery_reads_only_the_maps_of_processes_the_kernel_names: mode {:?}; maps read after start: {read} \
+         (beside a crowd of 200); dlopen to attached: other mount namespace {d_inside:?} ms, second copy {d_host:?} ms; \
+         launches in=2000 counted={c_inside:?}, in=500 counted={c_host:?}",
+        mode.as_ref().map(|m| m["mode"].clone())
+    );
+    assert_eq!(
+        mode.map(|m| m["mode"].clone()),
+        Some("events".into()),
+        "{:?}",
+        traced.stderr
+    );
+    // The processes that opened a file named libcuda.so.1: the two workloads, `touch` and
+    // `mount` making the container's path, and this test copying the library twice, each read
+    // at once and again at most five times until it mapped one or left. None of the crowd (a
+    // polling pass reads all 200, and every other process, four times a second).
+    assert!(
+        (2.0..=40.0).contains(&read),
+        "{read} maps read: {:?}",
+        traced.stderr
+    );
+    for d in [d_inside, d_host] {
+        let d = d.unwrap_or_else(|| panic!("not discovered: {:?}", traced.stderr));
+        assert!(d < 100.0, "attached {d} ms after dlopen");
+    }
+    assert_eq!((c_inside, c_host), (Some(2000.0), Some(500.0)));
+    assert_eq!(traced.code, Some(0));
+}
+
+#[test]
+fn without_the_kernels_help_discovery_polls_and_says_so_once() {
+    let Some(env) = env() else { return };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let daemon = Cudatrace::start_daemon(
+        &env,
+        &["--listen", &listen],
+        &[("CUDATRACE_OPENS_TRACEPOINT", "no_such_tracepoint")],
+    );
+    let mode = daemon.wait_event(std::time::Duration::from_secs(5), "discovery", |_| true);
+    let dev = device_file("polls");
+    let job = Workload::new(
+        &env,
+        Scenario::Basic {
+            launches: 700,
+            copies: 0,
+        },
+    )
+    .device(&dev)
+    .settle_ms(500)
+    .run();
+    let pid = job["pid"].as_u64().unwrap().to_string();
+    let counted =
+        exposition::wait_for_launches(&listen, &pid, 700.0, std::time::Duration::from_secs(10));
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    let said: Vec<&String> = traced
+        .stderr
+        .iter()
+        .filter(|l| l.contains("the kernel cannot say which process opens a libcuda"))
+        .collect();
+    eprintln!(
+        "e2e without_the_kernels_help_discovery_polls_and_says_so_once: {said:?}; launches in=700 counted={counted:?}"
+    );
+    assert_eq!(said.len(), 1, "{:?}", traced.stderr);
+    assert!(
+        said[0].starts_with("cudatrace: the kernel cannot say which process opens a libcuda (cannot attach to the raw tracepoint no_such_tracepoint")
+            && said[0].ends_with("discovering by reading every process's maps every 250 ms instead"),
+        "{}",
+        said[0]
+    );
+    assert_eq!(mode.map(|m| m["mode"].clone()), Some("poll".into()));
+    assert_eq!(counted, Some(700.0), "{:?}", traced.stderr);
+}

@@ -1,0 +1,73 @@
+//! Discovery seen from the loop: each tick tells the discovery thread what is settled (polling:
+//! asks for a pass), and each pass's libraries are attached here, after the ones no process
+//! maps any more are detached.
+use std::time::Instant;
+
+use super::{discovery, open, Session, LOST_OPENS_PASS_GAP};
+use crate::event;
+
+impl Session {
+    /// A rescan tick.
+    pub(super) fn tick_discovery(&mut self) {
+        let settled = self.probes.settled();
+        // Event-driven, a full pass is asked for when the kernel lost opens (and
+        // when a library waits for a slot: see `rescan`).
+        let lost = self.probes.maps.opens_lost();
+        let full = lost != self.asked_full.1 && self.full_at.elapsed() >= LOST_OPENS_PASS_GAP;
+        if full {
+            self.asked_full.1 = lost;
+            self.full_at = Instant::now();
+        }
+        if let Some(d) = self.discovery.as_mut() {
+            d.request(settled, full);
+        }
+    }
+
+    /// Attaches the libcuda files the last discovery pass found, after detaching the ones it
+    /// found no process maps any more; returns whether the probes changed.
+    pub fn rescan(&mut self) -> bool {
+        let discovery::Pass { found, mapped } = std::mem::take(&mut self.found);
+        let (mut changed, mut released) = (false, false);
+        let refused = self.probes.refused();
+        if let Some(mapped) = mapped {
+            for lib in self.probes.release_unmapped(&mapped) {
+                (changed, released) = (true, true);
+                let path = crate::text::printable(&lib.path.display().to_string()).into_owned();
+                log::info!(
+                    target: "cudatrace::detached",
+                    path = path.as_str();
+                    "detached: {path}: no process maps it any more"
+                );
+            }
+        }
+        let before = self.probes.libraries.len();
+        if !found.is_empty() {
+            self.probes.refresh_allow();
+        }
+        for p in found {
+            open::attach_one(&mut self.probes, p);
+        }
+        for lib in &self.probes.libraries[before..] {
+            let path = lib.path.display().to_string();
+            let at_ns = event::monotonic_ns();
+            let path = crate::text::printable(&path);
+            log::info!(
+                target: "cudatrace::discovered",
+                path = path.as_ref(),
+                at_ns = at_ns;
+                "discovered: {path} at_ns={at_ns}"
+            );
+        }
+        // Event-driven, a file refused for want of a slot asks at once for a pass over every
+        // process (to find the files no process maps any more), and a slot given back for
+        // another (to find the files that waited for it).
+        if released || self.probes.refused() != refused {
+            let settled = self.probes.settled();
+            self.asked_full.0 = self.probes.refused();
+            if let Some(d) = self.discovery.as_mut().filter(|d| d.event_driven()) {
+                d.request(settled, true);
+            }
+        }
+        changed || self.probes.libraries.len() > before
+    }
+}
