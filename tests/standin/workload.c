@@ -424,6 +424,15 @@ int main(int argc, char **argv) {
         char c;
         while (read(0, &c, 1) > 0) {}
     }
+    /* Scenarios that load no driver: a crowded node's processes, and system calls alone. */
+    if (!strcmp(scenario, "crowd") && i + 2 == argc) {
+        run_crowd(atol(argv[i]), atof(argv[i + 1]));
+        return 0;
+    }
+    if (!strcmp(scenario, "syscalls") && i + 1 == argc) {
+        run_syscalls(atol(argv[i]));
+        return 0;
+    }
     lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "cuda-workload: cannot load %s: %s\n", path, dlerror());
@@ -452,8 +461,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "handles") && i + 2 == argc) run_handles(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "lookups") && i + 2 == argc) run_lookups(atol(argv[i]), atof(argv[i + 1]));
-    else if (!strcmp(scenario, "crowd") && i + 2 == argc) run_crowd(atol(argv[i]), atof(argv[i + 1]));
-    else if (!strcmp(scenario, "syscalls") && i + 1 == argc) run_syscalls(atol(argv[i]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
     else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));
