@@ -28,6 +28,8 @@ pub const MAP_LAUNCHES: &str = "LAUNCHES";
 pub const MAP_CELLS: &str = "CELLS";
 /// Opens of files named like libcuda (ring buffer of [`crate::opens::OpenEvent`]).
 pub const MAP_OPENS: &str = "OPENS";
+/// When each process that opened a libcuda was last reported (LRU hash, pid to ns).
+pub const MAP_OPENERS: &str = "OPENERS";
 /// Per-process sampling windows (LRU hash, pid to [`crate::launches::ProcWindow`]).
 pub const MAP_PROCS: &str = "PROCS";
 
@@ -49,7 +51,7 @@ pub const PROG_OPENED: &str = "cuda_opened";
 pub const OPENED_TRACEPOINT: &str = "sys_enter";
 
 /// Every map name.
-pub const MAPS: [&str; 13] = [
+pub const MAPS: [&str; 14] = [
     MAP_EVENTS,
     MAP_ENTRIES,
     MAP_STATS,
@@ -62,6 +64,7 @@ pub const MAPS: [&str; 13] = [
     MAP_LAUNCHES,
     MAP_CELLS,
     MAP_OPENS,
+    MAP_OPENERS,
     MAP_PROCS,
 ];
 /// Every program name.

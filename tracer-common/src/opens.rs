@@ -17,6 +17,12 @@ pub const OPENS_RINGBUF_BYTES: u32 = 64 * 1024;
 /// Bytes of a path the kernel side reads (longer ones are cut; their last component may then be
 /// missed, and the full scan that a lost or doubtful open asks for finds the file).
 pub const OPEN_PATH_BYTES: usize = 256;
+/// A process is reported at most once in this long (ns): a tenant opening `libcuda.so` in a loop
+/// costs the reader one event a millisecond, not one an open.
+pub const OPEN_REPORT_GAP_NS: u64 = 1_000_000;
+/// Processes whose last report time is kept (LRU).
+pub const MAX_OPENERS: u32 = 16_384;
+
 /// What a libcuda file's name starts with.
 pub const LIBCUDA_PREFIX: &[u8; 10] = b"libcuda.so";
 

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     launches::{LaunchCell, LaunchKey, ProcWindow, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS},
-    opens::OPENS_RINGBUF_BYTES,
+    opens::{MAX_OPENERS, OPENS_RINGBUF_BYTES},
     Entry, EventTag, Filter, NameEvent, RateWindow, CONFIG_COUNT, CONFIG_RATE_LIMIT,
     DEFAULT_RINGBUF_BYTES, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED, STAT_COUNT,
     STAT_DROPPED, STAT_RATE_LIMITED,
@@ -72,6 +72,10 @@ pub static CELLS: HashMap<u32, u64> =
 /// hide a new library).
 #[map]
 pub static OPENS: RingBuf = RingBuf::with_byte_size(OPENS_RINGBUF_BYTES, 0);
+
+/// When each process that opened a libcuda was last reported, for `OPEN_REPORT_GAP_NS`.
+#[map]
+pub static OPENERS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_OPENERS, 0);
 
 /// Each process's launch-sampling window and wait epoch, while aggregating.
 #[map]

@@ -3,16 +3,19 @@
 //! through `OPENS`, which then reads that process's maps and no other's. Every other system
 //! call returns after one comparison of its number.
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user_str_bytes},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user_str_bytes,
+        generated::bpf_ktime_get_ns,
+    },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use tracer_common::{
-    opens::{OpenEvent, LIBCUDA_PREFIX, OPEN_PATH_BYTES},
+    opens::{OpenEvent, LIBCUDA_PREFIX, OPEN_PATH_BYTES, OPEN_REPORT_GAP_NS},
     STAT_OPENS_LOST,
 };
 
-use crate::maps::{bump, OPENS};
+use crate::maps::{bump, OPENERS, OPENS};
 
 /// System call numbers and where the path argument sits in `struct pt_regs` (bytes).
 #[cfg(bpf_target_arch = "x86_64")]
@@ -66,10 +69,20 @@ fn try_cuda_opened(ctx: &RawTracePointContext) {
         return;
     }
     let id = bpf_get_current_pid_tgid();
+    let pid = (id >> 32) as u32;
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the value is copied out at once.
+    if let Some(last) = unsafe { OPENERS.get(&pid) } {
+        if now.wrapping_sub(*last) < OPEN_REPORT_GAP_NS {
+            return;
+        }
+    }
+    let _ = OPENERS.insert(&pid, &now, 0);
     match OPENS.reserve::<OpenEvent>(0) {
         Some(mut slot) => {
             slot.write(OpenEvent {
-                pid: (id >> 32) as u32,
+                pid,
                 tid: id as u32,
             });
             slot.submit(0);
