@@ -172,20 +172,6 @@ fn without_the_kernels_help_discovery_polls_and_says_so_once() {
     assert_eq!(counted, Some(700.0), "{:?}", traced.stderr);
 }
 
-/// User CPU plus system CPU seconds of a process.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let f: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / hz
-}
-
 /// A tenant opening a file named libcuda.so.1 in a loop for 5 s: the kernel reports it at most
 /// once a millisecond, its maps are read at most once per 50 ms, and the daemon stays cheap and
 /// answers scrapes.
@@ -197,7 +183,7 @@ fn a_tenant_opening_libcuda_in_a_loop_costs_little() {
     let dir = TempDir::new("open-flood");
     let bait = dir.write("libcuda.so.1", "not a library");
     let before = maps_read(&listen);
-    let cpu = cpu_seconds(daemon.pid());
+    let cpu = integration_tests::cpu_seconds(daemon.pid());
     let flood = Command::new("timeout")
         .args(["5", "python3", "-c"])
         .arg(format!(
@@ -206,7 +192,7 @@ fn a_tenant_opening_libcuda_in_a_loop_costs_little() {
         ))
         .status()
         .unwrap();
-    let cpu = cpu_seconds(daemon.pid()) - cpu;
+    let cpu = integration_tests::cpu_seconds(daemon.pid()) - cpu;
     let t = std::time::Instant::now();
     let read = maps_read(&listen) - before;
     let scrape = t.elapsed();

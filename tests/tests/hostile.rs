@@ -267,20 +267,6 @@ fn a_headless_process_stays_traced() {
     assert_eq!(total, Some(want), "{:?}", traced.stderr);
 }
 
-/// CPU seconds a process has used (user and system).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / hz
-}
-
 /// 150,000 launches of made-up kernel handles fill the launch map (131,072 cells; the process's
 /// quota raised to all of them): every launch is still counted once (the cells, and a full
 /// record for each launch past them), the kernel
@@ -324,7 +310,7 @@ fn a_flood_of_kernel_handles_is_counted_exactly() {
     });
     // The cells stay while the tenant lives: the agent's CPU over 5 s of that.
     // Meanwhile scrapes (each one reads every cell first) answer: the slowest of ten, 0.5 s apart.
-    let (before, t0) = (cpu_seconds(agent), Instant::now());
+    let (before, t0) = (integration_tests::cpu_seconds(agent), Instant::now());
     let mut slowest = Duration::ZERO;
     for _ in 0..10 {
         let asked = Instant::now();
@@ -332,7 +318,7 @@ fn a_flood_of_kernel_handles_is_counted_exactly() {
         slowest = slowest.max(asked.elapsed());
         std::thread::sleep(Duration::from_millis(500));
     }
-    let share = (cpu_seconds(agent) - before) / t0.elapsed().as_secs_f64();
+    let share = (integration_tests::cpu_seconds(agent) - before) / t0.elapsed().as_secs_f64();
     let report = job.finish();
     let traced = daemon.stop();
     let summary = traced.summary();
