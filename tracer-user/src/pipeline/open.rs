@@ -9,7 +9,7 @@ use tokio::{
     time::MissedTickBehavior,
 };
 
-use super::{launches::Harvest, Counts, Session, SessionOptions, POLL_PERIOD};
+use super::{launches::Harvest, pace::Pace, Counts, Session, SessionOptions};
 use crate::{
     probe::allow::AllowList,
     probe::caps,
@@ -147,8 +147,6 @@ impl Session {
         // SAFETY: the ring buffer owns its fd, and AsyncFd owns the ring buffer until into_inner.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(|e| anyhow::anyhow!("cannot poll the ring buffer: {}", e.into_parts().1))?;
-        let mut poll = tokio::time::interval(POLL_PERIOD);
-        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // Driven by the kernel, the tick only keeps the thread's list of settled files fresh.
         let tick = match discovery.as_ref() {
             Some(d) if d.event_driven() => EVENTS_TICK,
@@ -184,7 +182,7 @@ impl Session {
             maps_read,
             asked_full: (0, 0),
             full_at: std::time::Instant::now(),
-            poll,
+            pace: Pace::new(opts.ringbuf_bytes / 8),
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
             sigint: signal(SignalKind::interrupt())?,

@@ -175,7 +175,9 @@ fn dlopen_ms(p: &Paths, d: &Daemon, dir: &Path) -> Result<Vec<f64>> {
         let o = Command::new(&p.workload)
             .arg("--lib")
             .arg(&lib)
-            .args(["--settle", "300", "basic", "10", "0"])
+            // Alive for a second after its dlopen: polling over 1,000 crowded processes can take
+            // longer than the 250 ms period to find it, and a process gone is never found.
+            .args(["--settle", "1000", "basic", "10", "0"])
             .env("CUDA_STANDIN_DEVICE", "/dev/shm/cudatrace-bench-device")
             .output()?;
         let v: Value = serde_json::from_slice(o.stdout.trim_ascii())?;

@@ -1,12 +1,12 @@
 //! Discovery without polling: the kernel names each process that opened a file called like
-//! libcuda (`OPENS`, written by the `do_sys_openat2` fexit program), and only that process's
+//! libcuda (`OPENS`, written by the `sys_enter` raw tracepoint program), and only that process's
 //! maps are read: at once, then again 2, 10, 50, 200 and 1,000 ms later until it maps a libcuda
 //! (the loader maps a file right after opening it). A full pass over every process runs at
 //! start, when user space asks (a library waits for a slot), and when the kernel lost opens.
 use std::{
     collections::{HashMap, HashSet},
-    os::fd::AsRawFd as _,
-    sync::mpsc as std_mpsc,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    sync::{mpsc as std_mpsc, Arc},
     time::{Duration, Instant},
 };
 
@@ -29,8 +29,42 @@ const MAX_PENDING: usize = 4096;
 /// One process's maps are read at most once in this long, however often it opens (a tenant
 /// opening `libcuda.so` in a loop costs one read per gap, not one per open).
 const MIN_GAP: Duration = Duration::from_millis(50);
-/// Longest sleep of the thread with nothing to do (it then looks at the loop's requests).
-const IDLE_WAIT: Duration = Duration::from_millis(100);
+/// Longest sleep of the thread with nothing to do: the kernel's opens and the loop's [`Bell`]
+/// wake it before.
+const IDLE_WAIT: Duration = Duration::from_secs(10);
+
+/// Wakes the discovery thread when the event loop sends it a request (an eventfd), so that the
+/// thread sleeps while nothing happens.
+#[derive(Clone)]
+pub struct Bell(Arc<OwnedFd>);
+
+impl Bell {
+    /// A new eventfd.
+    pub fn new() -> std::io::Result<Bell> {
+        // SAFETY: eventfd takes no pointers; a negative return is an error, checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd was just opened and nothing else owns it.
+        Ok(Bell(Arc::new(unsafe { OwnedFd::from_raw_fd(fd) })))
+    }
+
+    /// Wakes the thread (a full counter only means it is woken already).
+    pub fn ring(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to an fd this Bell owns.
+        unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Resets the counter after a wake.
+    fn clear(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from an fd this Bell owns
+        // (non-blocking: nothing to read returns EAGAIN).
+        unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    }
+}
 
 /// What the event loop asks of the discovery thread.
 pub struct Request {
@@ -51,6 +85,7 @@ pub fn run(
     mut scanner: Scanner,
     mut opens: RingBuf<MapData>,
     incoming: std_mpsc::Receiver<Request>,
+    bell: Bell,
     out: mpsc::UnboundedSender<Pass>,
 ) {
     let mut skip = HashSet::new();
@@ -133,12 +168,15 @@ pub fn run(
             .min()
             .unwrap_or(IDLE_WAIT)
             .min(IDLE_WAIT);
-        let mut fd = libc::pollfd {
-            fd: opens.as_raw_fd(),
+        let mut fds = [opens.as_raw_fd(), bell.0.as_raw_fd()].map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        unsafe { libc::poll(&mut fd, 1, wait.as_millis().max(1) as i32) };
+        });
+        // SAFETY: two valid pollfds for the duration of the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, wait.as_millis().max(1) as i32) };
+        if fds[1].revents != 0 {
+            bell.clear();
+        }
     }
 }

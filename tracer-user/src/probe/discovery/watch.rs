@@ -13,7 +13,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
 
 use super::{
-    events::{self, Request},
+    events::{self, Bell, Request},
     FileKey, Pass, Scanner,
 };
 
@@ -26,6 +26,10 @@ const PASS_DEADLINE: Duration = Duration::from_secs(10);
 /// The discovery thread: requests in, prepared libraries out.
 pub struct Discovery {
     requests: std_mpsc::Sender<Request>,
+    /// Wakes the thread for a request (events only).
+    bell: Bell,
+    /// What the last request said was settled (events: an unchanged one is not sent).
+    last_skip: HashSet<FileKey>,
     /// Whether the kernel names the processes to read (else every tick reads all).
     events: bool,
     found: mpsc::UnboundedReceiver<Pass>,
@@ -44,6 +48,8 @@ impl Discovery {
         let (requests, incoming) = std_mpsc::channel::<Request>();
         let (out, found) = mpsc::unbounded_channel();
         let events = opens.is_some();
+        let bell = Bell::new()?;
+        let thread_bell = bell.clone();
         let mut scanner = Scanner {
             reads,
             ..Scanner::default()
@@ -51,7 +57,7 @@ impl Discovery {
         std::thread::Builder::new()
             .name("cudatrace-discover".into())
             .spawn(move || match opens {
-                Some(opens) => events::run(scanner, opens, incoming, out),
+                Some(opens) => events::run(scanner, opens, incoming, thread_bell, out),
                 None => {
                     for r in incoming {
                         if out.send(scanner.pass(&r.skip)).is_err() {
@@ -62,6 +68,8 @@ impl Discovery {
             })?;
         Ok(Discovery {
             requests,
+            bell,
+            last_skip: HashSet::new(),
             events,
             found,
             pending_since: None,
@@ -108,7 +116,13 @@ impl Discovery {
     /// the thread what is settled; `full` asks for a pass over every process as well.
     pub fn request(&mut self, skip: HashSet<FileKey>, full: bool) {
         if self.events {
-            let _ = self.requests.send(Request { skip, full });
+            if !full && skip == self.last_skip {
+                return;
+            }
+            self.last_skip.clone_from(&skip);
+            if self.requests.send(Request { skip, full }).is_ok() {
+                self.bell.ring();
+            }
             return;
         }
         match self.pending_since {
@@ -127,8 +141,12 @@ impl Discovery {
     }
 
     fn ask(&mut self, skip: HashSet<FileKey>, full: bool) {
-        if self.requests.send(Request { skip, full }).is_ok() && !self.events {
-            self.pending_since = Some(Instant::now());
+        if self.requests.send(Request { skip, full }).is_ok() {
+            if self.events {
+                self.bell.ring();
+            } else {
+                self.pending_since = Some(Instant::now());
+            }
         }
     }
 
