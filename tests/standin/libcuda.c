@@ -16,6 +16,8 @@
  *   CUDA_STANDIN_DEVICE           shared device file (default /dev/shm/cudatrace-standin-device)
  *   CUDA_STANDIN_OUTLIER_PPM      calls per million, drawn at random, whose CPU time and launched
  *                                 device time are 10x (default 0: none)
+ *   CUDA_STANDIN_MEMORY_BYTES     device memory shared by every process: an allocation past it
+ *                                 fails with CUDA_ERROR_OUT_OF_MEMORY (default 0: unlimited)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,12 +38,13 @@
 /* ---- configuration and clock ---------------------------------------------------------------- */
 
 static uint64_t cfg_call_ns = 1000, cfg_ns_per_block = 100, cfg_graph_ns = 10000, cfg_bytes_per_us = 10000;
-static uint64_t cfg_outlier_ppm;
+static uint64_t cfg_outlier_ppm, cfg_memory_bytes;
 
 struct device {
     uint64_t compute_busy_until; /* CLOCK_MONOTONIC ns when queued kernels finish */
     uint64_t copy_busy_until;    /* same for the copy engine */
     uint64_t launches;           /* launches by every process, ever */
+    uint64_t memory_used;        /* bytes allocated by every process (frees are not subtracted) */
 };
 static struct device *dev;
 static struct device local_dev; /* used when the shared file cannot be opened */
@@ -72,6 +75,7 @@ static void init_once(void) {
     cfg_graph_ns = env_u64("CUDA_STANDIN_GRAPH_NS", cfg_graph_ns);
     cfg_bytes_per_us = env_u64("CUDA_STANDIN_COPY_BYTES_PER_US", cfg_bytes_per_us);
     cfg_outlier_ppm = env_u64("CUDA_STANDIN_OUTLIER_PPM", 0);
+    cfg_memory_bytes = env_u64("CUDA_STANDIN_MEMORY_BYTES", 0);
     cfg_fresh_handles = env_u64("CUDA_STANDIN_FRESH_HANDLES", 0);
     if (cfg_bytes_per_us == 0) cfg_bytes_per_us = 1;
     const char *path = getenv("CUDA_STANDIN_DEVICE");
@@ -294,6 +298,14 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t bytes) {
     spin(cfg_call_ns);
     if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
     uint64_t rounded = (bytes + 255) & ~(uint64_t)255;
+    if (cfg_memory_bytes) {
+        uint64_t used = __atomic_add_fetch(&dev->memory_used, rounded, __ATOMIC_RELAXED);
+        if (used > cfg_memory_bytes) {
+            __atomic_sub_fetch(&dev->memory_used, rounded, __ATOMIC_RELAXED);
+            *dptr = 0;
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     *dptr = __atomic_fetch_add(&next_dptr, rounded, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }

@@ -18,6 +18,7 @@
  *                               crowded node's process, for the discovery benchmark)
  *     syscalls N                N getppid() system calls, timed (the cost of a sys_enter hook)
  *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
+ *     allocs BYTES N HOLD       N cuMemAlloc_v2 of BYTES each (failures go on), then HOLD seconds idle
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
  *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
@@ -261,6 +262,22 @@ static void run_handles(long n, double hold) {
     usleep((useconds_t)(hold * 1e6));
 }
 
+/* N allocations of BYTES each, going on past failures, then HOLD seconds alive holding them. */
+static void run_allocs(size_t bytes, long n, double hold) {
+    setup(4096);
+    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
+    long ok = 0, oom = 0;
+    for (long i = 0; i < n; i++) {
+        CUdeviceptr p;
+        CUresult r = alloc(&p, bytes);
+        ok += r == CUDA_SUCCESS;
+        oom += r == CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    printf("{\"pid\":%d,\"allocated\":%ld,\"out_of_memory\":%ld}\n", getpid(), ok, oom);
+    fflush(stdout);
+    usleep((useconds_t)(hold * 1e6));
+}
+
 /* N lookups of N distinct 254-byte names (a tenant's way to grow the tracer's name tables), then
  * HOLD seconds alive without a call, so that the tables stay while the process does. */
 static void run_lookups(long n, double hold) {
@@ -400,7 +417,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD\n");
     exit(64);
 }
 
@@ -461,6 +478,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "handles") && i + 2 == argc) run_handles(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "lookups") && i + 2 == argc) run_lookups(atol(argv[i]), atof(argv[i + 1]));
+    else if (!strcmp(scenario, "allocs") && i + 3 == argc) run_allocs((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
     else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));

@@ -9,6 +9,7 @@ pub mod event;
 pub mod launches;
 pub mod names;
 pub mod opens;
+pub mod results;
 
 pub use api::{Api, Kind, Layout};
 pub use entry::Entry;

@@ -55,6 +55,13 @@ impl Severity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
+    /// A call of the victim's has been stuck in the driver for a window or more behind work
+    /// another process queued earlier on the same GPU (the victim completes too few calls to
+    /// be slow: it is starved).
+    Starvation,
+    /// An allocation failed with `CUDA_ERROR_OUT_OF_MEMORY`; the aggressors are the processes
+    /// holding the most device memory on that GPU.
+    OutOfMemory,
     /// Another process keeps the same GPU's compute busy.
     ComputeContention,
     /// Another process copies over the same GPU's copy engines / PCIe link.
@@ -73,6 +80,8 @@ impl Cause {
     /// The alert name for this cause.
     pub fn alert_name(self) -> &'static str {
         match self {
+            Cause::Starvation => "CudatraceGpuStarved",
+            Cause::OutOfMemory => "CudatraceGpuOutOfMemory",
             Cause::ComputeContention => "CudatraceComputeContention",
             Cause::CopyContention => "CudatraceCopyContention",
             Cause::MemoryPressure => "CudatraceGpuMemoryPressure",
@@ -85,6 +94,8 @@ impl Cause {
     /// The JSON name.
     pub fn as_str(self) -> &'static str {
         match self {
+            Cause::Starvation => "starvation",
+            Cause::OutOfMemory => "out_of_memory",
             Cause::ComputeContention => "compute_contention",
             Cause::CopyContention => "copy_contention",
             Cause::MemoryPressure => "memory_pressure",
@@ -157,6 +168,9 @@ pub struct Evidence {
     /// NVML: clock-event reasons holding the clocks down.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub clock_event_reasons: Vec<&'static str>,
+    /// Seconds the victim's oldest stuck call has been in the driver, when one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck_s: Option<f64>,
 }
 
 /// One alert state change: the JSON line on stdout and the webhook's body.
@@ -192,6 +206,10 @@ pub struct AlertChange {
     /// The `[[alerts.quiet]]` entry in force for this change: recorded, not sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quiet: Option<String>,
+    /// A firing alert whose severity rose: the severity it had (its Alertmanager alert of that
+    /// severity ends as this one starts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalated_from: Option<Severity>,
 }
 
 /// One incident: the (aggressor set, GPU, cause) its victims' alerts share. The aggressor set
@@ -262,6 +280,27 @@ impl AlertChange {
                 .collect();
             format!(" by {}", list.join(", "))
         };
+        if self.cause == Cause::OutOfMemory {
+            return format!(
+                "{} could not allocate {} bytes on GPU {}: out of device memory ({} failed in {} s){}",
+                who(&self.victim),
+                self.evidence.now,
+                self.gpu,
+                self.evidence.samples,
+                self.evidence.window_s,
+                by.replacen(" by ", "; held by ", 1),
+            );
+        }
+        if let Some(stuck) = self.evidence.stuck_s {
+            return format!(
+                "{} starved{by} on GPU {}: a call stuck in the driver for {stuck:.1} s ({} baseline p99 {:.3e} {})",
+                who(&self.victim),
+                self.gpu,
+                self.evidence.signal,
+                self.evidence.baseline_p99,
+                self.evidence.unit,
+            );
+        }
         format!(
             "{} slowed{by} on GPU {}: {} {:.3e} {} vs baseline p99 {:.3e} ({}, {:.1}x)",
             who(&self.victim),
@@ -315,6 +354,7 @@ pub(crate) mod tests {
                 gpu_memory_used_ratio: None,
                 gpu_utilization: None,
                 clock_event_reasons: vec![],
+                stuck_s: None,
             },
             started_at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
             at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030)),
@@ -325,6 +365,7 @@ pub(crate) mod tests {
                 aggressors: "20:trainer".into(),
             },
             quiet: None,
+            escalated_from: None,
         }
     }
 

@@ -335,6 +335,8 @@ impl detect::Processes for Registry {
             comm: &p.comm,
             identity: &p.identity,
             memory_bytes: p.memory.current_bytes,
+            exited: p.exited_at.is_some(),
+            open_since: p.streams.open_since(),
             signals: p.signals.as_deref(),
         })
     }

@@ -36,6 +36,9 @@ fn bucket_index(ns: u64) -> usize {
         .unwrap_or(BUCKETS.len())
 }
 
+mod failed;
+pub use failed::Failed;
+
 /// The label under which kernels past the limits are counted.
 pub const OTHER: &str = "other";
 /// Series key of the launches past `max_kernels`.
@@ -56,6 +59,8 @@ pub struct Series {
     pub sum_ns: u64,
     /// Count per bucket of [`BUCKETS`] (not cumulative), plus +Inf last.
     pub buckets: [u64; BUCKETS.len() + 1],
+    /// The failed calls among those (their results and durations), once one failed.
+    pub failed: Option<Box<Failed>>,
 }
 
 impl Series {
@@ -67,6 +72,9 @@ impl Series {
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
             *a += b;
+        }
+        if let Some(f) = &other.failed {
+            self.failed.get_or_insert_default().merge(f);
         }
     }
 }
@@ -155,7 +163,7 @@ impl Aggregator {
     /// Counts one call into its process's series (a launch the kernel counted already only
     /// through [`Aggregator::observe_launches`]).
     pub fn observe(&mut self, p: &mut ProcessSeries, ev: &Event, kernel: Option<&KernelName>) {
-        if ev.counted {
+        if ev.counted && ev.result == 0 {
             return;
         }
         let secs = self.secs(ev.start_ns.saturating_add(ev.duration_ns));
@@ -164,6 +172,18 @@ impl Aggregator {
             _ => NO_KERNEL,
         };
         let s = self.series_of(p, ev.api, handle, kernel);
+        if ev.counted {
+            // A failed launch the kernel counted: its time is in the kernel's count, its
+            // result only in its record.
+            if ev.result != 0 {
+                s.failed.get_or_insert_default().count(ev.result, 1);
+            }
+            return;
+        }
+        if ev.result != 0 {
+            let f = s.failed.get_or_insert_default();
+            f.add(Some(ev.result), 1, ev.duration_ns, ev.duration_ns);
+        }
         s.calls += 1;
         s.errors += u64::from(ev.result != 0);
         s.sum_ns = s.sum_ns.saturating_add(ev.duration_ns);
@@ -198,6 +218,14 @@ impl Aggregator {
         s.calls += d.count;
         s.errors += d.errors;
         s.sum_ns = s.sum_ns.saturating_add(d.sum_ns);
+        if d.errors > 0 {
+            // The cell's time is not split by outcome: the failures take their share of it.
+            let share =
+                (u128::from(d.sum_ns) * u128::from(d.errors) / u128::from(d.count.max(1))) as u64;
+            s.failed
+                .get_or_insert_default()
+                .add(None, d.errors, share, high);
+        }
         // Every Prometheus bound is a bucket's upper bound: the bucket's calls all fall under
         // the bound of its upper end.
         s.buckets[bucket_index(high)] += d.count;

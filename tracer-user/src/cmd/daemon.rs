@@ -35,6 +35,8 @@ pub struct Daemon {
     pub probes: Vec<ProbeRow>,
     /// Records the kernel did not write, by reason.
     pub dropped: Drops,
+    /// The detection window: a call in the driver this long is stuck.
+    window: std::time::Duration,
 }
 
 impl Consumer for Daemon {
@@ -55,8 +57,16 @@ impl Consumer for Daemon {
 
     fn exited(&mut self, process: &mut Process) {
         // Its alerts resolve; its series stay for `retain_exited_s`.
-        self.detector
-            .exited(&mut process.signals, SystemTime::now());
+        self.detector.exited(
+            crate::identity::ProcessRef {
+                pid: process.pid,
+                comm: &process.comm,
+                identity: &process.identity,
+            },
+            process.memory.current_bytes,
+            &mut process.signals,
+            SystemTime::now(),
+        );
     }
 }
 
@@ -74,6 +84,7 @@ impl Daemon {
             nvml_up: sampler.up(),
             probes: session.probe_rows(),
             dropped: Drops::default(),
+            window: std::time::Duration::from_secs(cfg.detect.window_s),
         }
     }
 
@@ -97,6 +108,14 @@ impl Daemon {
         since_start: f64,
     ) -> Vec<crate::alert::AlertChange> {
         session.harvest(self);
+        // Calls in the driver for a window or more: what a starved process shows.
+        for call in session.in_flight_for(self.window) {
+            use crate::detect::Processes as _;
+            if let Some(slot) = session.registry.slot_mut(call.pid) {
+                self.detector
+                    .observe_stuck(slot, call.api.info().kind, call.start_ns);
+            }
+        }
         self.detector.evaluate(
             &mut session.registry,
             since_start,

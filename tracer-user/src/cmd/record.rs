@@ -42,8 +42,16 @@ impl Consumer for Recorder {
     }
 
     fn exited(&mut self, process: &mut Process) {
-        self.detector
-            .exited(&mut process.signals, SystemTime::now());
+        self.detector.exited(
+            crate::identity::ProcessRef {
+                pid: process.pid,
+                comm: &process.comm,
+                identity: &process.identity,
+            },
+            process.memory.current_bytes,
+            &mut process.signals,
+            SystemTime::now(),
+        );
     }
 }
 

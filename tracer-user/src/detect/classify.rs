@@ -18,6 +18,10 @@ pub struct Activity {
     pub copy_bytes: u64,
     /// Device memory held (traced allocations).
     pub memory_bytes: u64,
+    /// When its oldest work not yet known finished was launched (CLOCK_MONOTONIC ns).
+    pub open_since: Option<u64>,
+    /// When its oldest call stuck in the driver (in flight for a window or more) entered.
+    pub stuck_since: Option<u64>,
 }
 
 /// A process as classification sees it.
@@ -91,7 +95,8 @@ impl GpuSet {
         }
     }
 
-    fn label(&self) -> String {
+    /// The set as an alert's `gpu`: `all`, or the GPUs joined by commas.
+    pub fn label(&self) -> String {
         match self {
             GpuSet::All => "all".into(),
             GpuSet::Only(v) => v.join(","),
@@ -139,7 +144,7 @@ pub struct Thresholds {
 /// weight there, biggest first; and the GPU they share. The victim is left out of the total: its
 /// own work is what its baseline already holds, and under contention its GPU-time estimate also
 /// counts the time its kernels queued behind the others'.
-fn shares(
+pub(super) fn shares(
     victim: &Seen<'_>,
     vset: &GpuSet,
     others: &[(Seen<'_>, GpuSet)],
@@ -214,6 +219,10 @@ pub fn classify(
         utilization,
         reasons: reasons.clone(),
     };
+    let (who, gpu) = super::starved::holders(victim, everyone, gpus);
+    if !who.is_empty() {
+        return verdict(Cause::Starvation, who, gpu);
+    }
     if memory_ratio.is_some_and(|r| r >= limits.memory_pressure_ratio) {
         let (who, gpu) = shares(victim, &vset, &others, |a| a.memory_bytes as f64);
         return verdict(Cause::MemoryPressure, who, gpu);
@@ -280,6 +289,8 @@ mod tests {
             gpu_ns,
             copy_bytes,
             memory_bytes: 0,
+            open_since: None,
+            stuck_since: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The debounce state machine of one (process, signal): a breach goes `pending` after
 //! `pending_windows` consecutive breaching windows, `firing` once it has lasted
 //! `firing_after_s`, and resolves after `resolve_after_s` without one (a pending one at the first
-//! normal window).
+//! normal window). While firing, windows that breach above its severity for `firing_after_s`
+//! raise it (never lower: severity goes down only through resolution).
 use super::baseline::{Baseline, Params};
 use crate::{alert::AlertChange, alert::AlertState, alert::Severity, config::DetectConfig};
 
@@ -29,6 +30,9 @@ pub struct Track {
     pub fired_at: f64,
     /// Lowest tier over the current run: the severity it sustains.
     pub tier: Severity,
+    /// While firing: since when (monotonic seconds) every window breached above the alert's
+    /// severity, and the lowest tier over those windows (what it escalates to).
+    pub higher: Option<(f64, Severity)>,
     /// The alert's latest record, while pending or firing.
     pub record: Option<AlertChange>,
     /// The last window's value, the baseline p99 and the baseline's forecast for that window
@@ -47,6 +51,7 @@ impl Track {
             last_breach: 0.0,
             fired_at: 0.0,
             tier: Severity::Warning,
+            higher: None,
             record: None,
             last: None,
         }
@@ -61,6 +66,7 @@ impl Track {
             (Phase::Normal, None) | (Phase::Pending, None) => {}
             (Phase::Pending, Some(_)) => self.end(),
             (Phase::Firing, _) => {
+                self.higher = None;
                 if now - self.last_breach >= cfg.resolve_after_s as f64 {
                     self.end();
                 }
@@ -72,6 +78,7 @@ impl Track {
     fn end(&mut self) {
         self.phase = Phase::Normal;
         self.breaches = 0;
+        self.higher = None;
         if let Some(r) = self.record.as_mut() {
             r.state = AlertState::Resolved;
             r.reason = Some("back_to_baseline");

@@ -27,6 +27,9 @@ struct Breach {
     value: f64,
     p99: f64,
     samples: u64,
+    /// How long the process's oldest stuck call of this signal's kind has been in the driver
+    /// (ns), when it is starved.
+    stuck_ns: Option<f64>,
 }
 
 /// A process's last window as classification sees it, owned so that the registry can change
@@ -92,6 +95,8 @@ impl Detector {
                     gpu_ns: w.gpu_ns,
                     copy_bytes: w.copy_bytes,
                     memory_bytes: p.memory_bytes,
+                    open_since: p.open_since,
+                    stuck_since: w.stuck_since(),
                 };
                 Some(Observed {
                     pid: p.pid,
@@ -101,6 +106,25 @@ impl Detector {
                 })
             })
             .collect();
+        let seen: Vec<Seen<'_>> = observed
+            .iter()
+            .map(|o| Seen {
+                process: ProcessRef {
+                    pid: o.pid,
+                    comm: &o.comm,
+                    identity: &o.identity,
+                },
+                activity: o.activity,
+            })
+            .collect();
+        // Starved: a call stuck in the driver behind work another process queued earlier on
+        // the same GPU. Its stuck time stands in for the calls that do not complete.
+        let starved: Vec<u32> = seen
+            .iter()
+            .filter(|v| !super::starved::holders(v, &seen, gpus).0.is_empty())
+            .map(|v| v.process.pid)
+            .collect();
+        let now_ns = crate::event::monotonic_ns() as f64;
         let mut breached: Vec<Breach> = Vec::new();
         for (pid, comm, slot) in processes.slots_mut() {
             let Some(s) = slot.as_deref_mut() else {
@@ -108,11 +132,23 @@ impl Detector {
             };
             for (i, signal) in Signal::ALL.into_iter().enumerate() {
                 let t = &mut s.tracks[i];
-                let Some((v, samples)) = s.window.value(signal, cfg.min_samples) else {
-                    t.settle(None, now, &cfg);
-                    continue;
+                let stuck_ns = s.window.stuck[i]
+                    .filter(|_| starved.contains(&pid))
+                    .map(|since| (now_ns - since as f64).max(0.0));
+                let (v, samples) = match (s.window.value(signal, cfg.min_samples), stuck_ns) {
+                    (Some((v, n)), Some(stuck)) => (v.max(stuck), n),
+                    (Some(measured), None) => measured,
+                    (None, Some(stuck)) => (stuck, 0),
+                    (None, None) => {
+                        t.settle(None, now, &cfg);
+                        continue;
+                    }
                 };
                 let Some(p99) = t.baseline.p99() else {
+                    if stuck_ns.is_some() {
+                        // No normal known yet: a stuck call is not one to learn.
+                        continue;
+                    }
                     if t.baseline.learn(v) == Learned::Ready {
                         log::info!(
                             target: "cudatrace::baseline",
@@ -152,7 +188,7 @@ impl Detector {
                             }
                             Phase::Pending => false,
                         };
-                        if long {
+                        if long && stuck_ns.is_none() {
                             t.baseline.learn(v);
                         }
                         breached.push(Breach {
@@ -162,6 +198,7 @@ impl Detector {
                             value: v,
                             p99,
                             samples,
+                            stuck_ns,
                         });
                     }
                     None => {
@@ -171,17 +208,6 @@ impl Detector {
                 }
             }
         }
-        let seen: Vec<Seen<'_>> = observed
-            .iter()
-            .map(|o| Seen {
-                process: ProcessRef {
-                    pid: o.pid,
-                    comm: &o.comm,
-                    identity: &o.identity,
-                },
-                activity: o.activity,
-            })
-            .collect();
         // Processes slowed themselves (breaching now, or alerting) are not an incident's cause:
         // two victims of one trainer see each other as small aggressors.
         let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();
@@ -201,6 +227,7 @@ impl Detector {
                 (&seen, &slowed),
             );
         }
+        self.out_of_memory(processes, (now, now_wall), &cfg, gpus);
         // Records still refer to the window's moments; stamp the changes with the wall clock.
         for s in processes
             .slots_mut()
@@ -237,6 +264,7 @@ impl Detector {
             value: v,
             p99,
             samples,
+            stuck_ns,
         } = *b;
         if !classify::vouched(pid, gpus) {
             // NVML sees GPU processes but not this one: no alert of its own.
@@ -280,6 +308,7 @@ impl Detector {
             gpu_memory_used_ratio: verdict.memory_ratio,
             gpu_utilization: verdict.utilization,
             clock_event_reasons: verdict.reasons.clone(),
+            stuck_s: stuck_ns.map(|ns| significant(ns / 1e9)),
         };
         let started_at = rfc3339(wall_at(t.since, now, now_wall));
         let at = rfc3339(now_wall);
@@ -319,6 +348,7 @@ impl Detector {
                     reason: None,
                     incident,
                     quiet: None,
+                    escalated_from: None,
                 };
                 t.record = Some(record);
             }
@@ -334,8 +364,21 @@ impl Detector {
                     r.gpu = verdict.gpu;
                 }
                 r.evidence = evidence;
-                if t.phase == Phase::Pending {
-                    r.severity = t.tier;
+                r.escalated_from = None;
+                match t.phase {
+                    Phase::Pending => r.severity = t.tier,
+                    // Escalation: every window above the severity for `firing_after_s`.
+                    _ if tier > r.severity => {
+                        let (since, low) = t.higher.get_or_insert((start, tier));
+                        *low = (*low).min(tier);
+                        if now - *since >= cfg.firing_after_s as f64 {
+                            r.escalated_from = Some(r.severity);
+                            r.severity = *low;
+                            r.at = rfc3339(now_wall);
+                            t.higher = None;
+                        }
+                    }
+                    _ => t.higher = None,
                 }
             }
         }
@@ -350,7 +393,7 @@ impl Detector {
             .as_mut()
             .expect("an alert past normal has a record");
         r.quiet = self.quiet.find(&r.victim, &r.aggressors, &cgroup, now_wall);
-        if opened {
+        if opened || r.escalated_from.is_some() {
             self.outbox.push(r.clone());
         }
         if t.phase == Phase::Pending && now - t.since >= cfg.firing_after_s as f64 {

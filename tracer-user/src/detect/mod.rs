@@ -10,7 +10,9 @@
 pub mod baseline;
 pub mod classify;
 pub mod debounce;
+pub mod oom;
 pub mod signals;
+mod starved;
 
 use std::{sync::Arc, time::SystemTime};
 
@@ -33,6 +35,8 @@ use crate::{
 pub struct ProcessSignals {
     window: Window,
     tracks: [Track; 3],
+    /// Its failed allocations (out of device memory).
+    oom: oom::Oom,
 }
 
 impl ProcessSignals {
@@ -40,12 +44,21 @@ impl ProcessSignals {
         ProcessSignals {
             window: Window::new(),
             tracks: std::array::from_fn(|_| Track::new(params)),
+            oom: oom::Oom::default(),
         }
     }
 
     /// Whether one of its alerts is pending or firing.
     pub fn alerting(&self) -> bool {
         self.tracks.iter().any(|t| t.record.is_some())
+    }
+
+    /// Its alerts now pending or firing.
+    fn records(&self) -> impl Iterator<Item = &AlertChange> {
+        self.tracks
+            .iter()
+            .filter_map(|t| t.record.as_ref())
+            .chain(self.oom.record.as_ref())
     }
 }
 
@@ -62,6 +75,11 @@ pub struct Tracked<'a> {
     pub identity: &'a Arc<Identity>,
     /// Device memory it holds, bytes.
     pub memory_bytes: u64,
+    /// Whether it exited (kept for its retention time).
+    pub exited: bool,
+    /// When its oldest work not yet known finished was launched (CLOCK_MONOTONIC ns): the
+    /// first launch of its oldest batch no wait has closed.
+    pub open_since: Option<u64>,
     /// The detector's state of it, once it has some.
     pub signals: Option<&'a ProcessSignals>,
 }
@@ -116,6 +134,8 @@ pub struct Detector {
     window_start: f64,
     /// State changes not yet handed out.
     outbox: Vec<AlertChange>,
+    /// Exited processes whose out-of-memory alert is still kept.
+    gone_oom: Vec<oom::Gone>,
 }
 
 impl Detector {
@@ -138,6 +158,7 @@ impl Detector {
             params,
             window_start: now,
             outbox: Vec::new(),
+            gone_oom: Vec::new(),
         }
     }
 
@@ -157,6 +178,7 @@ impl Detector {
         let params = self.params;
         let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
         s.window.observe(ev, closed);
+        oom::observe(s, ev);
     }
 
     /// Counts launches the kernel counted into their process's window.
@@ -166,12 +188,32 @@ impl Detector {
         s.window.add_launches(d);
     }
 
-    /// A process exited: its pending or firing alerts resolve.
-    pub fn exited(&mut self, slot: &mut Slot, now_wall: SystemTime) {
+    /// A call of `kind` that entered at `start_ns` has been in the driver for at least a
+    /// window: what a starved process shows instead of slow calls.
+    pub fn observe_stuck(&self, slot: &mut Slot, kind: tracer_common::Kind, start_ns: u64) {
+        let Some(signal) = Signal::held_up_by(kind) else {
+            return;
+        };
+        let params = self.params;
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        s.window.note_stuck(signal, start_ns);
+    }
+
+    /// A process exited (`who`, holding `memory_bytes` of device memory then): its pending or
+    /// firing alerts resolve, but for an out-of-memory one, kept its usual time.
+    pub fn exited(
+        &mut self,
+        who: ProcessRef<'_>,
+        memory_bytes: u64,
+        slot: &mut Slot,
+        now_wall: SystemTime,
+    ) {
         let Some(s) = slot.take() else {
             return;
         };
-        for t in s.tracks {
+        let ProcessSignals { tracks, oom, .. } = *s;
+        self.oom_exited(who, memory_bytes, oom);
+        for t in tracks {
             if let Some(mut r) = t.record {
                 r.state = AlertState::Resolved;
                 r.at = rfc3339(now_wall);
@@ -183,13 +225,14 @@ impl Detector {
 
     /// Alerts now pending or firing.
     pub fn active<'a>(
-        &self,
+        &'a self,
         processes: &'a impl Processes,
     ) -> impl Iterator<Item = &'a AlertChange> {
         processes
             .tracked()
             .filter_map(|p| p.signals)
-            .flat_map(|s| s.tracks.iter().filter_map(|t| t.record.as_ref()))
+            .flat_map(ProcessSignals::records)
+            .chain(self.gone_oom.iter().filter_map(|g| g.record()))
     }
 
     /// Per process and signal with a ready baseline, its last window against the baseline.

@@ -22,6 +22,17 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// The signal a call of `kind` that does not return holds up: a wait the wait per launch,
+    /// a launch the launch latency, a synchronous copy the copy time (None for the others).
+    pub fn held_up_by(kind: Kind) -> Option<Signal> {
+        match kind {
+            Kind::Sync => Some(Signal::WaitPerLaunch),
+            Kind::Launch | Kind::GraphLaunch => Some(Signal::LaunchLatency),
+            Kind::Memcpy => Some(Signal::CopyTime),
+            _ => None,
+        }
+    }
+
     /// Every signal.
     pub const ALL: [Signal; 3] = [
         Signal::LaunchLatency,
@@ -59,6 +70,9 @@ pub struct Window {
     pub sync_copies: u64,
     pub copy_bytes: u64,
     pub gpu_ns: u64,
+    /// Per signal (in [`Signal::ALL`]'s order), when the oldest call of its kind that is stuck
+    /// in the driver (in flight for at least a window) entered (CLOCK_MONOTONIC ns).
+    pub stuck: [Option<u64>; 3],
 }
 
 impl Default for Window {
@@ -79,7 +93,19 @@ impl Window {
             sync_copies: 0,
             copy_bytes: 0,
             gpu_ns: 0,
+            stuck: [None; 3],
         }
+    }
+
+    /// A call of `signal`'s kind that entered at `start_ns` is still in the driver.
+    pub fn note_stuck(&mut self, signal: Signal, start_ns: u64) {
+        let i = Signal::ALL.iter().position(|s| *s == signal).unwrap_or(0);
+        self.stuck[i] = Some(self.stuck[i].map_or(start_ns, |t| t.min(start_ns)));
+    }
+
+    /// When the oldest stuck call of any kind entered.
+    pub fn stuck_since(&self) -> Option<u64> {
+        self.stuck.iter().flatten().min().copied()
     }
 
     pub fn reset(&mut self) {

@@ -55,7 +55,17 @@ impl Det {
     }
     fn forget(&mut self, pid: u32, now_wall: SystemTime) {
         let d = &mut self.d;
-        self.r.exit(pid, |p| d.exited(&mut p.signals, now_wall));
+        self.r.exit(pid, |p| {
+            let (who, bytes) = (
+                crate::identity::ProcessRef {
+                    pid: p.pid,
+                    comm: &p.comm,
+                    identity: &p.identity,
+                },
+                p.memory.current_bytes,
+            );
+            d.exited(who, bytes, &mut p.signals, now_wall)
+        });
     }
     fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.r.iter().map(|p| p.pid).collect();
@@ -463,3 +473,5 @@ fn two_victims_of_one_neighbour_share_an_incident() {
         ("2:job2", "0")
     );
 }
+
+mod worst;

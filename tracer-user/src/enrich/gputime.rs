@@ -142,6 +142,11 @@ impl Streams {
         closed
     }
 
+    /// When the oldest batch no wait has closed began (its first launch, CLOCK_MONOTONIC ns).
+    pub fn open_since(&self) -> Option<u64> {
+        self.streams.values().filter_map(|s| s.batch_start).min()
+    }
+
     /// Every stream: ((stream, tid), totals), in key order.
     pub fn sorted(&self) -> Vec<((u64, u32), &StreamTime)> {
         let mut v: Vec<_> = self.streams.iter().map(|(k, s)| (*k, s)).collect();

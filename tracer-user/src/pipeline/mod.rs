@@ -7,6 +7,7 @@ mod drive;
 pub mod launches;
 mod open;
 mod options;
+mod pace;
 mod rescan;
 
 pub use drive::{Ending, Pipeline, Stages};
@@ -40,9 +41,6 @@ use crate::{
 };
 use launches::Harvest;
 
-/// How often the ring buffer is drained when the kernel has not woken the reader: the most an
-/// event waits before it is printed or counted.
-const POLL_PERIOD: Duration = Duration::from_millis(20);
 /// How often running processes are looked at in /proc (a leader that exited, a start time
 /// that changed): by the clock, since drains come faster under load.
 const PROCESS_CHECK_PERIOD: Duration = Duration::from_secs(1);
@@ -145,7 +143,8 @@ pub struct Session {
     asked_full: (u64, u64),
     /// When a full pass was last asked for because the kernel lost opens.
     full_at: Instant,
-    poll: Interval,
+    /// When the ring buffer is drained (see `pace`).
+    pace: pace::Pace,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
     sigint: Signal,
@@ -184,6 +183,12 @@ impl Session {
         self.maps_read.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Calls in the driver now that entered at least `age` ago.
+    pub fn in_flight_for(&self, age: Duration) -> Vec<crate::probe::bpf_maps::InFlight> {
+        let before = event::monotonic_ns().saturating_sub(age.as_nanos() as u64);
+        self.probes.maps.in_flight(before)
+    }
+
     /// Records the kernel did not write, by reason.
     pub fn dropped(&self) -> Drops {
         self.probes
@@ -214,7 +219,7 @@ impl Session {
                 _ = &mut self.deadline => Step::Wake(Wake::Stop),
                 _ = self.rescan.tick(), if watching => Step::Tick,
                 f = found(&mut self.discovery), if watching => Step::Found(f),
-                _ = self.poll.tick() => Step::Wake(Wake::Drain),
+                _ = self.pace.tick() => Step::Wake(Wake::Drain),
                 guard = self.ring.readable_mut() => {
                     // Everything is drained right after: readiness that arrives meanwhile wakes again.
                     guard?.clear_ready();
@@ -253,12 +258,10 @@ impl Session {
     /// `HARVEST_PERIOD`, or when a process leaves) the launches counted in-kernel, then
     /// releases the processes that left. An error is the consumer's output closing.
     pub fn drain(&mut self, consumer: &mut impl Consumer) -> io::Result<()> {
-        loop {
-            let record = match self.ring.get_mut().next() {
-                Some(item) => event::decode_record(&item),
-                None => break,
-            };
-            self.handle(record, consumer)?;
+        let records = self.read_ring(consumer)?;
+        if self.pace.after_drain(records, &mut self.probes.maps) {
+            let late = self.read_ring(consumer)?;
+            self.pace.after_drain(late, &mut self.probes.maps);
         }
         for pid in std::mem::take(&mut self.gone) {
             self.probes.maps.untrack(pid);
@@ -283,6 +286,19 @@ impl Session {
         self.release_leaving(consumer);
         self.probes.flush_log();
         consumer.flush()
+    }
+
+    /// Hands every record now in the ring buffer to `consumer`; returns how many there were.
+    fn read_ring(&mut self, consumer: &mut impl Consumer) -> io::Result<u64> {
+        let mut records = 0;
+        loop {
+            let record = match self.ring.get_mut().next() {
+                Some(item) => event::decode_record(&item),
+                None => return Ok(records),
+            };
+            records += 1;
+            self.handle(record, consumer)?;
+        }
     }
 
     fn handle(

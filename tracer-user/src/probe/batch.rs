@@ -45,6 +45,10 @@ pub unsafe trait Plain: Copy + Default {}
 unsafe impl Plain for tracer_common::launches::LaunchKey {}
 // SAFETY: as above, three `u64`s.
 unsafe impl Plain for tracer_common::launches::LaunchCell {}
+// SAFETY: as above, ten `u64`s.
+unsafe impl Plain for tracer_common::entry::Entry {}
+// SAFETY: a primitive.
+unsafe impl Plain for u64 {}
 
 /// Every (key, value) of the hash map `fd` whose keys are `K` and values `V`; `Ok(None)` when
 /// the kernel has no batch operations (the caller then iterates).

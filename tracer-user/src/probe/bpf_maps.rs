@@ -80,6 +80,19 @@ pub struct Maps {
     cells: BpfHashMap<MapData, u32, u64>,
     /// The same map's descriptor (a duplicate), for batch reads.
     launches_fd: Option<std::os::fd::OwnedFd>,
+    /// `entries`' descriptor (a duplicate), for batch reads.
+    entries_fd: Option<std::os::fd::OwnedFd>,
+}
+
+/// A call that entered the driver and has not returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InFlight {
+    /// Process id.
+    pub pid: u32,
+    /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC) at entry.
+    pub start_ns: u64,
+    /// The entry point.
+    pub api: tracer_common::api::Api,
 }
 
 impl Maps {
@@ -97,6 +110,14 @@ impl Maps {
                 aya::maps::Map::HashMap(data) => std::os::fd::AsFd::as_fd(data.fd())
                     .try_clone_to_owned()
                     .ok(),
+                _ => None,
+            }),
+            entries_fd: ebpf.map(MAP_ENTRIES).and_then(|m| match m {
+                aya::maps::Map::LruHashMap(data) | aya::maps::Map::HashMap(data) => {
+                    std::os::fd::AsFd::as_fd(data.fd())
+                        .try_clone_to_owned()
+                        .ok()
+                }
                 _ => None,
             }),
             launches: take(ebpf, MAP_LAUNCHES)?,
@@ -204,6 +225,32 @@ impl Maps {
             .filter(|(_, e)| e.start_ns != 0)
             .count();
         (busy, self.tracked.keys().count())
+    }
+
+    /// Calls in the driver now that entered before `entered_before_ns` (CLOCK_MONOTONIC), read
+    /// from the per-thread entry state (at most `MAX_INFLIGHT` slots, in batches where the
+    /// kernel has them).
+    pub fn in_flight(&self, entered_before_ns: u64) -> Vec<InFlight> {
+        use std::os::fd::AsFd as _;
+        let all: Vec<(u64, Entry)> = match self
+            .entries_fd
+            .as_ref()
+            .map(|fd| super::batch::lookup_all(fd.as_fd()))
+        {
+            Some(Ok(Some(all))) => all,
+            _ => self.entries.iter().filter_map(Result::ok).collect(),
+        };
+        all.into_iter()
+            .filter(|(_, e)| e.start_ns != 0 && e.start_ns < entered_before_ns)
+            .filter_map(|(pid_tgid, e)| {
+                let id = (e.cookie & tracer_common::api::COOKIE_API_MASK) as u32;
+                Some(InFlight {
+                    pid: (pid_tgid >> 32) as u32,
+                    start_ns: e.start_ns,
+                    api: tracer_common::api::Api::from_id(id)?,
+                })
+            })
+            .collect()
     }
 
     /// Every launch cell now (cumulative counts).

@@ -341,7 +341,17 @@ async fn alertmanager_sink(
                     AlertState::Pending => continue,
                     AlertState::Firing => {
                         let body = alertmanager::form(&record, &instance, &generator, now + 4 * resend);
+                        // Escalated: severity is a label, so the alert of the old severity
+                        // ends in the same post that starts the new one.
+                        let ended = firing
+                            .get(&record.key())
+                            .filter(|old| old.severity != record.severity)
+                            .map(|old| alertmanager::form(old, &instance, &generator, now));
                         firing.insert(record.key(), record);
+                        if let Some(ended) = ended {
+                            endpoint.post(&client, &Value::Array(vec![ended, body])).await;
+                            continue;
+                        }
                         body
                     }
                     AlertState::Resolved => match firing.remove(&record.key()) {

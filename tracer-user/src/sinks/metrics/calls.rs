@@ -11,7 +11,7 @@ use super::{
     snapshot::CallRow,
     SnapshotCell,
 };
-use crate::aggregate::BUCKETS;
+use crate::aggregate::{Failed, BUCKETS};
 
 /// The calls collector.
 #[derive(Debug)]
@@ -42,15 +42,28 @@ impl Collector for CallsCollector {
             "Driver calls completed.",
             &calls,
         )?;
+        // Per result: the `CUresult` name (its number when unknown, `other` past the bound);
+        // `not_recorded` for failures counted in-kernel whose record was lost.
         let errors: Vec<(Labels, f64)> = snap
             .calls
             .iter()
-            .map(|c| (call_labels(c), c.series.errors as f64))
+            .filter(|c| c.series.errors > 0)
+            .flat_map(|c| {
+                let named = c.series.failed.as_ref().map_or(&[][..], |f| &f.by_result);
+                let seen: u64 = named.iter().map(|(_, n)| n).sum();
+                let rest = c.series.errors.saturating_sub(seen);
+                named
+                    .iter()
+                    .map(|(r, n)| (Failed::label(*r), *n))
+                    .chain((rest > 0).then(|| ("not_recorded".to_owned(), rest)))
+                    .map(|(result, n)| (with(call_labels(c), &[("result", result)]), n as f64))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         counter(
             &mut enc,
             "cudatrace_call_errors",
-            "Driver calls that returned an error (CUresult != 0).",
+            "Driver calls that returned an error (CUresult != 0), by result.",
             &errors,
         )?;
         if !snap.calls.is_empty() {
@@ -61,20 +74,45 @@ impl Collector for CallsCollector {
                 MetricType::Histogram,
             )?;
             for c in &snap.calls {
-                // Per-bucket counts: the encoders make them cumulative.
-                let buckets: Vec<(f64, u64)> = BUCKETS
+                // Split by outcome: the failed calls' own buckets, and the rest.
+                let none = Failed::default();
+                let f = c.series.failed.as_deref().unwrap_or(&none);
+                let failed = f.buckets.iter().sum::<u64>();
+                let ok: Vec<u64> = c
+                    .series
+                    .buckets
                     .iter()
-                    .chain([f64::INFINITY].iter())
-                    .copied()
-                    .zip(c.series.buckets.iter().copied())
+                    .zip(&f.buckets)
+                    .map(|(all, bad)| all.saturating_sub(*bad))
                     .collect();
-                m.encode_family(&call_labels(c))?
-                    .encode_histogram::<NoLabelSet>(
-                        c.series.sum_ns as f64 / 1e9,
-                        c.series.calls,
-                        &buckets,
-                        None,
-                    )?;
+                let parts = [
+                    (
+                        "ok",
+                        &ok[..],
+                        c.series.sum_ns.saturating_sub(f.sum_ns),
+                        c.series.calls.saturating_sub(failed),
+                    ),
+                    ("error", &f.buckets[..], f.sum_ns, failed),
+                ];
+                for (outcome, counts, sum_ns, count) in parts {
+                    if outcome == "error" && count == 0 {
+                        continue;
+                    }
+                    // Per-bucket counts: the encoders make them cumulative.
+                    let buckets: Vec<(f64, u64)> = BUCKETS
+                        .iter()
+                        .chain([f64::INFINITY].iter())
+                        .copied()
+                        .zip(counts.iter().copied())
+                        .collect();
+                    m.encode_family(&with(call_labels(c), &[("outcome", outcome.into())]))?
+                        .encode_histogram::<NoLabelSet>(
+                            sum_ns as f64 / 1e9,
+                            count,
+                            &buckets,
+                            None,
+                        )?;
+                }
             }
         }
         let quantiles: Vec<(Labels, f64)> = snap

@@ -1,0 +1,247 @@
+//! The worst cases: a victim starved by a neighbour holding its GPU, and a breach that grows
+//! while firing (escalation).
+use super::*;
+
+/// pid 1 learns a 1 ms wait for 10 windows alone. Then pid 2 queues work on GPU 0 and holds
+/// it: pid 1's next wait does not return for windows `stuck` (its calls complete nowhere), and
+/// pid 2's own wait is stuck too. Then pid 1's waits are back to 1 ms.
+#[test]
+fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return() {
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    let gpu0 = Arc::new(Identity {
+        cuda_visible_devices: Some("0".into()),
+        ..Default::default()
+    });
+    let (mut out, stuck) = (Vec::new(), 10..22u32);
+    let now = crate::event::monotonic_ns();
+    // The holder's launch, 40 s before the clock's now; the victim's, queued 1 s after it.
+    let (held_at, queued_at) = (now - 40_000_000_000, now - 39_000_000_000);
+    for k in 0..40u32 {
+        if stuck.contains(&k) {
+            for (pid, at) in [(2, held_at), (1, queued_at)] {
+                if d.r.live_mut(pid).is_none() {
+                    d.r.insert(
+                        pid,
+                        Comm::from(format!("job{pid}").as_str()),
+                        (*gpu0).clone(),
+                    );
+                }
+                let p = d.r.live_mut(pid).unwrap();
+                let launch = Event::launch(Api::LaunchKernel, pid, 1, 7).timed(at, 4_000);
+                p.streams.observe(&launch);
+                // Its wait entered right after its launch, and has not returned.
+                d.d.observe_stuck(&mut p.signals, tracer_common::Kind::Sync, at + 5_000);
+            }
+        } else {
+            window(&mut d, 1, &gpu0, 1000, 1_000_000);
+            if k == stuck.end {
+                // The holder's long kernel ends: its wait returns, closing both batches.
+                for pid in [1, 2] {
+                    let p = d.r.live_mut(pid).unwrap();
+                    let wait = Event::of(
+                        Api::StreamSynchronize,
+                        pid,
+                        Detail::Sync {
+                            stream: Some(7),
+                            event: None,
+                        },
+                    )
+                    .timed(queued_at, 1_000);
+                    p.streams.observe(&wait);
+                }
+            }
+        }
+        let end = f64::from(k + 1) * 5.0;
+        d.evaluate(end, wall(end), &[]);
+        let changes = d.take_changes();
+        if !changes.is_empty() {
+            out.push((k + 1, changes));
+        }
+    }
+    let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
+    let name = "CudatraceGpuStarved";
+    assert_eq!(
+        got,
+        vec![
+            // Stuck from window 11 (t=50..55 s): pending after 3 windows, firing at 30 s.
+            (13, vec![(1, "wait_per_launch", "pending", name)]),
+            (16, vec![(1, "wait_per_launch", "firing", name)]),
+            // Stuck until t=110; its waits back to 1 ms from then; resolved 60 s later.
+            (34, vec![(1, "wait_per_launch", "resolved", name)]),
+        ]
+    );
+    let firing = &out[1].1[0];
+    assert_eq!(firing.cause, crate::alert::Cause::Starvation);
+    assert_eq!(
+        (firing.severity, firing.gpu.as_str()),
+        (Severity::Page, "0")
+    );
+    let holders: Vec<(u32, Option<f64>)> =
+        firing.aggressors.iter().map(|a| (a.pid, a.share)).collect();
+    assert_eq!(holders, vec![(2, Some(1.0))]);
+    // Its wait entered 39 s before the test's clock reading: stuck at least that long.
+    let stuck_s = firing.evidence.stuck_s.expect("stuck_s");
+    assert!((39.0..45.0).contains(&stuck_s), "{stuck_s}");
+    assert_eq!(firing.evidence.samples, 0);
+    assert!(firing
+        .summary()
+        .contains("job1 (pid 1) starved by job2 (pid 2) 100% on GPU 0"));
+    assert_eq!(out[2].1[0].reason, Some("back_to_baseline"));
+}
+
+/// A slowdown that starts at the warning tier and grows to the page tier while firing: the
+/// same alert's severity rises once the page tier has held for `firing_after_s`, never falls.
+#[test]
+fn a_growing_breach_escalates_while_firing_and_never_falls() {
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    // Quiet 10 windows; +25% from window 10; +200% from window 20; +25% from 30; quiet from 36.
+    let out = run(&mut d, 0..60, |k| match k {
+        10..20 | 30..36 => (1_250_000, 200),
+        20..30 => (3_000_000, 200),
+        _ => (1_000_000, 0),
+    });
+    type Change = (&'static str, Severity, Option<Severity>);
+    let got: Vec<(u32, Vec<Change>)> = out
+        .iter()
+        .map(|(k, c)| {
+            (
+                *k,
+                c.iter()
+                    .map(|r| (r.state.as_str(), r.severity, r.escalated_from))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (13, vec![("pending", Severity::Warning, None)]),
+            (16, vec![("firing", Severity::Warning, None)]),
+            // Page from t=100; 30 s later, at the end of window 26, the alert pages.
+            (
+                26,
+                vec![("firing", Severity::Page, Some(Severity::Warning))]
+            ),
+            // Back to +25% at window 31: still paging; resolved 60 s after the last breach.
+            (48, vec![("resolved", Severity::Page, None)]),
+        ]
+    );
+    assert!(out.iter().flat_map(|(_, c)| c).all(|r| r.victim.pid == 1));
+}
+
+/// pid 1's allocation fails with `CUDA_ERROR_OUT_OF_MEMORY` while pid 2 holds 6 GiB and pid 1
+/// 2 GiB on GPU 0: the alert fires at that window, names both by what they hold, and resolves
+/// once 60 s pass without another failure.
+#[test]
+fn out_of_memory_fires_at_once_names_the_holders_and_resolves() {
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    let gpu0 = Arc::new(Identity {
+        cuda_visible_devices: Some("0".into()),
+        ..Default::default()
+    });
+    let mut out = Vec::new();
+    for k in 0..20u32 {
+        window(&mut d, 1, &gpu0, 20, 1_000_000);
+        window(&mut d, 2, &gpu0, 20, 1_000_000);
+        d.r.live_mut(1).unwrap().memory.current_bytes = 2 << 30;
+        d.r.live_mut(2).unwrap().memory.current_bytes = 6 << 30;
+        if k == 3 || k == 4 {
+            let mut alloc = Event::of(
+                Api::MemAlloc,
+                1,
+                Detail::Alloc {
+                    dptr: 0,
+                    bytes: 1 << 30,
+                    stream: None,
+                },
+            );
+            alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
+            d.observe(&alloc, &gpu0, None);
+        }
+        let end = f64::from(k + 1) * 5.0;
+        d.evaluate(end, wall(end), &[]);
+        let changes = d.take_changes();
+        if !changes.is_empty() {
+            out.push((k + 1, changes));
+        }
+    }
+    let name = "CudatraceGpuOutOfMemory";
+    let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (4, vec![(1, "out_of_memory", "firing", name)]),
+            // The last failure was in the window ending at 25 s: resolved at 85 s.
+            (17, vec![(1, "out_of_memory", "resolved", name)]),
+        ]
+    );
+    let firing = &out[0].1[0];
+    assert_eq!(
+        (firing.severity, firing.gpu.as_str()),
+        (Severity::Critical, "0")
+    );
+    let held: Vec<(u32, Option<f64>)> =
+        firing.aggressors.iter().map(|a| (a.pid, a.share)).collect();
+    assert_eq!(held, vec![(2, Some(0.75)), (1, Some(0.25))]);
+    assert_eq!(
+        (firing.evidence.now, firing.evidence.samples),
+        ((1u64 << 30) as f64, 1)
+    );
+    assert_eq!(
+        firing.summary(),
+        "job1 (pid 1) could not allocate 1073741824 bytes on GPU 0: out of device memory (1 failed in 5 s); held by job2 (pid 2) 75%, job1 (pid 1) 25%"
+    );
+    assert_eq!(out[1].1[0].reason, Some("no_more_failures"));
+}
+
+/// An out-of-memory failure, then the process exits in the same window (a crash): the alert
+/// still fires, and resolves 60 s later like a live one's.
+#[test]
+fn out_of_memory_then_exit_still_fires() {
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    let gpu0 = Arc::new(Identity {
+        cuda_visible_devices: Some("0".into()),
+        ..Default::default()
+    });
+    let mut out = Vec::new();
+    for k in 0..20u32 {
+        if k == 2 {
+            window(&mut d, 3, &gpu0, 20, 1_000_000);
+            d.r.live_mut(3).unwrap().memory.current_bytes = 1 << 30;
+            let mut alloc = Event::of(
+                Api::MemAlloc,
+                3,
+                Detail::Alloc {
+                    dptr: 0,
+                    bytes: 4096,
+                    stream: None,
+                },
+            );
+            alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
+            d.observe(&alloc, &gpu0, None);
+            d.forget(3, wall(12.0));
+        }
+        let end = f64::from(k + 1) * 5.0;
+        d.evaluate(end, wall(end), &[]);
+        let changes = d.take_changes();
+        if !changes.is_empty() {
+            out.push((k + 1, changes));
+        }
+    }
+    let name = "CudatraceGpuOutOfMemory";
+    let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (3, vec![(3, "out_of_memory", "firing", name)]),
+            (15, vec![(3, "out_of_memory", "resolved", name)]),
+        ]
+    );
+    // It held 1 GiB when it exited: the only holder named.
+    let held: Vec<(u32, Option<f64>)> = out[0].1[0]
+        .aggressors
+        .iter()
+        .map(|a| (a.pid, a.share))
+        .collect();
+    assert_eq!(held, vec![(3, Some(1.0))]);
+}
