@@ -64,6 +64,15 @@ pub enum Scenario {
         /// Seconds idle afterwards.
         hold_s: f64,
     },
+    /// `n` allocations of `bytes` each (going on past failures), then `hold_s` seconds idle.
+    Allocs {
+        /// Bytes per allocation.
+        bytes: u64,
+        /// Allocations.
+        n: u64,
+        /// Seconds idle afterwards, holding them.
+        hold_s: f64,
+    },
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -108,6 +117,12 @@ impl Scenario {
             Scenario::Lookups { lookups, hold_s } => {
                 vec!["lookups".into(), lookups.to_string(), hold_s.to_string()]
             }
+            Scenario::Allocs { bytes, n, hold_s } => vec![
+                "allocs".into(),
+                bytes.to_string(),
+                n.to_string(),
+                hold_s.to_string(),
+            ],
             Scenario::Copies {
                 seconds,
                 bytes,
