@@ -121,6 +121,31 @@ fn daemonset_is_least_privilege_on_gpu_nodes() {
         Some("nvidia.com/gpu")
     );
     let c = chart::container(&docs);
+    // The node's state directory, writable, for the incident archive the config names.
+    let state = pod["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some("state"))
+        .expect("a state volume");
+    assert_eq!(
+        (
+            state["hostPath"]["path"].as_str(),
+            state["hostPath"]["type"].as_str()
+        ),
+        (Some("/var/lib/cudatrace"), Some("DirectoryOrCreate"))
+    );
+    let mount = c["volumeMounts"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"].as_str() == Some("state"))
+        .expect("the state volume mounted");
+    assert_eq!(mount["mountPath"].as_str(), Some("/var/lib/cudatrace"));
+    assert!(mount["readOnly"].is_badvalue(), "{mount:?}");
+    assert!(
+        chart::config_toml().contains("[alerts]\narchive = \"/var/lib/cudatrace/incidents.jsonl\"")
+    );
     let s = &c["securityContext"];
     assert_eq!(s["privileged"].as_bool(), Some(false));
     assert_eq!(s["allowPrivilegeEscalation"].as_bool(), Some(false));

@@ -234,6 +234,10 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
                 &hook_url,
             )
             .replace(
+                "http://alert-receiver.monitoring.svc:8080/cudatrace-page",
+                &hook_url,
+            )
+            .replace(
                 "http://alert-receiver.monitoring.svc:8080/cudatrace",
                 &hook_url,
             ),

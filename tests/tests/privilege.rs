@@ -120,9 +120,16 @@ fn least_privilege_daemon_traces_another_users_process() {
     // Not root: nothing to leave, so the switching capabilities are not needed.
     let caps = tracing_caps();
     let dir = integration_tests::guards::TempDir::new("chart-config");
+    // The chart's state directory, owned by the uid this test starts it as.
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
     let config = dir.write(
         "config.toml",
-        &chart::config_toml_with(&[&allow_standin(&env)]),
+        &chart::config_toml_with(&[
+            &allow_standin(&env),
+            &format!("stateDir={}", state.display()),
+        ]),
     );
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_nobody_with(&caps);
@@ -372,9 +379,15 @@ fn the_daemonset_process_leaves_uid_0() {
     let caps = chart::daemonset_capabilities();
     let tracing = tracing_caps();
     let dir = integration_tests::guards::TempDir::new("leave-root");
+    // The chart's state directory as the kubelet makes it (hostPath DirectoryOrCreate): root's.
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
     let config = dir.write(
         "config.toml",
-        &chart::config_toml_with(&[&allow_standin(&env)]),
+        &chart::config_toml_with(&[
+            &allow_standin(&env),
+            &format!("stateDir={}", state.display()),
+        ]),
     );
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_root_with(&caps);
@@ -390,6 +403,16 @@ fn the_daemonset_process_leaves_uid_0() {
     let (uid, gid, groups) = ids(daemon.pid());
     let (eff, nnp) = cap_eff(daemon.pid());
     let want: u64 = tracing.iter().map(|c| bit(c)).sum();
+    // The chart's incident archive, opened before the switch: root's, private.
+    let archive = std::fs::metadata(state.join("incidents.jsonl"))
+        .unwrap_or_else(|e| panic!("no archive in the chart's state directory: {e}"));
+    {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        assert_eq!(
+            (archive.uid(), archive.permissions().mode() & 0o777),
+            (0, 0o600)
+        );
+    }
     let dev = device_file("leave-root");
     let running = Workload::new(
         &env,

@@ -49,7 +49,19 @@ impl Severity {
             Severity::Page => "page",
         }
     }
+
+    /// How soon someone answers it (the seeds' tiers): the `response` annotation.
+    pub fn response(self) -> &'static str {
+        match self {
+            Severity::Warning => "within a day",
+            Severity::Critical => "within 2 hours",
+            Severity::Page => "at once",
+        }
+    }
 }
+
+/// Where each alert's runbook is: this, then the alert's name in lower case (docs/alerts.md).
+pub const RUNBOOK_BASE: &str = "https://github.com/cudatrace/cudatrace/blob/main/docs/alerts.md#";
 
 /// Through which resource the victim is slowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

@@ -178,6 +178,22 @@ fn test(filter: Option<String>) -> Result<()> {
     run(Command::new("amtool")
         .current_dir(root())
         .args(["check-config", "deploy/alertmanager/alertmanager.yml"]))?;
+    // Each tier reaches its receiver: page the pager, critical on-call, warning the tickets.
+    for (severity, receiver) in [
+        ("page", "gpu-paging"),
+        ("critical", "gpu-oncall"),
+        ("warning", "gpu-tickets"),
+    ] {
+        run(Command::new("amtool").current_dir(root()).args([
+            "config",
+            "routes",
+            "test",
+            "--config.file=deploy/alertmanager/alertmanager.yml",
+            &format!("--verify.receivers={receiver}"),
+            &format!("severity={severity}"),
+            "alertname=CudatraceComputeContention",
+        ]))?;
+    }
     // The Helm chart's own checks (its rendered objects are validated against the Kubernetes
     // schemas by the chart tests in the integration-tests crate).
     run(Command::new("helm").current_dir(root()).args([

@@ -9,7 +9,10 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use crate::{alert::AlertChange, text::rfc3339};
+use crate::{
+    alert::{AlertChange, RUNBOOK_BASE},
+    text::rfc3339,
+};
 
 /// The Alertmanager API v2 form of `change`, ending at `ends`.
 pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemTime) -> Value {
@@ -32,6 +35,8 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
         "annotations": {
             "summary": change.summary(),
             "aggressors": change.aggressors_label(),
+            "response": change.severity.response(),
+            "runbook_url": format!("{RUNBOOK_BASE}{}", change.alert.to_lowercase()),
             "record": serde_json::to_string(change).unwrap_or_default(),
         },
         "startsAt": change.started_at,
@@ -72,6 +77,13 @@ mod tests {
             (Some("10"), Some("node-1"))
         );
         assert_eq!(v["annotations"]["aggressors"], "20:trainer");
+        assert_eq!(
+            (v["annotations"]["response"].as_str(), v["annotations"]["runbook_url"].as_str()),
+            (
+                Some("at once"),
+                Some("https://github.com/cudatrace/cudatrace/blob/main/docs/alerts.md#cudatracecomputecontention")
+            )
+        );
         assert_eq!(
             (
                 v["labels"]["aggressors"].as_str(),

@@ -44,13 +44,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* The config file: scalar keys first, then each map as a [table] (see cudatrace.tomlTable). */}}
 {{- define "cudatrace.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- if .Values.stateDir }}
+{{- /* The incident archive in the state directory, unless config.alerts names one. */}}
+{{- $alerts := default dict $config.alerts }}
+{{- if not (hasKey $alerts "archive") }}
+{{- $_ := set $alerts "archive" (printf "%s/incidents.jsonl" (trimSuffix "/" .Values.stateDir)) }}
+{{- end }}
+{{- $_ := set $config "alerts" $alerts }}
+{{- end -}}
 listen = {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
-{{- range $key, $value := .Values.config }}
+{{- range $key, $value := $config }}
 {{- if not (kindIs "map" $value) }}
 {{ $key }} = {{ include "cudatrace.tomlValue" $value }}
 {{- end }}
 {{- end }}
-{{- range $key, $value := .Values.config }}
+{{- range $key, $value := $config }}
 {{- if and (kindIs "map" $value) (ne $key "kubernetes") }}
 {{ include "cudatrace.tomlTable" (dict "name" $key "table" $value) }}
 {{- end }}
