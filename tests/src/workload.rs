@@ -150,6 +150,7 @@ pub struct Workload {
     vars: Vec<(String, String)>,
     comm: Option<String>,
     cgroup: Option<PathBuf>,
+    exit_code: Option<i32>,
 }
 
 impl Workload {
@@ -164,6 +165,7 @@ impl Workload {
             uid: None,
             vars: Vec::new(),
             comm: None,
+            exit_code: None,
             cgroup: None,
         }
     }
@@ -207,6 +209,12 @@ impl Workload {
     /// Runs as this user (and group), with no capabilities, through setpriv.
     pub fn as_user(mut self, uid: u32) -> Workload {
         self.uid = Some(uid);
+        self
+    }
+
+    /// Exits with `code` once its scenario is done.
+    pub fn exit_code(mut self, code: i32) -> Workload {
+        self.exit_code = Some(code);
         self
     }
 
@@ -262,6 +270,9 @@ impl Workload {
         if let Some(ms) = self.settle_ms {
             cmd.args(["--settle", &ms.to_string()]);
         }
+        if let Some(code) = self.exit_code {
+            cmd.args(["--exit", &code.to_string()]);
+        }
         let child = cmd
             .args(self.scenario.args())
             .envs(self.vars.iter().map(|(k, v)| (k, v)))
@@ -295,6 +306,18 @@ impl Running {
     /// Waits for it; returns its JSON report (the last line it printed).
     pub fn finish(mut self) -> Value {
         report(self.child.take().expect("running"))
+    }
+
+    /// Waits for it, whatever its status; returns the status.
+    pub fn status(mut self) -> std::process::ExitStatus {
+        self.child.take().expect("running").wait().unwrap()
+    }
+
+    /// Kills it (SIGKILL) and waits; returns the status.
+    pub fn kill(mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        child.wait().unwrap()
     }
 
     /// Whether it has exited.

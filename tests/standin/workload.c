@@ -30,6 +30,7 @@
  *                               it without faulting, the driver's own read faults it in
  *   --settle MS sleeps between dlopen and the first call.
  *   --hold waits, after dlopen, until stdin closes before the first call.
+ *   --exit CODE exits with CODE once the scenario is done (a crashing server, for restart loops).
  *
  * basic: thread t's launch i uses grid (1 + i % 1000, 2 + t, 3), block (32, 1 + i % 8, 2),
  * sharedMemBytes i, and thread t's stream; its copy j moves 1024 + 16 * j + t bytes, host to device
@@ -416,7 +417,7 @@ static void run_unpaged_config(long n) {
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] "
+    fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] [--exit CODE] "
                     "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD\n");
     exit(64);
 }
@@ -425,13 +426,14 @@ int main(int argc, char **argv) {
     const char *path = "libcuda.so.1";
     int threads = 1, i = 1;
     long settle_ms = 0;
-    int hold = 0;
+    int hold = 0, exit_code = 0;
     for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
         if (!strcmp(argv[i], "--lib") && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--real")) real_driver = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--settle") && i + 1 < argc) settle_ms = atol(argv[++i]);
         else if (!strcmp(argv[i], "--hold")) hold = 1;
+        else if (!strcmp(argv[i], "--exit") && i + 1 < argc) exit_code = atoi(argv[++i]);
         else usage();
     }
     if (i >= argc || threads < 1 || threads > MAX_THREADS) usage();
@@ -486,5 +488,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "rename") && i + 2 == argc) run_rename(argv[i], atol(argv[i + 1]));
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else usage();
-    return 0;
+    fflush(stdout);
+    return exit_code;
 }

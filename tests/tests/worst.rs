@@ -381,3 +381,62 @@ fn out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics() {
     eprintln!("e2e out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics: fired {:.1} s after the failure", fired_after.as_secs_f64());
     assert!(fired_after <= Duration::from_secs(11), "{fired_after:?}");
 }
+
+/// A model server that keeps crashing: it exits with status 3, is started again, exits with 3
+/// again, is killed (SIGKILL), and is started a fourth time. The third restart fires
+/// `CudatraceRestartLoop`, naming the latest process and the three exits as the kernel reported
+/// them.
+#[test]
+fn a_restart_loop_fires_with_the_exit_statuses_the_kernel_reported() {
+    let Some(env) = env() else { return };
+    let hook = Webhook::start();
+    let dir = TempDir::new("restarts");
+    let (daemon, _listen) = daemon(&env, &dir, FAST, &hook, None);
+    let dev = device_file("restarts");
+    // Each lives a second of launches (so the daemon reads who it is), then exits with `code`.
+    let server = |seconds: f64| {
+        looping(&env, seconds, 1, 1)
+            .comm("model-server")
+            .device(&dev)
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        statuses.push(server(1.0).exit_code(3).spawn().status().code());
+    }
+    let killed = server(60.0).spawn();
+    std::thread::sleep(Duration::from_secs(1));
+    let killed = killed.kill();
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(killed.signal(), Some(9));
+    }
+    assert_eq!(statuses, [Some(3), Some(3)]);
+    let last = server(60.0).spawn();
+    let last_pid = last.pid();
+    let started = Instant::now();
+    let name = "CudatraceRestartLoop";
+    let firing = hook.wait_for(Duration::from_secs(15), of_victim(last_pid, name, "firing"));
+    let fired_after = started.elapsed();
+    let firing = firing.unwrap_or_else(|| {
+        panic!(
+            "no restart loop within 15 s: {:?}; stderr {:?}",
+            hook.received(),
+            daemon.stderr_now()
+        )
+    });
+    assert_eq!(firing["severity"], "critical");
+    assert_eq!(firing["cause"], "restart_loop");
+    assert_eq!(firing["victim"]["comm"], "model-server");
+    assert_eq!(firing["evidence"]["samples"], 3, "{firing}");
+    assert_eq!(
+        firing["evidence"]["exit_statuses"],
+        serde_json::json!(["exit 3", "exit 3", "killed by SIGKILL"])
+    );
+    drop(last);
+    let _ = daemon.stop();
+    eprintln!(
+        "e2e a_restart_loop_fires_with_the_exit_statuses_the_kernel_reported: fired {:.1} s after the fourth start, exits {}",
+        fired_after.as_secs_f64(),
+        firing["evidence"]["exit_statuses"]
+    );
+}

@@ -44,7 +44,15 @@ pub struct ExitEvent {
     pub tag: u32,
     /// Process id.
     pub pid: u32,
+    /// The leader's `task_struct.exit_code` as `wait(2)` reports it (`exit(n)`: `n << 8`; a
+    /// signal: its number, `| 0x80` with a core dump), when [`EXIT_STATUS_KNOWN`] is set.
+    pub status: i32,
+    /// [`EXIT_STATUS_KNOWN`] when `status` was read.
+    pub flags: u32,
 }
+
+/// [`ExitEvent::flags`]: the status was read.
+pub const EXIT_STATUS_KNOWN: u32 = 1;
 
 /// One completed driver call, written at the uretprobe. It carries no thread name: user space
 /// reads its process's once and hears of a change from a [`NameEvent`].
@@ -117,7 +125,8 @@ const fn hi(v: u64) -> u32 {
 // Record layouts, checked at compile time on both sides.
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<ExitEvent>() == 8 && offset_of!(ExitEvent, pid) == 4);
+    assert!(size_of::<ExitEvent>() == 16 && offset_of!(ExitEvent, pid) == 4);
+    assert!(offset_of!(ExitEvent, status) == 8 && offset_of!(ExitEvent, flags) == 12);
     assert!(size_of::<CallEvent>() == 96 && size_of::<NameEvent>() == 32);
     assert!(
         offset_of!(CallEvent, api) == 4

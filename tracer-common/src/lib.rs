@@ -13,7 +13,9 @@ pub mod results;
 
 pub use api::{Api, Kind, Layout};
 pub use entry::Entry;
-pub use event::{CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent, NAME_MAX};
+pub use event::{
+    CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent, EXIT_STATUS_KNOWN, NAME_MAX,
+};
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.
 pub const STAT_DROPPED: u32 = 0;
@@ -48,8 +50,11 @@ pub const CONFIG_SLOW_US: u32 = 6;
 /// Index of the per-process quota of `LAUNCHES` cells: a process's launches past it are counted
 /// in its overflow cells (0: no quota).
 pub const CONFIG_CELL_QUOTA: u32 = 7;
+/// Index of the byte offset of `exit_code` in the kernel's `struct task_struct`, which user
+/// space reads from the kernel's BTF (0: unknown, and exit records carry no status).
+pub const CONFIG_EXIT_CODE_OFFSET: u32 = 8;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_COUNT: u32 = 8;
+pub const CONFIG_COUNT: u32 = 9;
 
 /// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
 pub const FILTER_COMM: u32 = 1;

@@ -71,6 +71,9 @@ pub enum Cause {
     /// another process queued earlier on the same GPU (the victim completes too few calls to
     /// be slow: it is starved).
     Starvation,
+    /// A workload's process keeps exiting and starting again (`restart_loop_count` restarts in
+    /// `restart_loop_s`).
+    RestartLoop,
     /// An allocation failed with `CUDA_ERROR_OUT_OF_MEMORY`; the aggressors are the processes
     /// holding the most device memory on that GPU.
     OutOfMemory,
@@ -94,6 +97,7 @@ impl Cause {
         match self {
             Cause::Starvation => "CudatraceGpuStarved",
             Cause::OutOfMemory => "CudatraceGpuOutOfMemory",
+            Cause::RestartLoop => "CudatraceRestartLoop",
             Cause::ComputeContention => "CudatraceComputeContention",
             Cause::CopyContention => "CudatraceCopyContention",
             Cause::MemoryPressure => "CudatraceGpuMemoryPressure",
@@ -108,6 +112,7 @@ impl Cause {
         match self {
             Cause::Starvation => "starvation",
             Cause::OutOfMemory => "out_of_memory",
+            Cause::RestartLoop => "restart_loop",
             Cause::ComputeContention => "compute_contention",
             Cause::CopyContention => "copy_contention",
             Cause::MemoryPressure => "memory_pressure",
@@ -183,6 +188,10 @@ pub struct Evidence {
     /// Seconds the victim's oldest stuck call has been in the driver, when one is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stuck_s: Option<f64>,
+    /// A restart loop's exit statuses within its span, oldest first (`exit 1`, `killed by
+    /// SIGKILL`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exit_statuses: Vec<String>,
 }
 
 /// One alert state change: the JSON line on stdout and the webhook's body.
@@ -292,6 +301,15 @@ impl AlertChange {
                 .collect();
             format!(" by {}", list.join(", "))
         };
+        if self.cause == Cause::RestartLoop {
+            return format!(
+                "{} restarted {} times in {} s (exits: {})",
+                who(&self.victim),
+                self.evidence.samples,
+                self.evidence.window_s,
+                self.evidence.exit_statuses.join(", ")
+            );
+        }
         if self.cause == Cause::OutOfMemory {
             return format!(
                 "{} could not allocate {} bytes on GPU {}: out of device memory ({} failed in {} s){}",
@@ -367,6 +385,7 @@ pub(crate) mod tests {
                 gpu_utilization: None,
                 clock_event_reasons: vec![],
                 stuck_s: None,
+                exit_statuses: vec![],
             },
             started_at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
             at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030)),

@@ -200,8 +200,8 @@ fn cstr(bytes: &[u8]) -> String {
 pub enum RingRecord {
     /// A completed call.
     Call(Event),
-    /// A tracked process exited.
-    Exit(u32),
+    /// A tracked process exited: (pid, its `wait(2)` status when the kernel's BTF located it).
+    Exit(u32, Option<i32>),
     /// A thread's name: (pid, tid, renamed, name), at its first call or when a tracked
     /// process's leader is renamed.
     Name(u32, u32, bool, Comm),
@@ -211,7 +211,9 @@ pub enum RingRecord {
 pub fn decode_record(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     let tag: u32 = read(bytes)?;
     if tag == EventTag::Exit as u32 {
-        return Ok(RingRecord::Exit(read::<ExitEvent>(bytes)?.pid));
+        let e = read::<ExitEvent>(bytes)?;
+        let status = (e.flags & tracer_common::EXIT_STATUS_KNOWN != 0).then_some(e.status);
+        return Ok(RingRecord::Exit(e.pid, status));
     }
     if tag == EventTag::Name as u32 {
         let n = read::<NameEvent>(bytes)?;
@@ -446,8 +448,18 @@ mod tests {
         let exit = ExitEvent {
             tag: EventTag::Exit as u32,
             pid: 42,
+            status: 3 << 8,
+            flags: tracer_common::EXIT_STATUS_KNOWN,
         };
-        assert_eq!(decode_record(bytes(&exit)), Ok(RingRecord::Exit(42)));
+        assert_eq!(
+            decode_record(bytes(&exit)),
+            Ok(RingRecord::Exit(42, Some(768)))
+        );
+        let unknown = ExitEvent { flags: 0, ..exit };
+        assert_eq!(
+            decode_record(bytes(&unknown)),
+            Ok(RingRecord::Exit(42, None))
+        );
         let mut comm = [0u8; 16];
         comm[..6].copy_from_slice(b"worker");
         let name = NameEvent {

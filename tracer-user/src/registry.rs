@@ -58,6 +58,8 @@ pub struct Process {
     pub launches_overflowed: u64,
     /// When it exited; the entry stays for [`RegistryLimits::retain_exited`].
     pub exited_at: Option<Instant>,
+    /// Its `wait(2)` status, as the kernel's exit record gave it.
+    pub exit_status: Option<i32>,
 }
 
 impl Process {
@@ -159,6 +161,7 @@ impl Registry {
             last_seen_ns: 0,
             launches_overflowed: 0,
             exited_at: None,
+            exit_status: None,
         };
         self.by_pid.insert(pid, process);
         if self.by_pid.len() > self.limits.max_processes {

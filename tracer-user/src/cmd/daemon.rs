@@ -63,7 +63,7 @@ impl Consumer for Daemon {
                 comm: &process.comm,
                 identity: &process.identity,
             },
-            process.memory.current_bytes,
+            (process.memory.current_bytes, process.exit_status),
             &mut process.signals,
             SystemTime::now(),
         );

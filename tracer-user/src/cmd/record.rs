@@ -48,7 +48,7 @@ impl Consumer for Recorder {
                 comm: &process.comm,
                 identity: &process.identity,
             },
-            process.memory.current_bytes,
+            (process.memory.current_bytes, process.exit_status),
             &mut process.signals,
             SystemTime::now(),
         );

@@ -51,6 +51,11 @@ pub struct DetectConfig {
     /// Alert on slowdowns with no cause seen (`CudatraceSlowdown`): the process's own work
     /// changed, or something untraced shares its GPU.
     pub report_unexplained: bool,
+    /// Restarts of one workload (a new process after one of it exited) within
+    /// `restart_loop_s` that raise `CudatraceRestartLoop`.
+    pub restart_loop_count: u32,
+    /// The span, seconds, restarts are counted over; a loop resolves after as long without one.
+    pub restart_loop_s: u64,
     /// `[[detect.schedule]]`: periods with other tiers and debounce times (first match wins).
     pub schedule: Vec<schedule::ScheduleEntry>,
 }
@@ -79,6 +84,8 @@ impl Default for DetectConfig {
             memory_pressure_ratio: 0.95,
             idle_gpu_percent: 10,
             report_unexplained: true,
+            restart_loop_count: 3,
+            restart_loop_s: 600,
             schedule: Vec::new(),
         }
     }
@@ -169,6 +176,15 @@ impl DetectConfig {
                 format!(
                     "detect.resolve_after_s = {}: give at least one window ({} s)",
                     d.resolve_after_s, d.window_s
+                ),
+            ));
+        }
+        if d.restart_loop_count == 0 || d.restart_loop_s == 0 {
+            return Err(ConfigError::invalid(
+                "detect.restart_loop_count",
+                format!(
+                    "detect.restart_loop_count = {}, restart_loop_s = {}: give at least 1 of each",
+                    d.restart_loop_count, d.restart_loop_s
                 ),
             ));
         }

@@ -11,6 +11,7 @@ pub mod baseline;
 pub mod classify;
 pub mod debounce;
 pub mod oom;
+pub mod restarts;
 pub mod signals;
 mod starved;
 
@@ -136,6 +137,8 @@ pub struct Detector {
     outbox: Vec<AlertChange>,
     /// Exited processes whose out-of-memory alert is still kept.
     gone_oom: Vec<oom::Gone>,
+    /// Restart loops per workload.
+    restarts: restarts::Restarts,
 }
 
 impl Detector {
@@ -159,6 +162,7 @@ impl Detector {
             window_start: now,
             outbox: Vec::new(),
             gone_oom: Vec::new(),
+            restarts: restarts::Restarts::default(),
         }
     }
 
@@ -199,15 +203,17 @@ impl Detector {
         s.window.note_stuck(signal, start_ns);
     }
 
-    /// A process exited (`who`, holding `memory_bytes` of device memory then): its pending or
-    /// firing alerts resolve, but for an out-of-memory one, kept its usual time.
+    /// A process exited (`who`, holding `memory_bytes` of device memory then, with `wait(2)`
+    /// status `status`): its pending or firing alerts resolve, but for an out-of-memory one,
+    /// kept its usual time; the exit counts toward its workload's restarts.
     pub fn exited(
         &mut self,
         who: ProcessRef<'_>,
-        memory_bytes: u64,
+        (memory_bytes, status): (u64, Option<i32>),
         slot: &mut Slot,
         now_wall: SystemTime,
     ) {
+        self.restart_exited(who, status);
         let Some(s) = slot.take() else {
             return;
         };
@@ -233,6 +239,7 @@ impl Detector {
             .filter_map(|p| p.signals)
             .flat_map(ProcessSignals::records)
             .chain(self.gone_oom.iter().filter_map(|g| g.record()))
+            .chain(self.restart_records())
     }
 
     /// Per process and signal with a ready baseline, its last window against the baseline.

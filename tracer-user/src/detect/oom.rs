@@ -201,6 +201,7 @@ fn step(
         gpu_utilization: None,
         clock_event_reasons: Vec::new(),
         stuck_s: None,
+        exit_statuses: Vec::new(),
     };
     o.new = 0;
     o.last = now;

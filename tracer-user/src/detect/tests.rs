@@ -64,7 +64,7 @@ impl Det {
                 },
                 p.memory.current_bytes,
             );
-            d.exited(who, bytes, &mut p.signals, now_wall)
+            d.exited(who, (bytes, p.exit_status), &mut p.signals, now_wall)
         });
     }
     fn pids(&self) -> Vec<u32> {

@@ -308,7 +308,7 @@ impl Session {
     ) -> io::Result<()> {
         let mut ev = match record {
             Ok(RingRecord::Call(ev)) => ev,
-            Ok(RingRecord::Exit(pid)) => {
+            Ok(RingRecord::Exit(pid, status)) => {
                 // The leader's exit, reported by the kernel; the process lives on while another
                 // of its threads does (a tenant's pthread_exit in main must not hide its calls).
                 if self.registry.live_mut(pid).is_some() && identity::process_alive(pid) {
@@ -318,6 +318,9 @@ impl Session {
                     return Ok(());
                 }
                 self.counts.exits += 1;
+                if let Some(p) = self.registry.live_mut(pid) {
+                    p.exit_status = status;
+                }
                 if !self.leaving.contains(&pid) {
                     self.leaving.push(pid);
                 }

@@ -158,6 +158,10 @@ impl Session {
         // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
         probes.maps.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
         probes.maps.set_aggregation(opts.sampling)?;
+        // Exit statuses where the kernel's BTF says where they are (restart loops name them).
+        probes
+            .maps
+            .set_exit_code_offset(crate::probe::btf::exit_code_offset().unwrap_or(0))?;
         // Loaded and attached: from here on only discovery and identity need privileges (and
         // attaching, while watching). Threads started later inherit the reduced set.
         if let Err(e) = caps::reduce(watch, !probes.multi()) {

@@ -135,6 +135,11 @@ impl Maps {
         self.set_config(CONFIG_WAKEUP_BYTES, bytes)
     }
 
+    /// Tells the exit program where `task_struct.exit_code` is (0: unknown).
+    pub fn set_exit_code_offset(&mut self, offset: u32) -> Result<()> {
+        self.set_config(tracer_common::CONFIG_EXIT_CODE_OFFSET, offset)
+    }
+
     /// Sets the most records a process may write per second (0: no limit).
     pub fn set_rate_limit(&mut self, per_second: u32) -> Result<()> {
         self.set_config(CONFIG_RATE_LIMIT, per_second)

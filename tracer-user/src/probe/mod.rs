@@ -5,6 +5,7 @@
 pub mod allow;
 pub mod batch;
 pub mod bpf_maps;
+pub mod btf;
 pub mod caps;
 pub mod discovery;
 pub mod ebpf_log;

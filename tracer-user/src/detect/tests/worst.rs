@@ -245,3 +245,77 @@ fn out_of_memory_then_exit_still_fires() {
         .collect();
     assert_eq!(held, vec![(3, Some(1.0))]);
 }
+
+/// One server's process exits (status 3, then SIGKILL, then 3) and starts again each window:
+/// the third restart within `restart_loop_s` fires the loop, naming the latest process and the
+/// exits; a minute without a restart resolves it.
+#[test]
+fn a_restart_loop_fires_with_its_exit_statuses_and_resolves() {
+    let cfg = DetectConfig {
+        restart_loop_s: 60,
+        ..DetectConfig::default()
+    };
+    let mut d = Det::new(cfg, 100, 0.0);
+    let id = Identity {
+        exe: Some("/usr/bin/server".into()),
+        ..Default::default()
+    };
+    // A bystander with another name: not part of the loop.
+    d.r.insert(99, Comm::from("other"), id.clone());
+    let statuses = [3 << 8, 9, 3 << 8];
+    let mut out = Vec::new();
+    for k in 0..20u32 {
+        if (1..5).contains(&k) {
+            let pid = 10 + k;
+            if k > 1 {
+                d.r.live_mut(pid - 1).unwrap().exit_status = Some(statuses[(k - 2) as usize]);
+                d.forget(pid - 1, wall(f64::from(k) * 5.0));
+            }
+            d.r.insert(pid, Comm::from("server"), id.clone());
+        }
+        let end = f64::from(k + 1) * 5.0;
+        d.evaluate(end, wall(end), &[]);
+        let changes = d.take_changes();
+        if !changes.is_empty() {
+            out.push((k + 1, changes));
+        }
+    }
+    let name = "CudatraceRestartLoop";
+    let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (5, vec![(14, "restarts", "firing", name)]),
+            // The last restart at 25 s; 60 s later and one window more, none within the span.
+            (18, vec![(14, "restarts", "resolved", name)]),
+        ]
+    );
+    let firing = &out[0].1[0];
+    assert_eq!(
+        (firing.severity, firing.evidence.samples),
+        (Severity::Critical, 3)
+    );
+    assert_eq!(
+        firing.evidence.exit_statuses,
+        ["exit 3", "killed by SIGKILL", "exit 3"]
+    );
+    assert_eq!(
+        firing.summary(),
+        "server (pid 14) restarted 3 times in 60 s (exits: exit 3, killed by SIGKILL, exit 3)"
+    );
+    assert_eq!(out[1].1[0].reason, Some("no_more_restarts"));
+}
+
+#[test]
+fn exit_statuses_in_words() {
+    use crate::detect::restarts::status_text;
+    assert_eq!(status_text(Some(0)), "exit 0");
+    assert_eq!(status_text(Some(1 << 8)), "exit 1");
+    assert_eq!(status_text(Some(9)), "killed by SIGKILL");
+    assert_eq!(
+        status_text(Some(11 | 0x80)),
+        "killed by SIGSEGV (core dumped)"
+    );
+    assert_eq!(status_text(Some(40)), "killed by signal 40");
+    assert_eq!(status_text(None), "unknown");
+}

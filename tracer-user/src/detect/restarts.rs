@@ -1,0 +1,255 @@
+//! Restart loops: a workload whose process keeps exiting and starting again (an OOM, a crash,
+//! a liveness probe killing it). The workload is the pod's container (pod UID and container
+//! name) in Kubernetes, else the executable and command name. A new process of a workload one of
+//! whose processes exited within `restart_loop_s` is a restart; `restart_loop_count` restarts
+//! within `restart_loop_s` fire `CudatraceRestartLoop` (critical) with the exit statuses seen
+//! (from the kernel's exit records); it resolves once `restart_loop_s` pass without a restart.
+use std::{
+    collections::{HashMap, VecDeque},
+    time::SystemTime,
+};
+
+use super::{Detector, Processes};
+use crate::{
+    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
+    config::DetectConfig,
+    identity::{Identity, ProcessRef},
+    text::rfc3339,
+};
+
+/// Workloads remembered at most (the quietest without an alert goes first).
+const MAX_WORKLOADS: usize = 4096;
+/// Exits and restarts remembered per workload at most.
+const MAX_EVENTS: usize = 64;
+/// Processes remembered as seen at most (the oldest sighting goes first).
+const MAX_KNOWN: usize = 65_536;
+
+/// Restart bookkeeping of every workload.
+#[derive(Default)]
+pub struct Restarts {
+    /// Processes already seen, by (pid, start time), in the order seen: a process is counted
+    /// once, however late or often the table shows it.
+    known: std::collections::HashSet<(u32, u64)>,
+    known_order: VecDeque<(u32, u64)>,
+    workloads: HashMap<String, Workload>,
+    /// Exits since the last window: (pid, start time, workload, status).
+    exited: Vec<(u32, u64, String, Option<i32>)>,
+}
+
+#[derive(Default)]
+struct Workload {
+    /// (when, pid, start time, status) of its processes' exits within the span.
+    exits: VecDeque<(f64, u32, u64, Option<i32>)>,
+    /// When its restarts were seen, within the span.
+    restarts: VecDeque<f64>,
+    /// Its latest process (the one started last), as alerts name it, and its start time.
+    latest: Option<Party>,
+    latest_start: u64,
+    /// When it last changed.
+    last: f64,
+    /// The alert, while firing.
+    record: Option<AlertChange>,
+}
+
+/// The workload a process belongs to, for restarts.
+pub fn workload_key(id: &Identity, comm: &str) -> String {
+    let container = id
+        .kube
+        .as_ref()
+        .map(|k| k.container.as_str())
+        .filter(|c| !c.is_empty());
+    let exe = id.exe.as_deref().unwrap_or("?");
+    match (&id.pod_uid, container) {
+        (Some(uid), Some(c)) => format!("pod {uid} container {c}"),
+        (Some(uid), None) => format!("pod {uid} exe {exe} comm {comm}"),
+        (None, _) => format!("exe {exe} comm {comm}"),
+    }
+}
+
+/// A `wait(2)` status in words: `exit 3`, `killed by SIGKILL`, `killed by SIGSEGV (core dumped)`.
+pub fn status_text(status: Option<i32>) -> String {
+    let Some(s) = status else {
+        return "unknown".to_owned();
+    };
+    let signal = s & 0x7f;
+    if signal == 0 {
+        return format!("exit {}", (s >> 8) & 0xff);
+    }
+    let name = match signal {
+        1 => "SIGHUP".to_owned(),
+        2 => "SIGINT".to_owned(),
+        3 => "SIGQUIT".to_owned(),
+        4 => "SIGILL".to_owned(),
+        6 => "SIGABRT".to_owned(),
+        7 => "SIGBUS".to_owned(),
+        8 => "SIGFPE".to_owned(),
+        9 => "SIGKILL".to_owned(),
+        11 => "SIGSEGV".to_owned(),
+        13 => "SIGPIPE".to_owned(),
+        14 => "SIGALRM".to_owned(),
+        15 => "SIGTERM".to_owned(),
+        n => format!("signal {n}"),
+    };
+    let core = if s & 0x80 != 0 { " (core dumped)" } else { "" };
+    format!("killed by {name}{core}")
+}
+
+impl Restarts {
+    /// A process exited with `status` (its workload's key given).
+    pub fn exited(&mut self, pid: u32, start: u64, key: String, status: Option<i32>) {
+        if self.exited.len() < MAX_WORKLOADS {
+            self.exited.push((pid, start, key, status));
+        }
+    }
+}
+
+impl Detector {
+    /// The window's restart loops: exits and new processes counted, alerts fired and resolved.
+    pub(super) fn restart_loops(
+        &mut self,
+        processes: &impl Processes,
+        (now, now_wall): (f64, SystemTime),
+        cfg: &DetectConfig,
+    ) {
+        let span = cfg.restart_loop_s as f64;
+        let r = &mut self.restarts;
+        for (pid, start, key, status) in std::mem::take(&mut r.exited) {
+            let w = r.workloads.entry(key).or_default();
+            push_bounded(&mut w.exits, (now, pid, start, status));
+            w.last = now;
+        }
+        for p in processes.tracked() {
+            let id = (p.pid, p.identity.start_time);
+            if !r.known.insert(id) {
+                continue;
+            }
+            r.known_order.push_back(id);
+            if r.known_order.len() > MAX_KNOWN {
+                let old = r.known_order.pop_front().expect("over the bound");
+                r.known.remove(&old);
+            }
+            let key = workload_key(p.identity, p.comm);
+            let w = r.workloads.entry(key).or_default();
+            // Another process of it that started earlier (when both start times are known) and
+            // exited within the span: this one replaced it.
+            let start = p.identity.start_time;
+            if let Some((_, before, _, status)) = w.exits.iter().rev().find(|(t, x, s, _)| {
+                *x != p.pid && now - t <= span && (*s == 0 || start == 0 || *s < start)
+            }) {
+                log::info!(
+                    target: "cudatrace::restart",
+                    pid = p.pid,
+                    after = *before;
+                    "restart: pid={} comm={} started after pid={} exited ({})",
+                    p.pid,
+                    crate::text::printable(p.comm),
+                    before,
+                    status_text(*status)
+                );
+                push_bounded(&mut w.restarts, now);
+            }
+            if w.latest_start <= start {
+                w.latest = Some(Party::of(p.view(), None));
+                w.latest_start = start;
+            }
+            w.last = now;
+        }
+        for w in r.workloads.values_mut() {
+            while w.exits.front().is_some_and(|(t, _, _, _)| now - t > span) {
+                w.exits.pop_front();
+            }
+            while w.restarts.front().is_some_and(|t| now - t > span) {
+                w.restarts.pop_front();
+            }
+        }
+        if r.workloads.len() > MAX_WORKLOADS {
+            let mut quiet: Vec<(f64, String)> = r
+                .workloads
+                .iter()
+                .filter(|(_, w)| w.record.is_none())
+                .map(|(k, w)| (w.last, k.clone()))
+                .collect();
+            quiet.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (_, k) in quiet.iter().take(r.workloads.len() - MAX_WORKLOADS) {
+                r.workloads.remove(k);
+            }
+        }
+        let count = cfg.restart_loop_count as usize;
+        for w in r.workloads.values_mut() {
+            let Some(victim) = w.latest.clone() else {
+                continue;
+            };
+            let evidence = Evidence {
+                signal: "restarts",
+                unit: "restarts",
+                baseline: 0.0,
+                baseline_p99: 0.0,
+                now: w.restarts.len() as f64,
+                ratio: 0.0,
+                window_s: cfg.restart_loop_s,
+                samples: w.restarts.len() as u64,
+                gpu_memory_used_ratio: None,
+                gpu_utilization: None,
+                clock_event_reasons: Vec::new(),
+                stuck_s: None,
+                exit_statuses: w.exits.iter().map(|(_, _, _, s)| status_text(*s)).collect(),
+            };
+            match w.record.as_mut() {
+                Some(rec) if w.restarts.is_empty() => {
+                    rec.state = AlertState::Resolved;
+                    rec.at = rfc3339(now_wall);
+                    rec.reason = Some("no_more_restarts");
+                    self.outbox.push(w.record.take().expect("checked"));
+                }
+                Some(rec) => {
+                    rec.victim = victim;
+                    rec.evidence = evidence;
+                }
+                None if w.restarts.len() >= count => {
+                    let at = rfc3339(now_wall);
+                    let rec = AlertChange {
+                        alert: Cause::RestartLoop.alert_name(),
+                        state: AlertState::Firing,
+                        severity: Severity::Critical,
+                        cause: Cause::RestartLoop,
+                        gpu: String::new(),
+                        victim,
+                        aggressors: Vec::new(),
+                        evidence,
+                        started_at: at.clone(),
+                        at,
+                        reason: None,
+                        incident: Incident::of(Cause::RestartLoop, "", &[]),
+                        quiet: None,
+                        escalated_from: None,
+                    };
+                    self.outbox.push(rec.clone());
+                    w.record = Some(rec);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Alerts of restart loops now firing.
+    pub(super) fn restart_records(&self) -> impl Iterator<Item = &AlertChange> {
+        self.restarts
+            .workloads
+            .values()
+            .filter_map(|w| w.record.as_ref())
+    }
+
+    /// Counts a process's exit toward its workload's restarts.
+    pub(super) fn restart_exited(&mut self, who: ProcessRef<'_>, status: Option<i32>) {
+        let key = workload_key(who.identity, who.comm);
+        self.restarts
+            .exited(who.pid, who.identity.start_time, key, status);
+    }
+}
+
+fn push_bounded<T>(q: &mut VecDeque<T>, v: T) {
+    if q.len() >= MAX_EVENTS {
+        q.pop_front();
+    }
+    q.push_back(v);
+}
