@@ -73,6 +73,15 @@ pub enum Scenario {
         /// Seconds idle afterwards, holding them.
         hold_s: f64,
     },
+    /// A leak: an allocation of `bytes` every `every_ms` for `seconds`, none freed.
+    Grow {
+        /// Bytes per allocation.
+        bytes: u64,
+        /// Milliseconds between allocations.
+        every_ms: u64,
+        /// How long.
+        seconds: f64,
+    },
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -117,6 +126,16 @@ impl Scenario {
             Scenario::Lookups { lookups, hold_s } => {
                 vec!["lookups".into(), lookups.to_string(), hold_s.to_string()]
             }
+            Scenario::Grow {
+                bytes,
+                every_ms,
+                seconds,
+            } => vec![
+                "grow".into(),
+                bytes.to_string(),
+                every_ms.to_string(),
+                seconds.to_string(),
+            ],
             Scenario::Allocs { bytes, n, hold_s } => vec![
                 "allocs".into(),
                 bytes.to_string(),

@@ -19,6 +19,7 @@
  *     syscalls N                N getppid() system calls, timed (the cost of a sys_enter hook)
  *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
  *     allocs BYTES N HOLD       N cuMemAlloc_v2 of BYTES each (failures go on), then HOLD seconds idle
+ *     grow BYTES EVERY_MS SECONDS  a cuMemAlloc_v2 of BYTES every EVERY_MS for SECONDS, none freed
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
  *     huge-copies N             N host-to-device copies of 2^63 bytes, each refused by the library
@@ -279,6 +280,20 @@ static void run_allocs(size_t bytes, long n, double hold) {
     usleep((useconds_t)(hold * 1e6));
 }
 
+/* A leak: BYTES more device memory every EVERY_MS for SECONDS, nothing freed. */
+static void run_grow(size_t bytes, long every_ms, double seconds) {
+    setup(4096);
+    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
+    uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+    long ok = 0;
+    while (now_ns() < end) {
+        CUdeviceptr p;
+        ok += alloc(&p, bytes) == CUDA_SUCCESS;
+        usleep((useconds_t)(every_ms * 1000));
+    }
+    printf("{\"pid\":%d,\"allocated\":%ld}\n", getpid(), ok);
+}
+
 /* N lookups of N distinct 254-byte names (a tenant's way to grow the tracer's name tables), then
  * HOLD seconds alive without a call, so that the tables stay while the process does. */
 static void run_lookups(long n, double hold) {
@@ -418,7 +433,7 @@ static void run_unpaged_config(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] [--exit CODE] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS\n");
     exit(64);
 }
 
@@ -480,6 +495,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "kernels") && i + 1 == argc) run_kernels(atol(argv[i]));
     else if (!strcmp(scenario, "handles") && i + 2 == argc) run_handles(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "lookups") && i + 2 == argc) run_lookups(atol(argv[i]), atof(argv[i + 1]));
+    else if (!strcmp(scenario, "grow") && i + 3 == argc) run_grow((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "allocs") && i + 3 == argc) run_allocs((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
     else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));

@@ -440,3 +440,100 @@ fn a_restart_loop_fires_with_the_exit_statuses_the_kernel_reported() {
         firing["evidence"]["exit_statuses"]
     );
 }
+
+/// GPU 0 has 40 of its 80 GiB free (NVML). A server allocates 64 MiB every 500 ms and frees
+/// none: `CudatraceDeviceMemoryLeak` fires once six windows show the trend, with the rate and the
+/// time to full; a trainer that takes 8 GiB in one go beside it is not a leak.
+#[test]
+fn steady_device_memory_growth_fires_a_leak_warning() {
+    let Some(env) = env() else { return };
+    let hook = Webhook::start();
+    let dir = TempDir::new("leak");
+    let scenario = dir.write(
+        "nvml.txt",
+        "gpu 0 uuid=GPU-00000000-1111-2222-3333-444444444444 sm=50 mem=30 total=85899345920 used=42949672960 temp=60 power_mw=200000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n",
+    );
+    let config = dir.write("cudatrace.toml", FAST);
+    let hook_url = format!("http://127.0.0.1:{}/hook", hook.port);
+    let nvml = env.libnvml();
+    let (daemon, _listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &[
+            "--nvml-lib",
+            nvml.to_str().unwrap(),
+            "--webhook",
+            &hook_url,
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let dev = device_file("leak");
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ];
+    const MIB: u64 = 1 << 20;
+    let leaking = Workload::new(
+        &env,
+        Scenario::Grow {
+            bytes: 64 * MIB,
+            every_ms: 500,
+            seconds: 90.0,
+        },
+    )
+    .comm("model-server")
+    .vars(&vars)
+    .spawn();
+    let trainer = Workload::new(
+        &env,
+        Scenario::Allocs {
+            bytes: 8 << 30,
+            n: 1,
+            hold_s: 90.0,
+        },
+    )
+    .comm("trainer")
+    .vars(&vars)
+    .spawn();
+    let (pid, started) = (leaking.pid(), Instant::now());
+    let name = "CudatraceDeviceMemoryLeak";
+    let firing = hook.wait_for(Duration::from_secs(60), of_victim(pid, name, "firing"));
+    let fired_after = started.elapsed();
+    let firing =
+        firing.unwrap_or_else(|| panic!("no leak alert within 60 s: {:?}", hook.received()));
+    assert_eq!(
+        (
+            firing["severity"].as_str(),
+            firing["cause"].as_str(),
+            firing["gpu"].as_str()
+        ),
+        (Some("warning"), Some("memory_leak"), Some("0"))
+    );
+    // 128 MiB/s, give or take the scheduling of the allocations (usleep and the calls' time).
+    let rate = firing["evidence"]["now"].as_f64().unwrap();
+    assert!(
+        rate > 100.0 * MIB as f64 && rate <= 130.0 * MIB as f64,
+        "{firing}"
+    );
+    let to_full = firing["evidence"]["time_to_full_s"].as_f64().unwrap();
+    assert!(
+        (to_full - (40u64 << 30) as f64 / rate).abs() <= 1.0,
+        "{firing}"
+    );
+    assert!(fired_after >= Duration::from_secs(25), "{fired_after:?}");
+    let received = hook.received();
+    assert!(
+        received
+            .iter()
+            .all(|r| r["victim"]["pid"].as_u64() == Some(pid)),
+        "only the leaking server: {received:?}"
+    );
+    drop((leaking, trainer));
+    let _ = daemon.stop();
+    eprintln!(
+        "e2e steady_device_memory_growth_fires_a_leak_warning: fired {:.1} s after the first allocation, {:.1} MiB/s, full in {to_full} s",
+        fired_after.as_secs_f64(),
+        rate / MIB as f64
+    );
+}

@@ -71,6 +71,9 @@ pub enum Cause {
     /// another process queued earlier on the same GPU (the victim completes too few calls to
     /// be slow: it is starved).
     Starvation,
+    /// A process's traced device memory grows steadily: its GPU would be full within
+    /// `leak_horizon_s`.
+    MemoryLeak,
     /// A workload's process keeps exiting and starting again (`restart_loop_count` restarts in
     /// `restart_loop_s`).
     RestartLoop,
@@ -98,6 +101,7 @@ impl Cause {
             Cause::Starvation => "CudatraceGpuStarved",
             Cause::OutOfMemory => "CudatraceGpuOutOfMemory",
             Cause::RestartLoop => "CudatraceRestartLoop",
+            Cause::MemoryLeak => "CudatraceDeviceMemoryLeak",
             Cause::ComputeContention => "CudatraceComputeContention",
             Cause::CopyContention => "CudatraceCopyContention",
             Cause::MemoryPressure => "CudatraceGpuMemoryPressure",
@@ -113,6 +117,7 @@ impl Cause {
             Cause::Starvation => "starvation",
             Cause::OutOfMemory => "out_of_memory",
             Cause::RestartLoop => "restart_loop",
+            Cause::MemoryLeak => "memory_leak",
             Cause::ComputeContention => "compute_contention",
             Cause::CopyContention => "copy_contention",
             Cause::MemoryPressure => "memory_pressure",
@@ -192,6 +197,9 @@ pub struct Evidence {
     /// SIGKILL`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exit_statuses: Vec<String>,
+    /// A leak's predicted seconds until its GPU is full, at the growth rate in `now`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_full_s: Option<f64>,
 }
 
 /// One alert state change: the JSON line on stdout and the webhook's body.
@@ -301,6 +309,15 @@ impl AlertChange {
                 .collect();
             format!(" by {}", list.join(", "))
         };
+        if self.cause == Cause::MemoryLeak {
+            return format!(
+                "{} device memory grows {:.0} bytes/s: GPU {} full in {:.0} s at this rate",
+                who(&self.victim),
+                self.evidence.now,
+                self.gpu,
+                self.evidence.time_to_full_s.unwrap_or(f64::NAN)
+            );
+        }
         if self.cause == Cause::RestartLoop {
             return format!(
                 "{} restarted {} times in {} s (exits: {})",
@@ -386,6 +403,7 @@ pub(crate) mod tests {
                 clock_event_reasons: vec![],
                 stuck_s: None,
                 exit_statuses: vec![],
+                time_to_full_s: None,
             },
             started_at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
             at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030)),

@@ -51,6 +51,9 @@ pub struct DetectConfig {
     /// Alert on slowdowns with no cause seen (`CudatraceSlowdown`): the process's own work
     /// changed, or something untraced shares its GPU.
     pub report_unexplained: bool,
+    /// A process whose device memory grows steadily so that its GPU would be full within this
+    /// many seconds raises `CudatraceDeviceMemoryLeak`.
+    pub leak_horizon_s: u64,
     /// Restarts of one workload (a new process after one of it exited) within
     /// `restart_loop_s` that raise `CudatraceRestartLoop`.
     pub restart_loop_count: u32,
@@ -84,6 +87,7 @@ impl Default for DetectConfig {
             memory_pressure_ratio: 0.95,
             idle_gpu_percent: 10,
             report_unexplained: true,
+            leak_horizon_s: 3600,
             restart_loop_count: 3,
             restart_loop_s: 600,
             schedule: Vec::new(),
@@ -177,6 +181,13 @@ impl DetectConfig {
                     "detect.resolve_after_s = {}: give at least one window ({} s)",
                     d.resolve_after_s, d.window_s
                 ),
+            ));
+        }
+        if d.leak_horizon_s == 0 {
+            return Err(ConfigError::invalid(
+                "detect.leak_horizon_s",
+                "detect.leak_horizon_s = 0: give the seconds to full that count as a leak (3600)"
+                    .to_string(),
             ));
         }
         if d.restart_loop_count == 0 || d.restart_loop_s == 0 {

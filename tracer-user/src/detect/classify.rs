@@ -103,7 +103,8 @@ impl GpuSet {
         }
     }
 
-    fn holds(&self, index: u32) -> bool {
+    /// Whether GPU `index` is one of the set.
+    pub(super) fn holds(&self, index: u32) -> bool {
         match self {
             GpuSet::All => true,
             GpuSet::Only(v) => v.iter().any(|g| *g == index.to_string()),

@@ -229,6 +229,7 @@ impl Detector {
         }
         self.out_of_memory(processes, (now, now_wall), &cfg, gpus);
         self.restart_loops(processes, (now, now_wall), &cfg);
+        self.leaks(processes, (now, now_wall), &cfg, gpus);
         // Records still refer to the window's moments; stamp the changes with the wall clock.
         for s in processes
             .slots_mut()
@@ -311,6 +312,7 @@ impl Detector {
             clock_event_reasons: verdict.reasons.clone(),
             stuck_s: stuck_ns.map(|ns| significant(ns / 1e9)),
             exit_statuses: Vec::new(),
+            time_to_full_s: None,
         };
         let started_at = rfc3339(wall_at(t.since, now, now_wall));
         let at = rfc3339(now_wall);

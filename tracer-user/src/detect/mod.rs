@@ -10,6 +10,7 @@
 pub mod baseline;
 pub mod classify;
 pub mod debounce;
+pub mod leak;
 pub mod oom;
 pub mod restarts;
 pub mod signals;
@@ -38,6 +39,8 @@ pub struct ProcessSignals {
     tracks: [Track; 3],
     /// Its failed allocations (out of device memory).
     oom: oom::Oom,
+    /// Its device memory over the last windows (leaks).
+    leak: leak::Leak,
 }
 
 impl ProcessSignals {
@@ -46,6 +49,7 @@ impl ProcessSignals {
             window: Window::new(),
             tracks: std::array::from_fn(|_| Track::new(params)),
             oom: oom::Oom::default(),
+            leak: leak::Leak::default(),
         }
     }
 
@@ -60,6 +64,7 @@ impl ProcessSignals {
             .iter()
             .filter_map(|t| t.record.as_ref())
             .chain(self.oom.record.as_ref())
+            .chain(self.leak.record.as_ref())
     }
 }
 
@@ -217,10 +222,12 @@ impl Detector {
         let Some(s) = slot.take() else {
             return;
         };
-        let ProcessSignals { tracks, oom, .. } = *s;
+        let ProcessSignals {
+            tracks, oom, leak, ..
+        } = *s;
         self.oom_exited(who, memory_bytes, oom);
-        for t in tracks {
-            if let Some(mut r) = t.record {
+        for record in tracks.into_iter().map(|t| t.record).chain([leak.record]) {
+            if let Some(mut r) = record {
                 r.state = AlertState::Resolved;
                 r.at = rfc3339(now_wall);
                 r.reason = Some("victim_exited");

@@ -202,6 +202,7 @@ fn step(
         clock_event_reasons: Vec::new(),
         stuck_s: None,
         exit_statuses: Vec::new(),
+        time_to_full_s: None,
     };
     o.new = 0;
     o.last = now;

@@ -193,6 +193,7 @@ impl Detector {
                 clock_event_reasons: Vec::new(),
                 stuck_s: None,
                 exit_statuses: w.exits.iter().map(|(_, _, _, s)| status_text(*s)).collect(),
+                time_to_full_s: None,
             };
             match w.record.as_mut() {
                 Some(rec) if w.restarts.is_empty() => {

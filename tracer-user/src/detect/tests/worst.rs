@@ -319,3 +319,60 @@ fn exit_statuses_in_words() {
     assert_eq!(status_text(Some(40)), "killed by signal 40");
     assert_eq!(status_text(None), "unknown");
 }
+
+/// GPU 0 (NVML: 80 GiB, 40 GiB used). pid 1 allocates 64 MiB more every window (13.4 MB/s: the
+/// GPU full in 3,200 s, within the hour): a leak, once six windows show the trend. pid 2 takes
+/// 30 GiB in one step and holds it: no leak. pid 1 stops growing at window 20: resolved a
+/// minute after the trend no longer shows.
+#[test]
+fn steady_device_memory_growth_is_a_leak_and_one_step_is_not() {
+    let mut d = Det::new(DetectConfig::default(), 100, 0.0);
+    let gpu0 = Arc::new(Identity {
+        cuda_visible_devices: Some("0".into()),
+        ..Default::default()
+    });
+    let gpus = [GpuSample {
+        index: 0,
+        memory_total: Some(80 << 30),
+        memory_used: Some(40 << 30),
+        ..Default::default()
+    }];
+    let mut out = Vec::new();
+    for k in 0..50u32 {
+        window(&mut d, 1, &gpu0, 20, 1_000_000);
+        window(&mut d, 2, &gpu0, 20, 1_000_000);
+        d.r.live_mut(1).unwrap().memory.current_bytes = u64::from(k.min(20)) * (64 << 20);
+        d.r.live_mut(2).unwrap().memory.current_bytes = if k >= 10 { 30 << 30 } else { 1 << 30 };
+        let end = f64::from(k + 1) * 5.0;
+        d.evaluate(end, wall(end), &gpus);
+        let changes = d.take_changes();
+        if !changes.is_empty() {
+            out.push((k + 1, changes));
+        }
+    }
+    let name = "CudatraceDeviceMemoryLeak";
+    let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
+    assert_eq!(
+        got,
+        vec![
+            // Six windows of growth (0 to 5 x 64 MiB).
+            (6, vec![(1, "device_memory_growth", "firing", name)]),
+            // Growth stops after window 21; as flat windows enter the kept minute the fitted rate
+            // falls, past the hour to full after window 23; resolved 60 s after that window.
+            (35, vec![(1, "device_memory_growth", "resolved", name)]),
+        ]
+    );
+    let firing = &out[0].1[0];
+    assert_eq!(
+        (firing.severity, firing.gpu.as_str()),
+        (Severity::Warning, "0")
+    );
+    // 64 MiB per 5 s.
+    assert_eq!(firing.evidence.now, 13_421_773.0);
+    assert_eq!(firing.evidence.time_to_full_s, Some(3200.0));
+    assert_eq!(
+        firing.summary(),
+        "job1 (pid 1) device memory grows 13421773 bytes/s: GPU 0 full in 3200 s at this rate"
+    );
+    assert_eq!(out[1].1[0].reason, Some("growth_stopped"));
+}

@@ -1,0 +1,164 @@
+//! Device memory leaks: a process whose traced device memory grows steadily (a trend over
+//! several windows, not one step) fast enough that its GPU would be full within
+//! `leak_horizon_s` fires `CudatraceDeviceMemoryLeak` (warning) with the growth rate and the
+//! predicted time to full; it resolves once the growth stops (or slows past the horizon) for
+//! `resolve_after_s`, or when the process exits. How full the GPU is comes from NVML: without
+//! it there is no prediction, and no alert.
+use std::{collections::VecDeque, time::SystemTime};
+
+use super::{classify, Detector, Processes};
+use crate::{
+    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
+    config::DetectConfig,
+    nvml::GpuSample,
+    text::rfc3339,
+};
+
+/// Windows of memory kept per process (a minute at 5 s windows).
+const KEEP: usize = 12;
+/// Windows a trend needs at least.
+const MIN_WINDOWS: usize = 6;
+/// Of the steps between windows, at least this share must be rises: a trend, not one step.
+const RISING_SHARE: f64 = 0.6;
+
+/// One process's device memory over the last windows, and its alert.
+#[derive(Default)]
+pub struct Leak {
+    /// (window end, bytes held).
+    held: VecDeque<(f64, u64)>,
+    /// When it last looked like a leak.
+    last: f64,
+    /// The alert, while firing.
+    pub record: Option<AlertChange>,
+}
+
+impl Leak {
+    /// Bytes per second by least squares over the kept windows, when they show a steady rise.
+    fn growth(&self) -> Option<f64> {
+        if self.held.len() < MIN_WINDOWS {
+            return None;
+        }
+        let steps = self.held.len() - 1;
+        let rises = self
+            .held
+            .iter()
+            .zip(self.held.iter().skip(1))
+            .filter(|(a, b)| b.1 > a.1)
+            .count();
+        if (rises as f64) < RISING_SHARE * steps as f64 {
+            return None;
+        }
+        let n = self.held.len() as f64;
+        let (mt, mb) = self
+            .held
+            .iter()
+            .fold((0.0, 0.0), |(t, b), (x, y)| (t + x / n, b + *y as f64 / n));
+        let (mut num, mut den) = (0.0, 0.0);
+        for (t, b) in &self.held {
+            num += (t - mt) * (*b as f64 - mb);
+            den += (t - mt) * (t - mt);
+        }
+        let slope = num / den;
+        (den > 0.0 && slope > 0.0).then_some(slope)
+    }
+}
+
+/// Free bytes on the emptiest-to-fill GPU of the set (NVML), if NVML says.
+fn free_bytes(set: &classify::GpuSet, gpus: &[GpuSample]) -> Option<u64> {
+    gpus.iter()
+        .filter(|g| set.holds(g.index))
+        .filter_map(|g| Some(g.memory_total?.saturating_sub(g.memory_used?)))
+        .min()
+}
+
+impl Detector {
+    /// The window's leak alerts.
+    pub(super) fn leaks(
+        &mut self,
+        processes: &mut impl Processes,
+        (now, now_wall): (f64, SystemTime),
+        cfg: &DetectConfig,
+        gpus: &[GpuSample],
+    ) {
+        // Owned first: the slots are borrowed mutably below.
+        let seen: Vec<(u32, u64, Party, classify::GpuSet)> = processes
+            .tracked()
+            .filter(|p| !p.exited && p.signals.is_some())
+            .map(|p| {
+                let set = classify::gpus_of(p.pid, p.identity, gpus);
+                (p.pid, p.memory_bytes, Party::of(p.view(), None), set)
+            })
+            .collect();
+        for (pid, _, slot) in processes.slots_mut() {
+            let (Some(s), Some((_, bytes, victim, set))) =
+                (slot.as_deref_mut(), seen.iter().find(|x| x.0 == pid))
+            else {
+                continue;
+            };
+            let l = &mut s.leak;
+            if l.held.len() == KEEP {
+                l.held.pop_front();
+            }
+            l.held.push_back((now, *bytes));
+            let growth = l.growth();
+            let free = free_bytes(set, gpus);
+            let to_full = match (growth, free) {
+                (Some(g), Some(f)) => Some(f as f64 / g),
+                _ => None,
+            };
+            let leaking = to_full.is_some_and(|t| t <= cfg.leak_horizon_s as f64);
+            if leaking {
+                l.last = now;
+            }
+            let evidence = Evidence {
+                signal: "device_memory_growth",
+                unit: "bytes_per_second",
+                baseline: 0.0,
+                baseline_p99: 0.0,
+                now: growth.map_or(0.0, |g| g.round()),
+                ratio: 0.0,
+                window_s: cfg.window_s,
+                samples: l.held.len() as u64,
+                gpu_memory_used_ratio: None,
+                gpu_utilization: None,
+                clock_event_reasons: Vec::new(),
+                stuck_s: None,
+                exit_statuses: Vec::new(),
+                time_to_full_s: to_full.map(|t| t.round()),
+            };
+            match l.record.as_mut() {
+                Some(r) if !leaking && now - l.last >= cfg.resolve_after_s as f64 => {
+                    r.state = AlertState::Resolved;
+                    r.at = rfc3339(now_wall);
+                    r.reason = Some("growth_stopped");
+                    self.outbox.push(l.record.take().expect("checked"));
+                }
+                Some(r) if leaking => r.evidence = evidence,
+                Some(_) => {}
+                None if leaking => {
+                    let at = rfc3339(now_wall);
+                    let gpu = set.label();
+                    let r = AlertChange {
+                        alert: Cause::MemoryLeak.alert_name(),
+                        state: AlertState::Firing,
+                        severity: Severity::Warning,
+                        cause: Cause::MemoryLeak,
+                        incident: Incident::of(Cause::MemoryLeak, &gpu, &[]),
+                        gpu,
+                        victim: victim.clone(),
+                        aggressors: Vec::new(),
+                        evidence,
+                        started_at: at.clone(),
+                        at,
+                        reason: None,
+                        quiet: None,
+                        escalated_from: None,
+                    };
+                    self.outbox.push(r.clone());
+                    l.record = Some(r);
+                }
+                None => {}
+            }
+        }
+    }
+}
