@@ -226,13 +226,15 @@ impl Detector {
             tracks, oom, leak, ..
         } = *s;
         self.oom_exited(who, memory_bytes, oom);
-        for record in tracks.into_iter().map(|t| t.record).chain([leak.record]) {
-            if let Some(mut r) = record {
-                r.state = AlertState::Resolved;
-                r.at = rfc3339(now_wall);
-                r.reason = Some("victim_exited");
-                self.outbox.push(r);
-            }
+        for mut r in tracks
+            .into_iter()
+            .filter_map(|t| t.record)
+            .chain(leak.record)
+        {
+            r.state = AlertState::Resolved;
+            r.at = rfc3339(now_wall);
+            r.reason = Some("victim_exited");
+            self.outbox.push(r);
         }
     }
 
