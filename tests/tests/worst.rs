@@ -58,6 +58,22 @@ fn learn(daemon: &Cudatrace, pid: u64) {
     );
 }
 
+/// An alert record's aggressors: (pid, comm, share).
+fn parties(record: &Value) -> Vec<(u64, &str, f64)> {
+    record["aggressors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["pid"].as_u64().unwrap(),
+                a["comm"].as_str().unwrap(),
+                a["share"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn of_victim(pid: u64, alert: &'static str, state: &'static str) -> impl Fn(&Value) -> bool {
     move |v: &Value| {
         v["victim"]["pid"].as_u64() == Some(pid) && v["alert"] == alert && v["state"] == state
@@ -108,18 +124,7 @@ fn a_starved_victim_fires_naming_the_holder_and_resolves_after() {
     assert_eq!(firing["severity"], "page");
     assert_eq!(firing["gpu"], "0");
     assert_eq!(firing["victim"]["comm"], "model-server");
-    let holders: Vec<(u64, &str, f64)> = firing["aggressors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["pid"].as_u64().unwrap(),
-                a["comm"].as_str().unwrap(),
-                a["share"].as_f64().unwrap(),
-            )
-        })
-        .collect();
+    let holders: Vec<(u64, &str, f64)> = parties(&firing);
     assert_eq!(holders, vec![(holder_pid, "batch-job", 1.0)]);
     let stuck = firing["evidence"]["stuck_s"].as_f64().unwrap();
     assert!(
@@ -319,18 +324,7 @@ fn out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics() {
         ),
         (Some("out_of_memory"), Some("critical"), Some("0"))
     );
-    let held: Vec<(u64, &str, f64)> = firing["aggressors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            (
-                a["pid"].as_u64().unwrap(),
-                a["comm"].as_str().unwrap(),
-                a["share"].as_f64().unwrap(),
-            )
-        })
-        .collect();
+    let held: Vec<(u64, &str, f64)> = parties(&firing);
     assert_eq!(
         held,
         vec![

@@ -163,7 +163,7 @@ impl Party {
 }
 
 /// Why the alert holds: the victim's signal now against its baseline, and what NVML said.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Evidence {
     /// `launch_latency_p99`, `wait_per_launch` or `copy_time_per_mib`.
     pub signal: &'static str,

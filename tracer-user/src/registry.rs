@@ -72,6 +72,20 @@ impl Process {
         }
     }
 
+    /// What the detector reads of it at its exit, with its detector slot to release: who it
+    /// is, (device memory held, exit status), the slot.
+    pub fn at_exit(&mut self) -> (ProcessRef<'_>, (u64, Option<i32>), &mut crate::detect::Slot) {
+        (
+            ProcessRef {
+                pid: self.pid,
+                comm: &self.comm,
+                identity: &self.identity,
+            },
+            (self.memory.current_bytes, self.exit_status),
+            &mut self.signals,
+        )
+    }
+
     /// Runs every enrichment of one call against this process's tables.
     pub fn enrich(&mut self, ev: &Event) -> Enrichment {
         self.memory.observe(ev);

@@ -57,16 +57,8 @@ impl Consumer for Daemon {
 
     fn exited(&mut self, process: &mut Process) {
         // Its alerts resolve; its series stay for `retain_exited_s`.
-        self.detector.exited(
-            crate::identity::ProcessRef {
-                pid: process.pid,
-                comm: &process.comm,
-                identity: &process.identity,
-            },
-            (process.memory.current_bytes, process.exit_status),
-            &mut process.signals,
-            SystemTime::now(),
-        );
+        let (who, at_exit, slot) = process.at_exit();
+        self.detector.exited(who, at_exit, slot, SystemTime::now());
     }
 }
 

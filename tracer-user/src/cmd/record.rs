@@ -42,16 +42,8 @@ impl Consumer for Recorder {
     }
 
     fn exited(&mut self, process: &mut Process) {
-        self.detector.exited(
-            crate::identity::ProcessRef {
-                pid: process.pid,
-                comm: &process.comm,
-                identity: &process.identity,
-            },
-            (process.memory.current_bytes, process.exit_status),
-            &mut process.signals,
-            SystemTime::now(),
-        );
+        let (who, at_exit, slot) = process.at_exit();
+        self.detector.exited(who, at_exit, slot, SystemTime::now());
     }
 }
 

@@ -6,12 +6,11 @@
 //! it there is no prediction, and no alert.
 use std::{collections::VecDeque, time::SystemTime};
 
-use super::{classify, Detector, Processes};
+use super::{classify, fact, Detector, Processes};
 use crate::{
-    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
+    alert::{AlertChange, Cause, Evidence, Party, Severity},
     config::DetectConfig,
     nvml::GpuSample,
-    text::rfc3339,
 };
 
 /// Windows of memory kept per process (a minute at 5 s windows).
@@ -111,49 +110,30 @@ impl Detector {
                 l.last = now;
             }
             let evidence = Evidence {
-                signal: "device_memory_growth",
-                unit: "bytes_per_second",
-                baseline: 0.0,
-                baseline_p99: 0.0,
-                now: growth.map_or(0.0, |g| g.round()),
-                ratio: 0.0,
-                window_s: cfg.window_s,
-                samples: l.held.len() as u64,
-                gpu_memory_used_ratio: None,
-                gpu_utilization: None,
-                clock_event_reasons: Vec::new(),
-                stuck_s: None,
-                exit_statuses: Vec::new(),
                 time_to_full_s: to_full.map(|t| t.round()),
+                ..fact::evidence(
+                    ("device_memory_growth", "bytes_per_second"),
+                    growth.map_or(0.0, |g| g.round()),
+                    l.held.len() as u64,
+                    cfg.window_s,
+                )
             };
             match l.record.as_mut() {
-                Some(r) if !leaking && now - l.last >= cfg.resolve_after_s as f64 => {
-                    r.state = AlertState::Resolved;
-                    r.at = rfc3339(now_wall);
-                    r.reason = Some("growth_stopped");
-                    self.outbox.push(l.record.take().expect("checked"));
+                Some(_) if !leaking && now - l.last >= cfg.resolve_after_s as f64 => {
+                    let r = l.record.take().expect("checked");
+                    self.outbox
+                        .push(fact::resolved(r, "growth_stopped", now_wall));
                 }
                 Some(r) if leaking => r.evidence = evidence,
                 Some(_) => {}
                 None if leaking => {
-                    let at = rfc3339(now_wall);
-                    let gpu = set.label();
-                    let r = AlertChange {
-                        alert: Cause::MemoryLeak.alert_name(),
-                        state: AlertState::Firing,
-                        severity: Severity::Warning,
-                        cause: Cause::MemoryLeak,
-                        incident: Incident::of(Cause::MemoryLeak, &gpu, &[]),
-                        gpu,
-                        victim: victim.clone(),
-                        aggressors: Vec::new(),
+                    let r = fact::firing(
+                        (Cause::MemoryLeak, Severity::Warning),
+                        set.label(),
+                        (victim.clone(), Vec::new()),
                         evidence,
-                        started_at: at.clone(),
-                        at,
-                        reason: None,
-                        quiet: None,
-                        escalated_from: None,
-                    };
+                        now_wall,
+                    );
                     self.outbox.push(r.clone());
                     l.record = Some(r);
                 }

@@ -10,6 +10,7 @@
 pub mod baseline;
 pub mod classify;
 pub mod debounce;
+mod fact;
 pub mod leak;
 pub mod oom;
 pub mod restarts;
@@ -24,13 +25,12 @@ pub use signals::Signal;
 use signals::Window;
 
 use crate::{
-    alert::{AlertChange, AlertState},
+    alert::AlertChange,
     config::DetectConfig,
     enrich::gputime::BatchEstimate,
     event::{Event, LaunchDelta},
     identity::{Comm, Identity, ProcessRef},
     policy::{quiet::Quiet, schedule::Schedule},
-    text::rfc3339,
 };
 
 /// The detector's state of one process: its current window and a track per signal.
@@ -226,15 +226,13 @@ impl Detector {
             tracks, oom, leak, ..
         } = *s;
         self.oom_exited(who, memory_bytes, oom);
-        for mut r in tracks
+        for r in tracks
             .into_iter()
             .filter_map(|t| t.record)
             .chain(leak.record)
         {
-            r.state = AlertState::Resolved;
-            r.at = rfc3339(now_wall);
-            r.reason = Some("victim_exited");
-            self.outbox.push(r);
+            self.outbox
+                .push(fact::resolved(r, "victim_exited", now_wall));
         }
     }
 

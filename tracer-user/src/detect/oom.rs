@@ -5,14 +5,13 @@
 //! (an OOM, then a crash: the common case) keeps its alert here for that long too.
 use std::time::SystemTime;
 
-use super::{classify, Detector, ProcessSignals, Processes};
+use super::{classify, fact, Detector, ProcessSignals, Processes};
 use crate::{
-    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
+    alert::{AlertChange, AlertState, Cause, Party, Severity},
     config::DetectConfig,
     event::{Detail, Event},
     identity::{Identity, ProcessRef},
     nvml::GpuSample,
-    text::rfc3339,
 };
 
 /// Exited processes whose out-of-memory alert is kept at most; past it the oldest resolves.
@@ -162,11 +161,8 @@ fn step(
 ) -> Option<AlertChange> {
     if o.new == 0 {
         if o.record.is_some() && now - o.last >= cfg.resolve_after_s as f64 {
-            let mut r = o.record.take().expect("checked");
-            r.state = AlertState::Resolved;
-            r.at = rfc3339(now_wall);
-            r.reason = Some("no_more_failures");
-            return Some(r);
+            let r = o.record.take().expect("checked");
+            return Some(fact::resolved(r, "no_more_failures", now_wall));
         }
         return None;
     }
@@ -188,22 +184,12 @@ fn step(
             p
         })
         .collect();
-    let evidence = Evidence {
-        signal: "out_of_memory",
-        unit: "bytes",
-        baseline: 0.0,
-        baseline_p99: 0.0,
-        now: o.asked as f64,
-        ratio: 0.0,
-        window_s: cfg.window_s,
-        samples: o.new,
-        gpu_memory_used_ratio: None,
-        gpu_utilization: None,
-        clock_event_reasons: Vec::new(),
-        stuck_s: None,
-        exit_statuses: Vec::new(),
-        time_to_full_s: None,
-    };
+    let evidence = fact::evidence(
+        ("out_of_memory", "bytes"),
+        o.asked as f64,
+        o.new,
+        cfg.window_s,
+    );
     o.new = 0;
     o.last = now;
     if let Some(r) = o.record.as_mut() {
@@ -212,23 +198,13 @@ fn step(
         r.evidence = evidence;
         return None;
     }
-    let at = rfc3339(now_wall);
-    let r = AlertChange {
-        alert: Cause::OutOfMemory.alert_name(),
-        state: AlertState::Firing,
-        severity: Severity::Critical,
-        cause: Cause::OutOfMemory,
-        incident: Incident::of(Cause::OutOfMemory, &gpu, &aggressors),
+    let r = fact::firing(
+        (Cause::OutOfMemory, Severity::Critical),
         gpu,
-        victim: Party::of(who.view(), None),
-        aggressors,
+        (Party::of(who.view(), None), aggressors),
         evidence,
-        started_at: at.clone(),
-        at,
-        reason: None,
-        quiet: None,
-        escalated_from: None,
-    };
+        now_wall,
+    );
     o.record = Some(r.clone());
     Some(r)
 }

@@ -9,12 +9,11 @@ use std::{
     time::SystemTime,
 };
 
-use super::{Detector, Processes};
+use super::{fact, Detector, Processes};
 use crate::{
-    alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
+    alert::{AlertChange, Cause, Evidence, Party, Severity},
     config::DetectConfig,
     identity::{Identity, ProcessRef},
-    text::rfc3339,
 };
 
 /// Workloads remembered at most (the quietest without an alert goes first).
@@ -180,50 +179,32 @@ impl Detector {
                 continue;
             };
             let evidence = Evidence {
-                signal: "restarts",
-                unit: "restarts",
-                baseline: 0.0,
-                baseline_p99: 0.0,
-                now: w.restarts.len() as f64,
-                ratio: 0.0,
-                window_s: cfg.restart_loop_s,
-                samples: w.restarts.len() as u64,
-                gpu_memory_used_ratio: None,
-                gpu_utilization: None,
-                clock_event_reasons: Vec::new(),
-                stuck_s: None,
                 exit_statuses: w.exits.iter().map(|(_, _, _, s)| status_text(*s)).collect(),
-                time_to_full_s: None,
+                ..fact::evidence(
+                    ("restarts", "restarts"),
+                    w.restarts.len() as f64,
+                    w.restarts.len() as u64,
+                    cfg.restart_loop_s,
+                )
             };
             match w.record.as_mut() {
-                Some(rec) if w.restarts.is_empty() => {
-                    rec.state = AlertState::Resolved;
-                    rec.at = rfc3339(now_wall);
-                    rec.reason = Some("no_more_restarts");
-                    self.outbox.push(w.record.take().expect("checked"));
+                Some(_) if w.restarts.is_empty() => {
+                    let rec = w.record.take().expect("checked");
+                    self.outbox
+                        .push(fact::resolved(rec, "no_more_restarts", now_wall));
                 }
                 Some(rec) => {
                     rec.victim = victim;
                     rec.evidence = evidence;
                 }
                 None if w.restarts.len() >= count => {
-                    let at = rfc3339(now_wall);
-                    let rec = AlertChange {
-                        alert: Cause::RestartLoop.alert_name(),
-                        state: AlertState::Firing,
-                        severity: Severity::Critical,
-                        cause: Cause::RestartLoop,
-                        gpu: String::new(),
-                        victim,
-                        aggressors: Vec::new(),
+                    let rec = fact::firing(
+                        (Cause::RestartLoop, Severity::Critical),
+                        String::new(),
+                        (victim, Vec::new()),
                         evidence,
-                        started_at: at.clone(),
-                        at,
-                        reason: None,
-                        incident: Incident::of(Cause::RestartLoop, "", &[]),
-                        quiet: None,
-                        escalated_from: None,
-                    };
+                        now_wall,
+                    );
                     self.outbox.push(rec.clone());
                     w.record = Some(rec);
                 }

@@ -9,6 +9,7 @@ use crate::{
     event::Detail,
     nvml::GpuSample,
     registry::{Registry, RegistryLimits},
+    text::rfc3339,
 };
 
 type Record = AlertChange;
@@ -56,15 +57,8 @@ impl Det {
     fn forget(&mut self, pid: u32, now_wall: SystemTime) {
         let d = &mut self.d;
         self.r.exit(pid, |p| {
-            let (who, bytes) = (
-                crate::identity::ProcessRef {
-                    pid: p.pid,
-                    comm: &p.comm,
-                    identity: &p.identity,
-                },
-                p.memory.current_bytes,
-            );
-            d.exited(who, (bytes, p.exit_status), &mut p.signals, now_wall)
+            let (who, at_exit, slot) = p.at_exit();
+            d.exited(who, at_exit, slot, now_wall)
         });
     }
     fn pids(&self) -> Vec<u32> {

@@ -2,16 +2,46 @@
 //! while firing (escalation).
 use super::*;
 
+/// Closes window `k` (ending at (k + 1) x 5 s) and keeps its changes, by the window's number.
+fn close(d: &mut Det, k: u32, gpus: &[GpuSample], out: &mut Vec<(u32, Vec<Record>)>) {
+    let end = f64::from(k + 1) * 5.0;
+    d.evaluate(end, wall(end), gpus);
+    let changes = d.take_changes();
+    if !changes.is_empty() {
+        out.push((k + 1, changes));
+    }
+}
+
+/// A process that says it is on GPU 0.
+fn gpu0() -> Arc<Identity> {
+    Arc::new(Identity {
+        cuda_visible_devices: Some("0".into()),
+        ..Default::default()
+    })
+}
+
+/// pid's allocation of `bytes`, refused with `CUDA_ERROR_OUT_OF_MEMORY`.
+fn refused(pid: u32, bytes: u64) -> Event {
+    let mut alloc = Event::of(
+        Api::MemAlloc,
+        pid,
+        Detail::Alloc {
+            dptr: 0,
+            bytes,
+            stream: None,
+        },
+    );
+    alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
+    alloc
+}
+
 /// pid 1 learns a 1 ms wait for 10 windows alone. Then pid 2 queues work on GPU 0 and holds
 /// it: pid 1's next wait does not return for windows `stuck` (its calls complete nowhere), and
 /// pid 2's own wait is stuck too. Then pid 1's waits are back to 1 ms.
 #[test]
 fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let gpu0 = Arc::new(Identity {
-        cuda_visible_devices: Some("0".into()),
-        ..Default::default()
-    });
+    let gpu0 = gpu0();
     let (mut out, stuck) = (Vec::new(), 10..22u32);
     let now = crate::event::monotonic_ns();
     // The holder's launch, 40 s before the clock's now; the victim's, queued 1 s after it.
@@ -51,12 +81,7 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                 }
             }
         }
-        let end = f64::from(k + 1) * 5.0;
-        d.evaluate(end, wall(end), &[]);
-        let changes = d.take_changes();
-        if !changes.is_empty() {
-            out.push((k + 1, changes));
-        }
+        close(&mut d, k, &[], &mut out);
     }
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
     let name = "CudatraceGpuStarved";
@@ -135,10 +160,7 @@ fn a_growing_breach_escalates_while_firing_and_never_falls() {
 #[test]
 fn out_of_memory_fires_at_once_names_the_holders_and_resolves() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let gpu0 = Arc::new(Identity {
-        cuda_visible_devices: Some("0".into()),
-        ..Default::default()
-    });
+    let gpu0 = gpu0();
     let mut out = Vec::new();
     for k in 0..20u32 {
         window(&mut d, 1, &gpu0, 20, 1_000_000);
@@ -146,24 +168,10 @@ fn out_of_memory_fires_at_once_names_the_holders_and_resolves() {
         d.r.live_mut(1).unwrap().memory.current_bytes = 2 << 30;
         d.r.live_mut(2).unwrap().memory.current_bytes = 6 << 30;
         if k == 3 || k == 4 {
-            let mut alloc = Event::of(
-                Api::MemAlloc,
-                1,
-                Detail::Alloc {
-                    dptr: 0,
-                    bytes: 1 << 30,
-                    stream: None,
-                },
-            );
-            alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
+            let alloc = refused(1, 1 << 30);
             d.observe(&alloc, &gpu0, None);
         }
-        let end = f64::from(k + 1) * 5.0;
-        d.evaluate(end, wall(end), &[]);
-        let changes = d.take_changes();
-        if !changes.is_empty() {
-            out.push((k + 1, changes));
-        }
+        close(&mut d, k, &[], &mut out);
     }
     let name = "CudatraceGpuOutOfMemory";
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
@@ -199,34 +207,17 @@ fn out_of_memory_fires_at_once_names_the_holders_and_resolves() {
 #[test]
 fn out_of_memory_then_exit_still_fires() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let gpu0 = Arc::new(Identity {
-        cuda_visible_devices: Some("0".into()),
-        ..Default::default()
-    });
+    let gpu0 = gpu0();
     let mut out = Vec::new();
     for k in 0..20u32 {
         if k == 2 {
             window(&mut d, 3, &gpu0, 20, 1_000_000);
             d.r.live_mut(3).unwrap().memory.current_bytes = 1 << 30;
-            let mut alloc = Event::of(
-                Api::MemAlloc,
-                3,
-                Detail::Alloc {
-                    dptr: 0,
-                    bytes: 4096,
-                    stream: None,
-                },
-            );
-            alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
+            let alloc = refused(3, 4096);
             d.observe(&alloc, &gpu0, None);
             d.forget(3, wall(12.0));
         }
-        let end = f64::from(k + 1) * 5.0;
-        d.evaluate(end, wall(end), &[]);
-        let changes = d.take_changes();
-        if !changes.is_empty() {
-            out.push((k + 1, changes));
-        }
+        close(&mut d, k, &[], &mut out);
     }
     let name = "CudatraceGpuOutOfMemory";
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
@@ -273,12 +264,7 @@ fn a_restart_loop_fires_with_its_exit_statuses_and_resolves() {
             }
             d.r.insert(pid, Comm::from("server"), id.clone());
         }
-        let end = f64::from(k + 1) * 5.0;
-        d.evaluate(end, wall(end), &[]);
-        let changes = d.take_changes();
-        if !changes.is_empty() {
-            out.push((k + 1, changes));
-        }
+        close(&mut d, k, &[], &mut out);
     }
     let name = "CudatraceRestartLoop";
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
@@ -327,10 +313,7 @@ fn exit_statuses_in_words() {
 #[test]
 fn steady_device_memory_growth_is_a_leak_and_one_step_is_not() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let gpu0 = Arc::new(Identity {
-        cuda_visible_devices: Some("0".into()),
-        ..Default::default()
-    });
+    let gpu0 = gpu0();
     let gpus = [GpuSample {
         index: 0,
         memory_total: Some(80 << 30),
@@ -343,12 +326,7 @@ fn steady_device_memory_growth_is_a_leak_and_one_step_is_not() {
         window(&mut d, 2, &gpu0, 20, 1_000_000);
         d.r.live_mut(1).unwrap().memory.current_bytes = u64::from(k.min(20)) * (64 << 20);
         d.r.live_mut(2).unwrap().memory.current_bytes = if k >= 10 { 30 << 30 } else { 1 << 30 };
-        let end = f64::from(k + 1) * 5.0;
-        d.evaluate(end, wall(end), &gpus);
-        let changes = d.take_changes();
-        if !changes.is_empty() {
-            out.push((k + 1, changes));
-        }
+        close(&mut d, k, &gpus, &mut out);
     }
     let name = "CudatraceDeviceMemoryLeak";
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
