@@ -94,8 +94,13 @@ impl Harvest {
 }
 
 impl Session {
-    /// Hands the launches counted in-kernel since the last read to `consumer`.
+    /// Hands the launches counted in-kernel since the last read to `consumer`, after the
+    /// records already in the ring buffer: a kernel's name, looked up before its launches, is
+    /// known before their series is made (a scrape's harvest could otherwise come between the
+    /// kernel's wake-up and the drain, and label the series by handle).
     pub fn harvest(&mut self, consumer: &mut impl Consumer) {
+        // An error is the consumer's output closing, which the next drain reports.
+        let _ = self.read_ring(consumer);
         self.harvested_at = Instant::now();
         let cells = self.probes.maps.launch_cells();
         if cells.is_empty() {
