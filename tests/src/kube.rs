@@ -69,7 +69,8 @@ impl KubeApi {
     }
 }
 
-/// A `PodList` as the API server serves it: one running pod with one container.
+/// A `PodList` as the API server serves it: one running pod with one container, owned by the
+/// StatefulSet its name says (`NAME-N`), or by none.
 pub fn pod_list(
     namespace: &str,
     pod: &str,
@@ -77,12 +78,18 @@ pub fn pod_list(
     container: &str,
     container_id: &str,
 ) -> String {
+    let owners = match pod.rsplit_once('-') {
+        Some((set, n)) if n.parse::<u32>().is_ok() => serde_json::json!([
+            {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": set, "uid": "s", "controller": true}
+        ]),
+        _ => serde_json::json!([]),
+    };
     serde_json::json!({
         "kind": "PodList",
         "apiVersion": "v1",
         "metadata": {"resourceVersion": "4242"},
         "items": [{
-            "metadata": {"name": pod, "namespace": namespace, "uid": uid, "labels": {"app": pod}},
+            "metadata": {"name": pod, "namespace": namespace, "uid": uid, "labels": {"app": pod}, "ownerReferences": owners},
             "spec": {"nodeName": "gpu-node-7", "containers": [{"name": container, "image": "serving:1"}]},
             "status": {
                 "phase": "Running",

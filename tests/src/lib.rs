@@ -2,6 +2,7 @@
 //! running `cudatrace` ([`Cudatrace`]), the stand-in workload with typed options ([`Workload`]),
 //! guards that clean up after a failed test ([`guards`]), the real servers the tests talk to
 //! ([`servers`]), plain HTTP ([`http`]) and the one exposition-format parser ([`exposition`]).
+pub mod alerting;
 pub mod chart;
 pub mod container;
 mod cudatrace;

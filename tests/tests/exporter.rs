@@ -123,6 +123,12 @@ fn prometheus_scrapes_exact_counts() {
     );
     assert!(p50 <= sketch_p99);
     assert_eq!(kernel[0].0["kernel"], "hidden_gemm(float*, float*, int)");
+    // Outside Kubernetes, a process's workload is its executable and its command name.
+    let exe = std::fs::canonicalize(env.workload()).unwrap();
+    assert_eq!(
+        kernel[0].0["workload"],
+        format!("{}:cuda-workload", exe.display()).as_str()
+    );
 
     // NVML gauges, as replayed.
     for (q, want) in [

@@ -17,8 +17,9 @@ const UID: &str = "7d1e6c2a-90b4-4f3e-8a51-2c6b0d9e4f17";
 const CID: &str = "9a8b7c6d5e4f30211a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7081";
 const LAUNCHES: u64 = 1000;
 
-/// The labels of the launch series of `pid` now, and their count.
-fn launch_labels(listen: &str, pid: &str) -> Option<(String, String, String, f64)> {
+/// The labels of the launch series of `pid` now (namespace, pod, container, workload), and
+/// their count.
+fn launch_labels(listen: &str, pid: &str) -> Option<(String, String, String, String, f64)> {
     let samples = exposition::parse(&http::scrape(listen));
     let rows = exposition::select(
         &samples,
@@ -31,6 +32,7 @@ fn launch_labels(listen: &str, pid: &str) -> Option<(String, String, String, f64
         first.label("namespace").to_owned(),
         first.label("pod").to_owned(),
         first.label("container").to_owned(),
+        first.label("workload").to_owned(),
         n,
     ))
 }
@@ -95,6 +97,7 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
             String::new(),
             UID.to_owned(),
             CID.to_owned(),
+            format!("pod:{UID}/cuda-workload"),
             LAUNCHES as f64
         ),
         "without access: UID and id"
@@ -143,6 +146,8 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
             "serving".into(),
             "llm-0".into(),
             "server".into(),
+            // The pod's owner, the StatefulSet `llm`, and its container.
+            "serving/llm/server".into(),
             LAUNCHES as f64
         ))
     );

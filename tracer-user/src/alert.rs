@@ -145,11 +145,15 @@ pub struct Party {
     /// window (GPU time, else launches; bytes copied; device memory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub share: Option<f64>,
+    /// Its workload (`identity::workload`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
 }
 
 impl Party {
     /// A process as an alert names it; `share` for an aggressor.
     pub fn of(p: ProcessRef<'_>, share: Option<f64>) -> Party {
+        let workload = (!p.workload.is_empty()).then(|| p.workload.to_owned());
         let [namespace, pod, container] = p.identity.pod_labels();
         Party {
             pid: p.pid,
@@ -158,6 +162,7 @@ impl Party {
             pod,
             container,
             share,
+            workload,
         }
     }
 }
@@ -374,6 +379,7 @@ pub(crate) mod tests {
     /// A compute-contention alert of server (pid 10) by trainer (pid 20), in `state`.
     pub(crate) fn record(state: AlertState) -> AlertChange {
         let party = |pid, comm: &str, share| Party {
+            workload: None,
             pid,
             comm: comm.into(),
             namespace: None,
@@ -451,6 +457,7 @@ pub(crate) mod tests {
     #[test]
     fn the_incident_names_the_aggressors_holding_half_the_share() {
         let party = |pid, comm: &str, share| Party {
+            workload: None,
             pid,
             comm: comm.into(),
             namespace: None,

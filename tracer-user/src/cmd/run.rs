@@ -169,7 +169,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
     // and the web config are.
     let sinks = AlertSinks::start(&cfg, metrics_url.clone())?;
-    let pipeline = Pipeline::open(
+    let mut pipeline = Pipeline::open(
         args.sel.session(Tuning::daemon(&cfg, args.duration)),
         |session| {
             let sampler = Sampler::new(cfg.nvml_library.as_ref());
@@ -193,6 +193,11 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             })
         },
     )?;
+    // Nothing is recorded before `run`: every process is named by the config's rules.
+    pipeline
+        .session
+        .registry
+        .set_workloads(crate::identity::workload::Rules::new(&cfg.workloads));
     let stages = pipeline.run(cfg.record_rate_limit).await?;
     stages.sinks.finish(Duration::from_secs(3)).await;
     Ok(())

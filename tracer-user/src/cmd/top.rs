@@ -252,7 +252,7 @@ pub async fn run(args: TopArgs) -> Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let pipeline = Pipeline::open(args.sel.session(Tuning::daemon(&cfg, None)), |session| {
+    let mut pipeline = Pipeline::open(args.sel.session(Tuning::daemon(&cfg, None)), |session| {
         let sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
         Ok(Shown {
             daemon: Daemon::new(&cfg, &sampler, session),
@@ -272,6 +272,10 @@ pub async fn run(args: TopArgs) -> Result<()> {
             changes: Vec::new(),
         })
     })?;
+    pipeline
+        .session
+        .registry
+        .set_workloads(crate::identity::workload::Rules::new(&cfg.workloads));
     pipeline.run(cfg.record_rate_limit).await?;
     Ok(())
 }

@@ -13,6 +13,7 @@ mod error;
 pub mod period;
 pub mod quiet;
 pub mod schedule;
+pub mod workloads;
 
 pub use detect::DetectConfig;
 pub use error::ConfigError;
@@ -68,6 +69,8 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Launches counted in the kernel, and which of them are written as records.
     pub launches: LaunchesConfig,
+    /// `[[workloads]]`: names for workloads, by globs on who a process is.
+    pub workloads: Vec<workloads::WorkloadEntry>,
 }
 
 /// The `[launches]` table: launches are counted in the kernel (counts, errors, latency buckets
@@ -274,6 +277,7 @@ impl Default for Config {
             alerts: AlertConfig::default(),
             kubernetes: KubernetesConfig::default(),
             launches: LaunchesConfig::default(),
+            workloads: Vec::new(),
         }
     }
 }
@@ -365,6 +369,7 @@ impl Config {
         c.detect.validate()?;
         schedule::validate(&c.detect)?;
         quiet::validate(&c.alerts.quiet)?;
+        workloads::validate(&c.workloads)?;
         for (key, url) in [
             ("alertmanager_url", &c.alerts.alertmanager_url),
             ("webhook_url", &c.alerts.webhook_url),

@@ -275,6 +275,7 @@ mod tests {
                 pid,
                 comm,
                 identity,
+                workload: "",
             },
             activity,
         }

@@ -38,6 +38,7 @@ struct Observed {
     pid: u32,
     comm: Comm,
     identity: Arc<Identity>,
+    workload: Arc<str>,
     activity: Activity,
 }
 
@@ -102,6 +103,7 @@ impl Detector {
                     pid: p.pid,
                     comm: *p.comm,
                     identity: p.identity.clone(),
+                    workload: Arc::from(p.workload),
                     activity,
                 })
             })
@@ -113,6 +115,7 @@ impl Detector {
                     pid: o.pid,
                     comm: &o.comm,
                     identity: &o.identity,
+                    workload: &o.workload,
                 },
                 activity: o.activity,
             })

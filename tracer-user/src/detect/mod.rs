@@ -79,6 +79,8 @@ pub struct Tracked<'a> {
     pub comm: &'a Comm,
     /// Who it is.
     pub identity: &'a Arc<Identity>,
+    /// Its workload.
+    pub workload: &'a str,
     /// Device memory it holds, bytes.
     pub memory_bytes: u64,
     /// Whether it exited (kept for its retention time).
@@ -97,6 +99,7 @@ impl<'a> Tracked<'a> {
             pid: self.pid,
             comm: self.comm,
             identity: self.identity,
+            workload: self.workload,
         }
     }
 }

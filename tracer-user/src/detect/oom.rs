@@ -60,6 +60,7 @@ struct Owned {
     pid: u32,
     comm: String,
     identity: Identity,
+    workload: String,
 }
 
 impl Owned {
@@ -68,6 +69,7 @@ impl Owned {
             pid: p.pid,
             comm: p.comm.to_owned(),
             identity: p.identity.clone(),
+            workload: p.workload.to_owned(),
         }
     }
 
@@ -76,6 +78,7 @@ impl Owned {
             pid: self.pid,
             comm: &self.comm,
             identity: &self.identity,
+            workload: &self.workload,
         }
     }
 }

@@ -22,6 +22,8 @@ const MAX_NAME: usize = 253;
 struct PodEntry {
     namespace: Arc<str>,
     name: Arc<str>,
+    /// Its owner as a workload ("" without a controller).
+    owner: Arc<str>,
     containers: Vec<(String, Arc<str>)>,
 }
 
@@ -100,6 +102,12 @@ impl Keep for Pod {
     }
 }
 
+impl Keep for OwnerRef {
+    fn keep(&self) -> bool {
+        self.controller == Some(true)
+    }
+}
+
 impl Keep for ContainerStatus {
     fn keep(&self) -> bool {
         self.container_id.is_some()
@@ -122,6 +130,51 @@ struct Meta {
     namespace: String,
     #[serde(default)]
     uid: String,
+    #[serde(default, rename = "ownerReferences")]
+    owner_references: Option<Bounded<OwnerRef, 8>>,
+    #[serde(default)]
+    labels: Option<PodLabels>,
+}
+
+/// A pod's controller (only the one with `controller: true` is kept).
+#[derive(Deserialize)]
+struct OwnerRef {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    controller: Option<bool>,
+}
+
+/// The one label read: the other labels are skipped unheld.
+#[derive(Default, Deserialize)]
+struct PodLabels {
+    #[serde(default, rename = "pod-template-hash")]
+    pod_template_hash: Option<String>,
+}
+
+impl Meta {
+    /// The owner as a workload: a ReplicaSet's name less `-HASH` (its Deployment's name), any
+    /// other controller's name, "" without one.
+    fn owner(&self) -> String {
+        let Some(c) = self.owner_references.as_ref().and_then(|o| o.kept.first()) else {
+            return String::new();
+        };
+        let hash = self
+            .labels
+            .as_ref()
+            .and_then(|l| l.pod_template_hash.as_deref());
+        match (c.kind.as_str(), hash) {
+            ("ReplicaSet", Some(h)) if !h.is_empty() => c
+                .name
+                .strip_suffix(h)
+                .and_then(|n| n.strip_suffix('-'))
+                .unwrap_or(&c.name)
+                .to_owned(),
+            _ => c.name.clone(),
+        }
+    }
 }
 
 #[derive(Default, Deserialize)]
@@ -184,6 +237,7 @@ impl PodIndex {
             let entry = PodEntry {
                 namespace: clean(&pod.metadata.namespace),
                 name: clean(&pod.metadata.name),
+                owner: clean(&pod.metadata.owner()),
                 containers,
             };
             pods.insert(pod.metadata.uid.chars().take(MAX_NAME).collect(), entry);
@@ -212,6 +266,7 @@ impl PodIndex {
             namespace: pod.namespace.to_string(),
             pod: pod.name.to_string(),
             container,
+            owner: pod.owner.to_string(),
         })
     }
 }
@@ -228,6 +283,26 @@ mod tests {
          "containerStatuses":[{"name":"server","containerID":"containerd://bbb"},{"name":"sidecar"}]}},
       {"metadata":{"name":"pending","namespace":"x","uid":"u2"},"status":null},
       {"metadata":{"name":"no-uid","namespace":"x"}}]}"#;
+
+    #[test]
+    fn owners_are_workloads() {
+        let list = r#"{"items":[
+          {"metadata":{"name":"llm-7d9f8b6c5d-x2x4z","namespace":"serving","uid":"d",
+             "labels":{"app":"llm","pod-template-hash":"7d9f8b6c5d"},
+             "ownerReferences":[{"kind":"Node","name":"n","controller":false},
+                                {"kind":"ReplicaSet","name":"llm-7d9f8b6c5d","controller":true}]}},
+          {"metadata":{"name":"db-0","namespace":"data","uid":"s",
+             "ownerReferences":[{"kind":"StatefulSet","name":"db","controller":true}]}},
+          {"metadata":{"name":"rs-no-hash","namespace":"x","uid":"r",
+             "ownerReferences":[{"kind":"ReplicaSet","name":"bare-rs","controller":true}]}},
+          {"metadata":{"name":"lonely","namespace":"x","uid":"l"}}]}"#;
+        let (index, _) = PodIndex::parse(list.as_bytes()).unwrap();
+        let owner = |uid: &str| index.names(uid, None).unwrap().owner;
+        assert_eq!(
+            [owner("d"), owner("s"), owner("r"), owner("l")],
+            ["llm", "db", "bare-rs", ""]
+        );
+    }
 
     #[test]
     fn pods_and_containers_by_uid_and_id() {

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 mod comm;
 mod proc;
+pub mod workload;
 
 pub use comm::Comm;
 pub use proc::{
@@ -76,6 +77,8 @@ pub struct ProcessRef<'a> {
     pub comm: &'a str,
     /// Its identity.
     pub identity: &'a Identity,
+    /// Its workload ([`workload`]).
+    pub workload: &'a str,
 }
 
 /// The Kubernetes names of one process's container.
@@ -87,4 +90,7 @@ pub struct PodNames {
     pub pod: String,
     /// The container's name ("" when the pod lists no container with the process's id).
     pub container: String,
+    /// The pod's owner as a workload: a Deployment's name (its ReplicaSet's, less the pod
+    /// template hash), a StatefulSet's, DaemonSet's or Job's ("" when it has no controller).
+    pub owner: String,
 }

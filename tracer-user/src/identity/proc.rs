@@ -327,6 +327,7 @@ mod tests {
             namespace: "serving".into(),
             pod: "llm-0".into(),
             container: "server".into(),
+            owner: "llm".into(),
         });
         assert_eq!(
             id.pod_labels(),

@@ -117,6 +117,7 @@ mod tests {
 
     fn party(pid: u32, comm: &str, pod: Option<(&str, &str)>) -> Party {
         Party {
+            workload: None,
             pid,
             comm: comm.into(),
             namespace: pod.map(|p| p.0.into()),

@@ -60,6 +60,8 @@ pub struct Process {
     pub exited_at: Option<Instant>,
     /// Its `wait(2)` status, as the kernel's exit record gave it.
     pub exit_status: Option<i32>,
+    /// Its workload (`identity::workload`), named when it is admitted and when its pod is.
+    pub workload: Arc<str>,
 }
 
 impl Process {
@@ -69,6 +71,7 @@ impl Process {
             pid: self.pid,
             comm: &self.comm,
             identity: &self.identity,
+            workload: &self.workload,
         }
     }
 
@@ -80,6 +83,7 @@ impl Process {
                 pid: self.pid,
                 comm: &self.comm,
                 identity: &self.identity,
+                workload: &self.workload,
             },
             (self.memory.current_bytes, self.exit_status),
             &mut self.signals,
@@ -112,6 +116,8 @@ pub struct Registry {
     released_overflows: [u64; TABLES],
     /// Bytes of kernel names all entries hold.
     names: NameBytes,
+    /// How processes' workloads are named.
+    workloads: crate::identity::workload::Rules,
 }
 
 /// How many bounded per-process tables there are.
@@ -147,7 +153,13 @@ impl Registry {
             evicted: 0,
             released_overflows: [0; TABLES],
             names: NameBytes::default(),
+            workloads: crate::identity::workload::Rules::default(),
         }
+    }
+
+    /// Names workloads by `rules` (`[[workloads]]`) from now on.
+    pub fn set_workloads(&mut self, rules: crate::identity::workload::Rules) {
+        self.workloads = rules;
     }
 
     /// The entry of a running process (none for an exited one, whose pid may come back).
@@ -163,7 +175,9 @@ impl Registry {
     /// Adds a process seen for the first time (replacing an exited one with the same pid), then
     /// keeps the registry within `max_processes`.
     pub fn insert(&mut self, pid: u32, comm: Comm, identity: Identity) -> &mut Process {
+        let workload = self.workloads.name(&identity, &comm);
         let process = Process {
+            workload,
             pid,
             identity: Arc::new(identity),
             comm,
@@ -318,7 +332,8 @@ impl Registry {
     /// pod is not in the index (a pod newer than the list).
     pub fn label_pods(&mut self, index: &PodIndex) -> bool {
         let mut unknown = false;
-        for p in self.iter_mut() {
+        let rules = &self.workloads;
+        for p in self.by_pid.values_mut() {
             let Some(uid) = p.identity.pod_uid.as_deref() else {
                 continue;
             };
@@ -326,6 +341,7 @@ impl Registry {
             unknown |= names.is_none() && p.exited_at.is_none();
             if names.is_some() && p.identity.kube != names {
                 Arc::make_mut(&mut p.identity).kube = names;
+                p.workload = rules.name(&p.identity, &p.comm);
             }
         }
         unknown
@@ -352,6 +368,7 @@ impl detect::Processes for Registry {
             comm: &p.comm,
             identity: &p.identity,
             memory_bytes: p.memory.current_bytes,
+            workload: &p.workload,
             exited: p.exited_at.is_some(),
             open_since: p.streams.open_since(),
             signals: p.signals.as_deref(),
@@ -370,141 +387,4 @@ impl detect::Processes for Registry {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits(max: usize, retain_s: u64) -> RegistryLimits {
-        RegistryLimits {
-            max_processes: max,
-            retain_exited: Duration::from_secs(retain_s),
-        }
-    }
-
-    fn add(r: &mut Registry, pid: u32, last_seen_ns: u64) {
-        r.insert(pid, Comm::from("job"), Identity::default())
-            .last_seen_ns = last_seen_ns;
-    }
-
-    #[test]
-    fn the_exited_go_first_then_the_longest_idle() {
-        let mut r = Registry::new(limits(3, 600));
-        add(&mut r, 1, 10);
-        add(&mut r, 2, 5);
-        add(&mut r, 3, 20);
-        assert!(r.exit(3, |_| {}));
-        add(&mut r, 4, 30);
-        assert_eq!((r.len(), r.evicted), (3, 1));
-        assert!(
-            r.get(3).is_none(),
-            "the exited process goes before idle live ones"
-        );
-        add(&mut r, 5, 40);
-        assert!(r.get(2).is_none(), "then the longest idle");
-        assert_eq!(r.evicted, 2);
-    }
-
-    #[test]
-    fn a_lost_exit_or_a_reused_pid_is_found_by_the_start_time() {
-        let mut r = Registry::new(limits(10, 600));
-        for (pid, start) in [(1, 100), (2, 200), (3, 300)] {
-            r.insert(
-                pid,
-                Comm::from("job"),
-                Identity {
-                    start_time: start,
-                    ..Identity::default()
-                },
-            );
-        }
-        r.insert(4, Comm::from("job"), Identity::default());
-        // 1 runs on, 2's pid is another process now, 3 is gone; 4's start time is unknown.
-        let now = |pid| match pid {
-            1 => Some(100),
-            2 => Some(250),
-            _ => None,
-        };
-        let mut stale = r.stale(now);
-        stale.sort();
-        assert_eq!(stale, vec![2, 3]);
-    }
-
-    #[test]
-    fn table_overflows_outlive_the_process() {
-        let mut r = Registry::new(limits(10, 0));
-        add(&mut r, 1, 1);
-        r.live_mut(1).unwrap().streams.overflowed = 4;
-        add(&mut r, 2, 1);
-        r.live_mut(2).unwrap().kernels.overflowed = 2;
-        assert_eq!(r.overflows(), [2, 0, 4, 0, 0]);
-        r.exit(1, |_| {});
-        assert_eq!(
-            (r.len(), r.overflows()),
-            (1, [2, 0, 4, 0, 0]),
-            "released, still counted"
-        );
-    }
-
-    #[test]
-    fn exit_marks_then_retention_drops_and_a_reused_pid_is_new() {
-        let mut r = Registry::new(limits(10, 600));
-        add(&mut r, 7, 1);
-        let mut seen = 0;
-        assert!(r.exit(7, |p| seen = p.pid));
-        assert_eq!(seen, 7);
-        assert!(!r.exit(7, |_| {}), "an exit is handled once");
-        assert!(
-            r.live_mut(7).is_none() && r.get(7).is_some(),
-            "kept for the retention time"
-        );
-        add(&mut r, 7, 2);
-        assert!(
-            r.live_mut(7).is_some(),
-            "the pid was reused by a new process"
-        );
-        let mut gone = Registry::new(limits(10, 0));
-        add(&mut gone, 1, 1);
-        gone.exit(1, |_| {});
-        assert_eq!(
-            gone.len(),
-            0,
-            "without retention an exited process goes at once"
-        );
-    }
-
-    #[test]
-    fn kernel_names_of_all_processes_stay_within_the_total() {
-        use crate::enrich::kernels::{MAX_PROCESS_BYTES, MAX_TOTAL_BYTES};
-        use crate::event::Detail;
-        let mut r = Registry::new(limits(10, 600));
-        let name = "x".repeat(254);
-        let lookup = |pid, handle| {
-            let d = Detail::Lookup {
-                handle,
-                source: 1,
-                name: Some(name.clone()),
-            };
-            Event::of(tracer_common::Api::ModuleGetFunction, pid, d)
-        };
-        add(&mut r, 1, 0);
-        r.live_mut(1).unwrap().enrich(&lookup(1, 7));
-        // Five tenants, each a new handle per lookup, each to its own limit.
-        for pid in 2..=6 {
-            add(&mut r, pid, 0);
-            for h in 1..=(MAX_PROCESS_BYTES / 572 + 1) as u64 {
-                r.live_mut(pid).unwrap().enrich(&lookup(pid, h));
-                r.bound_kernel_names();
-            }
-        }
-        let held: usize = r.by_pid.values().map(|p| p.kernels.bytes()).sum();
-        assert_eq!(held, r.kernel_name_bytes());
-        assert!(held <= MAX_TOTAL_BYTES, "{held}");
-        assert_eq!(
-            r.get(1).unwrap().kernels.bytes(),
-            572,
-            "the small table is untouched"
-        );
-        assert!(r.overflows()[0] > 0);
-        assert!(r.exit(6, |_| {}));
-        assert!(r.kernel_name_bytes() < held);
-    }
-}
+mod tests;

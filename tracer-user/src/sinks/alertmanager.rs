@@ -29,6 +29,7 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
             "namespace": opt(&change.victim.namespace),
             "pod": opt(&change.victim.pod),
             "container": opt(&change.victim.container),
+            "workload": opt(&change.victim.workload),
             "instance": instance,
             "aggressors": change.incident.aggressors,
         },

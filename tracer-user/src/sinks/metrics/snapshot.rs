@@ -33,6 +33,8 @@ pub struct ProcessLabels {
     pub pod: String,
     /// Its container ("" when none).
     pub container: String,
+    /// Its workload (`identity::workload`).
+    pub workload: String,
 }
 
 impl ProcessLabels {
@@ -44,6 +46,7 @@ impl ProcessLabels {
             namespace,
             pod,
             container,
+            workload: p.workload.to_owned(),
         }
     }
 
@@ -55,6 +58,7 @@ impl ProcessLabels {
             ("namespace", self.namespace.clone()),
             ("pod", self.pod.clone()),
             ("container", self.container.clone()),
+            ("workload", self.workload.clone()),
         ]
     }
 }

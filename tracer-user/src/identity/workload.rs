@@ -1,0 +1,173 @@
+//! The workload a process belongs to: what its baselines, restarts and alerts are kept for
+//! across its processes. The first `[[workloads]]` entry whose globs all match names it; else:
+//! - in Kubernetes, with the pod list's names: `NAMESPACE/OWNER/CONTAINER`, the owner being the
+//!   pod's controller (a Deployment through its ReplicaSet, a StatefulSet, a DaemonSet, a Job;
+//!   the pod's own name when it has none);
+//! - in a pod the pod list has not named (yet): `pod:UID/COMM`;
+//! - in a systemd unit: `UNIT/COMM`; in another container: `container:ID12/COMM`;
+//! - otherwise `EXE:COMM`, the executable's path and the command name.
+use std::sync::Arc;
+
+use super::Identity;
+use crate::config::workloads::WorkloadEntry;
+
+/// Longest workload name made by the rule (longer parts are cut).
+const MAX_LEN: usize = 256;
+
+/// One entry: its name, and its globs on namespace, pod, container, comm, exe and cgroup.
+type Rule = (Arc<str>, [Option<glob::Pattern>; 6]);
+
+/// The `[[workloads]]` entries, their globs compiled.
+#[derive(Clone, Debug, Default)]
+pub struct Rules(Arc<[Rule]>);
+
+impl Rules {
+    /// From the config's entries (checked there: a glob that does not compile matches nothing).
+    pub fn new(entries: &[WorkloadEntry]) -> Rules {
+        Rules(
+            entries
+                .iter()
+                .map(|e| {
+                    let globs = e
+                        .globs()
+                        .map(|(_, g)| g.and_then(|g| glob::Pattern::new(g).ok()));
+                    (Arc::from(e.name.as_str()), globs)
+                })
+                .collect(),
+        )
+    }
+
+    /// The workload of a process that is `id` and named `comm`.
+    pub fn name(&self, id: &Identity, comm: &str) -> Arc<str> {
+        let kube = id.kube.as_ref();
+        let fields = [
+            kube.map(|k| k.namespace.as_str()),
+            kube.map(|k| k.pod.as_str()),
+            kube.map(|k| k.container.as_str()),
+            Some(comm),
+            id.exe.as_deref(),
+            id.cgroup.as_deref(),
+        ];
+        for (name, globs) in self.0.iter() {
+            let all = globs.iter().zip(fields).all(|(g, f)| match g {
+                None => true,
+                Some(g) => f.is_some_and(|f| g.matches(f)),
+            });
+            if all {
+                return name.clone();
+            }
+        }
+        by_rule(id, comm).into()
+    }
+}
+
+/// The built-in rule (see the module's documentation).
+fn by_rule(id: &Identity, comm: &str) -> String {
+    let cut = |s: &str| s.chars().take(MAX_LEN).collect::<String>();
+    if let Some(k) = &id.kube {
+        let owner = if k.owner.is_empty() { &k.pod } else { &k.owner };
+        return cut(&match k.container.as_str() {
+            "" => format!("{}/{owner}", k.namespace),
+            c => format!("{}/{owner}/{c}", k.namespace),
+        });
+    }
+    if let Some(uid) = &id.pod_uid {
+        return cut(&format!("pod:{uid}/{comm}"));
+    }
+    if let Some(unit) = id
+        .cgroup
+        .as_deref()
+        .and_then(|c| c.rsplit('/').find(|part| part.ends_with(".service")))
+    {
+        return cut(&format!("{unit}/{comm}"));
+    }
+    if let Some(cid) = &id.container_id {
+        return cut(&format!("container:{}/{comm}", &cid[..cid.len().min(12)]));
+    }
+    cut(&format!("{}:{comm}", id.exe.as_deref().unwrap_or("?")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::PodNames;
+
+    fn kube(owner: &str, container: &str) -> Identity {
+        Identity {
+            kube: Some(PodNames {
+                namespace: "serving".into(),
+                pod: "llm-7d9f8b6c5d-x2x4z".into(),
+                container: container.into(),
+                owner: owner.into(),
+            }),
+            pod_uid: Some("0b1c2d3e".into()),
+            exe: Some("/usr/bin/python3".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_rule_names_pods_units_containers_and_executables() {
+        let r = Rules::default();
+        assert_eq!(
+            &*r.name(&kube("llm", "server"), "python3"),
+            "serving/llm/server"
+        );
+        assert_eq!(
+            &*r.name(&kube("", ""), "python3"),
+            "serving/llm-7d9f8b6c5d-x2x4z"
+        );
+        let unnamed = Identity {
+            pod_uid: Some("0b1c2d3e".into()),
+            ..Default::default()
+        };
+        assert_eq!(&*r.name(&unnamed, "server"), "pod:0b1c2d3e/server");
+        let unit = Identity {
+            cgroup: Some("/system.slice/triton.service".into()),
+            exe: Some("/opt/triton/bin/tritonserver".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            &*r.name(&unit, "tritonserver"),
+            "triton.service/tritonserver"
+        );
+        let docker = Identity {
+            container_id: Some("0123456789abcdef0123".into()),
+            ..Default::default()
+        };
+        assert_eq!(&*r.name(&docker, "train"), "container:0123456789ab/train");
+        let bare = Identity {
+            exe: Some("/usr/bin/python3".into()),
+            ..Default::default()
+        };
+        assert_eq!(&*r.name(&bare, "bench"), "/usr/bin/python3:bench");
+        assert_eq!(&*r.name(&Identity::default(), "x"), "?:x");
+        let long = Identity {
+            exe: Some("/".repeat(1000)),
+            ..Default::default()
+        };
+        assert_eq!(r.name(&long, "x").chars().count(), MAX_LEN);
+    }
+
+    #[test]
+    fn the_first_entry_whose_globs_all_match_names_it() {
+        let entry = |name: &str, namespace: Option<&str>, comm: Option<&str>| WorkloadEntry {
+            name: name.into(),
+            namespace: namespace.map(Into::into),
+            comm: comm.map(Into::into),
+            ..Default::default()
+        };
+        let r = Rules::new(&[
+            entry("llm-servers", Some("serving"), Some("python*")),
+            entry("batch", Some("batch*"), None),
+        ]);
+        assert_eq!(&*r.name(&kube("llm", "server"), "python3"), "llm-servers");
+        // Not every glob matches: the rule's name.
+        assert_eq!(
+            &*r.name(&kube("llm", "server"), "triton"),
+            "serving/llm/server"
+        );
+        // A glob on a field the process does not have matches nothing.
+        assert_eq!(&*r.name(&Identity::default(), "python3"), "?:python3");
+    }
+}
