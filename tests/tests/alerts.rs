@@ -561,7 +561,9 @@ fn copy_contention_names_the_copier() {
     assert_eq!(f["evidence"]["unit"], "seconds_per_mib");
     assert_eq!(
         f["aggressors"],
-        serde_json::json!([{"pid": loader_pid, "comm": "data-loader", "namespace": null, "pod": null, "container": null, "share": 1.0}])
+        // Outside Kubernetes its workload is its executable and its name.
+        serde_json::json!([{"pid": loader_pid, "comm": "data-loader", "namespace": null, "pod": null, "container": null, "share": 1.0,
+                            "workload": format!("{}:data-loader", std::fs::canonicalize(env.workload()).unwrap().display())}])
     );
     assert_eq!(copies[2]["reason"], "victim_exited");
     assert!(

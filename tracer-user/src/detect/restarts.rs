@@ -213,6 +213,12 @@ impl Detector {
         }
     }
 
+    /// Workloads the restart bookkeeping holds.
+    #[cfg(test)]
+    pub(super) fn restart_workloads(&self) -> usize {
+        self.restarts.workloads.len()
+    }
+
     /// Alerts of restart loops now firing.
     pub(super) fn restart_records(&self) -> impl Iterator<Item = &AlertChange> {
         self.restarts

@@ -354,3 +354,21 @@ fn steady_device_memory_growth_is_a_leak_and_one_step_is_not() {
     );
     assert_eq!(out[1].1[0].reason, Some("growth_stopped"));
 }
+
+/// A tenant starting processes of ever new names (a fork loop with a fresh comm each): the
+/// restart bookkeeping stays within its bounds.
+#[test]
+fn restart_bookkeeping_is_bounded() {
+    let mut d = Det::new(DetectConfig::default(), 100_000, 0.0);
+    let id = Identity::default();
+    for pid in 1..=6000u32 {
+        d.r.insert(pid, Comm::from(format!("t{pid}").as_str()), id.clone());
+    }
+    d.evaluate(5.0, wall(5.0), &[]);
+    assert!(
+        d.d.restart_workloads() <= 4096,
+        "{}",
+        d.d.restart_workloads()
+    );
+    assert!(d.take_changes().is_empty());
+}
