@@ -8,6 +8,7 @@ use std::{
 };
 
 use integration_tests::{
+    alerting::looping,
     device_file, env, exposition,
     guards::TempDir,
     http, poll,
@@ -42,18 +43,6 @@ fn alert_active(text: &str, pid: u64, signal: &str) -> Vec<exposition::Sample> {
     .into_iter()
     .cloned()
     .collect()
-}
-
-/// The workload looping 1 ms-per-block launches with `grid` blocks, a wait every `sync_every`.
-fn looping(env: &integration_tests::Env, seconds: f64, grid: u32, sync_every: u64) -> Workload {
-    Workload::new(
-        env,
-        Scenario::Loop {
-            seconds,
-            grid,
-            sync_every,
-        },
-    )
 }
 
 fn baseline_of(pid: u64, signal: &str) -> impl Fn(&Value) -> bool {
