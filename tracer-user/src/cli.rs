@@ -1,5 +1,9 @@
 //! The command line: commands, their options, and the checks of single values.
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
 use clap::{Parser, Subcommand};
 
@@ -45,6 +49,42 @@ pub enum Command {
     Top(TopArgs),
     /// List the incident archive's resolved alerts, newest first, with their root causes.
     Incidents(IncidentsArgs),
+    /// Replay cudatrace_signal_value from Prometheus through the detector: the alerts a config
+    /// would have raised over that range.
+    Backtest(BacktestArgs),
+    /// Make `[state] dir`'s baselines/ the daemon's own (the chart's init container, CAP_CHOWN).
+    PrepareState(PrepareStateArgs),
+}
+
+/// Options of `cudatrace backtest`.
+#[derive(clap::Args)]
+pub struct BacktestArgs {
+    /// The Prometheus server (http or https URL) holding cudatrace_signal_value.
+    #[arg(long, value_name = "URL")]
+    pub prometheus: String,
+    /// Start of the range (RFC 3339, UTC: 2026-11-01T00:00:00Z).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+    pub from: SystemTime,
+    /// End of the range (RFC 3339, UTC).
+    #[arg(long, value_name = "RFC3339", value_parser = parse_time)]
+    pub to: SystemTime,
+    /// Seconds between windows (default: the config's detect.window_s).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub step: Option<u64>,
+    /// The `run` config whose [detect] settings to replay (default: the defaults).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Only these series: a selector of cudatrace_signal_value (`{workload="serving/llm/server"}`).
+    #[arg(long = "match", value_name = "SELECTOR")]
+    pub selector: Option<String>,
+}
+
+/// Options of `cudatrace prepare-state`.
+#[derive(clap::Args)]
+pub struct PrepareStateArgs {
+    /// The `run` config whose `[state] dir` and `run_as` to use.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
 }
 
 /// Options of `cudatrace incidents`.
@@ -279,6 +319,11 @@ fn parse_rescan(s: &str) -> Result<u64, String> {
 
 fn parse_since(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|_| format!("{s}: give a duration such as 30m, 1h or 2d"))
+}
+
+fn parse_time(s: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|_| format!("{s}: give a UTC time in RFC 3339, such as 2026-11-01T00:00:00Z"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

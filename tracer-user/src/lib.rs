@@ -10,6 +10,7 @@
 
 pub mod aggregate;
 pub mod alert;
+pub mod backtest;
 pub mod cli;
 pub mod cmd;
 pub mod config;
@@ -24,4 +25,5 @@ pub mod policy;
 pub mod probe;
 pub mod registry;
 pub mod sinks;
+pub mod state;
 pub mod text;

@@ -26,6 +26,13 @@ fn main() -> ExitCode {
             cli::Command::Top(args) => cmd::top::run(args).await,
             // Reading the archive needs no privilege and no probe.
             cli::Command::Incidents(args) => cmd::incidents::run(args),
+            cli::Command::PrepareState(args) => cmd::prepare_state::run(args),
+            // Blocking HTTP and a replay: off the runtime's thread.
+            cli::Command::Backtest(args) => {
+                tokio::task::spawn_blocking(|| cmd::backtest::run(args))
+                    .await
+                    .unwrap_or_else(|e| Err(anyhow::anyhow!("the replay stopped: {e}")))
+            }
         }
     });
     match result {

@@ -1,6 +1,8 @@
 //! One file per command.
+pub mod backtest;
 pub mod daemon;
 pub mod incidents;
+pub mod prepare_state;
 pub mod record;
 pub mod run;
 pub mod top;

@@ -82,6 +82,8 @@ struct Daemonized {
     detect_tick: tokio::time::Interval,
     started: Instant,
     metrics_url: String,
+    /// Saves the per-workload memory (`[state] dir`).
+    saver: Option<crate::state::Saver>,
 }
 
 /// What wakes `run` besides the session.
@@ -119,6 +121,9 @@ impl Stages for Daemonized {
                 let since_start = self.started.elapsed().as_secs_f64();
                 let changes = self.daemon.evaluate(session, since_start);
                 self.sinks.publish(&changes);
+                if let Some(saver) = self.saver.as_mut() {
+                    saver.tick(self.daemon.detector.memory(), false);
+                }
             }
             Tick::Scrape(reply) => {
                 name_pods(self.pod_names.as_ref(), &mut session.registry);
@@ -146,6 +151,9 @@ impl Stages for Daemonized {
         // Victims that exited since the last window resolve; firing alerts of live processes
         // are left to expire in Alertmanager (the problem is not known to be over).
         self.sinks.publish(&self.daemon.detector.take_changes());
+        if let Some(saver) = self.saver.as_mut() {
+            saver.tick(self.daemon.detector.memory(), true);
+        }
         Ok(())
     }
 }
@@ -169,30 +177,43 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
     // and the web config are.
     let sinks = AlertSinks::start(&cfg, metrics_url.clone())?;
-    let mut pipeline = Pipeline::open(
-        args.sel.session(Tuning::daemon(&cfg, args.duration)),
-        |session| {
-            let sampler = Sampler::new(cfg.nvml_library.as_ref());
-            if let Sampler::Off(why) = &sampler {
-                log::warn!("cudatrace: {why}");
-            }
-            let daemon = Daemon::new(&cfg, &sampler, session);
-            let (requests_tx, requests) = mpsc::channel(16);
-            server::spawn(listener, requests_tx, web)?;
-            Ok(Daemonized {
-                daemon,
-                sampler,
-                sinks,
-                requests,
-                pod_names: pods_api::start(&cfg.kubernetes),
-                nvml_tick: tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms)),
-                // One tick per detection window, the first a window from now.
-                detect_tick: super::every(Duration::from_secs(cfg.detect.window_s)),
-                started: Instant::now(),
-                metrics_url,
-            })
-        },
-    )?;
+    let options = args.sel.session(Tuning::daemon(&cfg, args.duration));
+    // The state directory is made the daemon's own while it may still be uid 0; the file is
+    // read once it runs as the uid that writes it.
+    // SAFETY: geteuid and getegid have no preconditions.
+    let me = unsafe { (libc::geteuid(), libc::getegid()) };
+    let owner = match options.run_as {
+        Some(r) if me.0 == 0 => (r.uid, r.gid),
+        _ => me,
+    };
+    let state_file = crate::state::prepare_dir(&cfg, owner);
+    let mut pipeline = Pipeline::open(options, |session| {
+        let sampler = Sampler::new(cfg.nvml_library.as_ref());
+        if let Sampler::Off(why) = &sampler {
+            log::warn!("cudatrace: {why}");
+        }
+        let mut daemon = Daemon::new(&cfg, &sampler, session);
+        let saver = state_file.map(|path| {
+            let (memory, saver) = crate::state::resume(path, &cfg);
+            daemon.detector.set_memory(memory);
+            saver
+        });
+        let (requests_tx, requests) = mpsc::channel(16);
+        server::spawn(listener, requests_tx, web)?;
+        Ok(Daemonized {
+            daemon,
+            sampler,
+            sinks,
+            requests,
+            pod_names: pods_api::start(&cfg.kubernetes),
+            nvml_tick: tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms)),
+            // One tick per detection window, the first a window from now.
+            detect_tick: super::every(Duration::from_secs(cfg.detect.window_s)),
+            started: Instant::now(),
+            metrics_url,
+            saver,
+        })
+    })?;
     // Nothing is recorded before `run`: every process is named by the config's rules.
     pipeline
         .session

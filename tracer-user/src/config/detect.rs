@@ -59,6 +59,22 @@ pub struct DetectConfig {
     pub restart_loop_count: u32,
     /// The span, seconds, restarts are counted over; a loop resolves after as long without one.
     pub restart_loop_s: u64,
+    /// The season's length, seconds (86400: a daily one): the forecast follows what each part
+    /// of it usually looks like, once a whole season is learned.
+    pub season_s: u64,
+    /// One part of the season, seconds (900: a day of 96 quarter-hours).
+    pub season_bucket_s: u64,
+    /// Seasons each part's factor is the median of (3: a one-off hour is outvoted).
+    pub season_history: usize,
+    /// Days of hourly summaries kept per (workload, signal).
+    pub history_days: u32,
+    /// `CudatraceGradualDegradation` when a signal's level, the season removed, rises by at
+    /// least this many percent a week.
+    pub drift_pct_per_week: f64,
+    /// Days of hourly summaries the drift is estimated over.
+    pub drift_window_days: u32,
+    /// Seconds the drift must hold before it fires.
+    pub drift_hold_s: u64,
     /// `[[detect.schedule]]`: periods with other tiers and debounce times (first match wins).
     pub schedule: Vec<schedule::ScheduleEntry>,
 }
@@ -90,6 +106,13 @@ impl Default for DetectConfig {
             leak_horizon_s: 3600,
             restart_loop_count: 3,
             restart_loop_s: 600,
+            season_s: 86_400,
+            season_bucket_s: 900,
+            season_history: 3,
+            history_days: 7,
+            drift_pct_per_week: 3.0,
+            drift_window_days: 7,
+            drift_hold_s: 86_400,
             schedule: Vec::new(),
         }
     }
@@ -223,6 +246,7 @@ impl DetectConfig {
                 ),
             ));
         }
+        super::state::validate_memory(d)?;
         if d.idle_gpu_percent > 100 {
             return Err(ConfigError::invalid(
                 "detect.idle_gpu_percent",

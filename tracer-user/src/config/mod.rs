@@ -13,6 +13,7 @@ mod error;
 pub mod period;
 pub mod quiet;
 pub mod schedule;
+pub mod state;
 pub mod workloads;
 
 pub use detect::DetectConfig;
@@ -71,6 +72,8 @@ pub struct Config {
     pub launches: LaunchesConfig,
     /// `[[workloads]]`: names for workloads, by globs on who a process is.
     pub workloads: Vec<workloads::WorkloadEntry>,
+    /// `[state]`: where baselines outlive processes and restarts.
+    pub state: state::StateConfig,
 }
 
 /// The `[launches]` table: launches are counted in the kernel (counts, errors, latency buckets
@@ -278,6 +281,7 @@ impl Default for Config {
             kubernetes: KubernetesConfig::default(),
             launches: LaunchesConfig::default(),
             workloads: Vec::new(),
+            state: state::StateConfig::default(),
         }
     }
 }
@@ -370,6 +374,7 @@ impl Config {
         schedule::validate(&c.detect)?;
         quiet::validate(&c.alerts.quiet)?;
         workloads::validate(&c.workloads)?;
+        c.state.validate()?;
         for (key, url) in [
             ("alertmanager_url", &c.alerts.alertmanager_url),
             ("webhook_url", &c.alerts.webhook_url),

@@ -3,10 +3,12 @@
 //! values, with an EWMA of squared forecast errors for the spread. The baseline p99 is the forecast
 //! plus 2.326 spreads: the value a normal window stays under 99 times in 100.
 //!
-//! Seasonality (Holt-Winters' third component) is left out: a daily cycle needs days of history
-//! per process, and most GPU jobs live for hours. A slow trend is followed; a step is not (the
-//! caller keeps breaching windows out, so contention never becomes the new normal).
+//! It learns values with the season taken out ([`super::season`]); [`super::memory::Series`]
+//! puts the season back into its forecast. A slow trend is followed; a step is not (the caller
+//! keeps breaching windows out, so contention never becomes the new normal).
 use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
 
 /// z of the normal distribution's 99th percentile.
 const Z99: f64 = 2.326;
@@ -14,7 +16,7 @@ const Z99: f64 = 2.326;
 const MAD_TO_SIGMA: f64 = 1.4826;
 
 /// Smoothing and filtering parameters (from the config file's `[detect]` table).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Params {
     /// Windows learned before the baseline is used.
     pub warmup: usize,
@@ -48,9 +50,10 @@ pub enum Learned {
     Replaced,
 }
 
-/// The baseline of one series.
-#[derive(Clone, Debug)]
+/// The baseline of one series; saved without its parameters (the config's, at load).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Baseline {
+    #[serde(skip)]
     params: Params,
     /// The last `hampel_windows` values offered, newest last.
     recent: VecDeque<f64>,
@@ -92,6 +95,35 @@ impl Baseline {
             var: 0.0,
             ready: false,
         }
+    }
+
+    /// Takes the config's parameters (after a load), dropping what they no longer hold.
+    pub fn set_params(&mut self, params: Params) {
+        self.params = params;
+        while self.recent.len() > params.hampel_windows {
+            self.recent.pop_front();
+        }
+        self.warm.truncate(params.warmup.saturating_sub(1));
+    }
+
+    /// Whether every number in it is finite and not negative where values are: a saved
+    /// baseline that is not is dropped at load.
+    pub fn sane(&self) -> bool {
+        let ok = |x: f64| x.is_finite() && x >= 0.0;
+        self.recent.iter().chain(&self.warm).all(|x| ok(*x))
+            && ok(self.level)
+            && ok(self.var)
+            && self.trend.is_finite()
+    }
+
+    /// Multiplies everything it learned by `k` (when a season starts to be taken out).
+    pub fn rescale(&mut self, k: f64) {
+        for x in self.recent.iter_mut().chain(self.warm.iter_mut()) {
+            *x *= k;
+        }
+        self.level *= k;
+        self.trend *= k;
+        self.var *= k * k;
     }
 
     /// The expected value of the next window.

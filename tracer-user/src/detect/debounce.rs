@@ -3,7 +3,6 @@
 //! `firing_after_s`, and resolves after `resolve_after_s` without one (a pending one at the first
 //! normal window). While firing, windows that breach above its severity for `firing_after_s`
 //! raise it (never lower: severity goes down only through resolution).
-use super::baseline::{Baseline, Params};
 use crate::{alert::AlertChange, alert::AlertState, alert::Severity, config::DetectConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,9 +15,8 @@ pub enum Phase {
     Firing,
 }
 
-/// One (process, signal): its baseline and its alert's debounce state.
+/// One (process, signal): its alert's debounce state (the baseline is its workload's).
 pub struct Track {
-    pub baseline: Baseline,
     pub phase: Phase,
     /// Consecutive breaching windows.
     pub breaches: u32,
@@ -41,10 +39,9 @@ pub struct Track {
 }
 
 impl Track {
-    /// A track whose baseline has learned nothing yet.
-    pub fn new(params: Params) -> Track {
+    /// A track in its normal phase.
+    pub fn new() -> Track {
         Track {
-            baseline: Baseline::new(params),
             phase: Phase::Normal,
             breaches: 0,
             since: 0.0,

@@ -26,6 +26,8 @@ struct Breach {
     tier: Severity,
     value: f64,
     p99: f64,
+    /// The baseline's forecast for the window, the season in.
+    forecast: f64,
     samples: u64,
     /// How long the process's oldest stuck call of this signal's kind has been in the driver
     /// (ns), when it is starved.
@@ -49,6 +51,12 @@ fn significant(x: f64) -> f64 {
     }
     let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
     (x * scale).round() / scale
+}
+
+/// Seconds since the epoch.
+pub(super) fn wall_s(t: SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Wall-clock time of a monotonic instant, given one pair of the two.
@@ -128,13 +136,16 @@ impl Detector {
             .map(|v| v.process.pid)
             .collect();
         let now_ns = crate::event::monotonic_ns() as f64;
+        let wall = wall_s(now_wall);
+        let (season, keep) = (*self.memory.season(), self.memory.keep_hours());
         let mut breached: Vec<Breach> = Vec::new();
-        for (pid, comm, slot) in processes.slots_mut() {
+        for (pid, comm, workload, slot) in processes.slots_mut() {
             let Some(s) = slot.as_deref_mut() else {
                 continue;
             };
             for (i, signal) in Signal::ALL.into_iter().enumerate() {
                 let t = &mut s.tracks[i];
+                let series = self.memory.series(&workload, i, wall);
                 let stuck_ns = s.window.stuck[i]
                     .filter(|_| starved.contains(&pid))
                     .map(|since| (now_ns - since as f64).max(0.0));
@@ -147,26 +158,29 @@ impl Detector {
                         continue;
                     }
                 };
-                let Some(p99) = t.baseline.p99() else {
+                let Some(p99) = series.p99(wall, &season) else {
                     if stuck_ns.is_some() {
                         // No normal known yet: a stuck call is not one to learn.
                         continue;
                     }
-                    if t.baseline.learn(v) == Learned::Ready {
+                    if series.learn(v, wall, &season, keep) == Learned::Ready {
                         log::info!(
                             target: "cudatrace::baseline",
                             pid = pid,
                             comm = &*comm,
+                            workload = &*workload,
                             signal = signal.as_str();
-                            "baseline: pid={pid} comm={comm} signal={} level={:.3e} p99={:.3e}",
+                            "baseline: pid={pid} comm={comm} workload={} signal={} level={:.3e} p99={:.3e}",
+                            crate::text::printable(&workload),
                             signal.as_str(),
-                            t.baseline.forecast() / 1e9,
-                            t.baseline.p99().unwrap_or(0.0) / 1e9
+                            series.forecast(wall, &season) / 1e9,
+                            series.p99(wall, &season).unwrap_or(0.0) / 1e9
                         );
                     }
                     continue;
                 };
-                t.last = Some((v, p99, t.baseline.forecast()));
+                let forecast = series.forecast(wall, &season);
+                t.last = Some((v, p99, forecast));
                 let rise = s.window.per_call(signal, v - p99);
                 let over = v / p99 - 1.0;
                 let tier = if rise < cfg.min_increase_us * 1e3 {
@@ -191,8 +205,12 @@ impl Detector {
                             }
                             Phase::Pending => false,
                         };
-                        if long && stuck_ns.is_none() {
-                            t.baseline.learn(v);
+                        if stuck_ns.is_none() {
+                            if long {
+                                series.learn(v, wall, &season, keep);
+                            } else {
+                                series.season_only(v, wall, &season);
+                            }
                         }
                         breached.push(Breach {
                             pid,
@@ -200,12 +218,13 @@ impl Detector {
                             tier,
                             value: v,
                             p99,
+                            forecast,
                             samples,
                             stuck_ns,
                         });
                     }
                     None => {
-                        t.baseline.learn(v);
+                        series.learn(v, wall, &season, keep);
                         t.settle(Some(false), now, &cfg);
                     }
                 }
@@ -233,10 +252,15 @@ impl Detector {
         self.out_of_memory(processes, (now, now_wall), &cfg, gpus);
         self.restart_loops(processes, (now, now_wall), &cfg);
         self.leaks(processes, (now, now_wall), &cfg, gpus);
+        for p in processes.tracked().filter(|p| !p.exited) {
+            self.memory.note(p.workload, Party::of(p.view(), None));
+        }
+        self.drifts(now_wall, &cfg);
+        self.memory.bound();
         // Records still refer to the window's moments; stamp the changes with the wall clock.
         for s in processes
             .slots_mut()
-            .filter_map(|(_, _, s)| s.as_deref_mut())
+            .filter_map(|(_, _, _, s)| s.as_deref_mut())
         {
             for t in &mut s.tracks {
                 if let Some(r) = t
@@ -268,6 +292,7 @@ impl Detector {
             tier,
             value: v,
             p99,
+            forecast: baseline,
             samples,
             stuck_ns,
         } = *b;
@@ -298,7 +323,6 @@ impl Detector {
             memory_pressure_ratio: cfg.memory_pressure_ratio,
             idle_gpu_percent: cfg.idle_gpu_percent,
         };
-        let baseline = t.baseline.forecast();
         let verdict = classify::classify(signal, victim, seen, gpus, limits);
         let victim_party = Party::of(victim.process, None);
         let evidence = Evidence {
@@ -316,6 +340,7 @@ impl Detector {
             stuck_s: stuck_ns.map(|ns| significant(ns / 1e9)),
             exit_statuses: Vec::new(),
             time_to_full_s: None,
+            drift_pct_per_week: None,
         };
         let started_at = rfc3339(wall_at(t.since, now, now_wall));
         let at = rfc3339(now_wall);

@@ -88,7 +88,7 @@ impl Detector {
                 (p.pid, p.memory_bytes, Party::of(p.view(), None), set)
             })
             .collect();
-        for (pid, _, slot) in processes.slots_mut() {
+        for (pid, _, _, slot) in processes.slots_mut() {
             let (Some(s), Some((_, bytes, victim, set))) =
                 (slot.as_deref_mut(), seen.iter().find(|x| x.0 == pid))
             else {

@@ -1,6 +1,6 @@
 //! Contention detection. Every window (default 5 s), each process's signals get one value: p99
 //! of its launch latencies, its wait time per launch, its synchronous-copy time per MiB. Each is
-//! compared with the process's own baseline ([`baseline`]); a value over the baseline p99 by a
+//! compared with its workload's baseline ([`memory`]: [`baseline`] with [`season`]); a value over the baseline p99 by a
 //! tier (warning +10%, critical +30%, page +50%) and by at least `min_increase_us` breaches. A
 //! debounce state machine per (process, signal) ([`debounce`]) turns breaches into alerts, and
 //! [`classify`] says why. Breaching windows are not learned, so contention does not become the
@@ -10,10 +10,14 @@
 pub mod baseline;
 pub mod classify;
 pub mod debounce;
+mod drift;
 mod fact;
+pub mod history;
 pub mod leak;
+pub mod memory;
 pub mod oom;
 pub mod restarts;
+pub mod season;
 pub mod signals;
 mod starved;
 
@@ -44,10 +48,10 @@ pub struct ProcessSignals {
 }
 
 impl ProcessSignals {
-    fn new(params: Params) -> ProcessSignals {
+    fn new() -> ProcessSignals {
         ProcessSignals {
             window: Window::new(),
-            tracks: std::array::from_fn(|_| Track::new(params)),
+            tracks: std::array::from_fn(|_| Track::new()),
             oom: oom::Oom::default(),
             leak: leak::Leak::default(),
         }
@@ -109,8 +113,8 @@ impl<'a> Tracked<'a> {
 pub trait Processes {
     /// Every process, exited ones within their retention included, in no order.
     fn tracked(&self) -> impl Iterator<Item = Tracked<'_>>;
-    /// Every process's slot, with its pid and comm, in no order.
-    fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, &mut Slot)>;
+    /// Every process's slot, with its pid, comm and workload, in no order.
+    fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, Arc<str>, &mut Slot)>;
     /// A running process's slot.
     fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot>;
 }
@@ -138,7 +142,8 @@ pub struct Detector {
     in_force: Option<String>,
     /// Quiet periods: which alerts are recorded but not sent.
     quiet: Quiet,
-    params: Params,
+    /// Baselines, seasons and history per workload.
+    memory: memory::Memory,
     /// Monotonic seconds at the start of the current window.
     window_start: f64,
     /// State changes not yet handed out.
@@ -152,6 +157,20 @@ pub struct Detector {
 impl Detector {
     /// A detector whose first window starts at `now` (monotonic seconds).
     pub fn new(cfg: DetectConfig, now: f64) -> Detector {
+        Detector {
+            schedule: Schedule::new(&cfg),
+            in_force: None,
+            quiet: Quiet::default(),
+            memory: Detector::memory_for(&cfg, 256),
+            window_start: now,
+            outbox: Vec::new(),
+            gone_oom: Vec::new(),
+            restarts: restarts::Restarts::default(),
+        }
+    }
+
+    /// An empty per-workload memory for these settings, holding at most `max` workloads.
+    pub fn memory_for(cfg: &DetectConfig, max: usize) -> memory::Memory {
         let params = Params {
             warmup: cfg.warmup_windows,
             alpha: cfg.level_smoothing,
@@ -162,16 +181,22 @@ impl Detector {
             hampel_windows: cfg.hampel_windows,
             hampel_k: cfg.hampel_k,
         };
-        Detector {
-            schedule: Schedule::new(&cfg),
-            in_force: None,
-            quiet: Quiet::default(),
-            params,
-            window_start: now,
-            outbox: Vec::new(),
-            gone_oom: Vec::new(),
-            restarts: restarts::Restarts::default(),
-        }
+        let season = season::SeasonParams {
+            len_s: cfg.season_s,
+            bucket_s: cfg.season_bucket_s,
+            history: cfg.season_history,
+        };
+        memory::Memory::new(params, season, cfg.history_days as usize * 24, max)
+    }
+
+    /// Remembers `memory` (loaded from the state file) from now on.
+    pub fn set_memory(&mut self, memory: memory::Memory) {
+        self.memory = memory;
+    }
+
+    /// What it remembers per workload (for saving).
+    pub fn memory(&self) -> &memory::Memory {
+        &self.memory
     }
 
     /// The same detector, marking alerts `quiet` in the periods of `quiet`.
@@ -187,17 +212,23 @@ impl Detector {
 
     /// Counts one call into its process's window; `closed` is what a wait closed (GPU time).
     pub fn observe(&self, slot: &mut Slot, ev: &Event, closed: Option<&BatchEstimate>) {
-        let params = self.params;
-        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
         s.window.observe(ev, closed);
         oom::observe(s, ev);
     }
 
     /// Counts launches the kernel counted into their process's window.
     pub fn observe_launches(&self, slot: &mut Slot, d: &LaunchDelta) {
-        let params = self.params;
-        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
         s.window.add_launches(d);
+    }
+
+    /// Gives `signal` the value `v` (ns, or ns per MiB) for this window, whole: a replayed
+    /// series (`backtest`).
+    pub fn preset(&self, slot: &mut Slot, signal: Signal, v: f64) {
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
+        let i = Signal::ALL.iter().position(|x| *x == signal).unwrap_or(0);
+        s.window.preset[i] = Some(v);
     }
 
     /// A call of `kind` that entered at `start_ns` has been in the driver for at least a
@@ -206,8 +237,7 @@ impl Detector {
         let Some(signal) = Signal::held_up_by(kind) else {
             return;
         };
-        let params = self.params;
-        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new(params)));
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
         s.window.note_stuck(signal, start_ns);
     }
 
@@ -250,6 +280,7 @@ impl Detector {
             .flat_map(ProcessSignals::records)
             .chain(self.gone_oom.iter().filter_map(|g| g.record()))
             .chain(self.restart_records())
+            .chain(self.drift_records())
     }
 
     /// Per process and signal with a ready baseline, its last window against the baseline.

@@ -136,7 +136,7 @@ impl Detector {
             })
             .map(|p| Owned::of(p.view()))
             .collect();
-        for (pid, _comm, slot) in processes.slots_mut() {
+        for (pid, _comm, _, slot) in processes.slots_mut() {
             if let (Some(s), Some(who)) = (slot.as_deref_mut(), named.iter().find(|w| w.pid == pid))
             {
                 self.outbox

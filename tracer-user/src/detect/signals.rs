@@ -73,6 +73,8 @@ pub struct Window {
     /// Per signal (in [`Signal::ALL`]'s order), when the oldest call of its kind that is stuck
     /// in the driver (in flight for at least a window) entered (CLOCK_MONOTONIC ns).
     pub stuck: [Option<u64>; 3],
+    /// Per signal, a value given whole (`backtest` replaying a series) instead of counted.
+    pub preset: [Option<f64>; 3],
 }
 
 impl Default for Window {
@@ -94,6 +96,7 @@ impl Window {
             copy_bytes: 0,
             gpu_ns: 0,
             stuck: [None; 3],
+            preset: [None; 3],
         }
     }
 
@@ -121,6 +124,10 @@ impl Window {
 
     /// The signal's value (ns, or ns per MiB) and the calls behind it; `None` with too few calls.
     pub fn value(&self, signal: Signal, min_samples: u64) -> Option<(f64, u64)> {
+        let i = Signal::ALL.iter().position(|s| *s == signal).unwrap_or(0);
+        if let Some(v) = self.preset[i] {
+            return Some((v, min_samples));
+        }
         match signal {
             Signal::LaunchLatency => {
                 let h = self
@@ -145,8 +152,10 @@ impl Window {
     /// Nanoseconds a rise in `signal` of `delta` means per call, for the `min_increase_us` floor.
     pub fn per_call(&self, signal: Signal, delta: f64) -> f64 {
         match signal {
+            // A replayed value has no copies behind it: taken as one MiB's.
+            Signal::CopyTime if self.sync_copies == 0 => delta,
             Signal::CopyTime => {
-                delta * (self.sync_copy_bytes as f64 / self.sync_copies.max(1) as f64) / MIB
+                delta * (self.sync_copy_bytes as f64 / self.sync_copies as f64) / MIB
             }
             _ => delta,
         }

@@ -375,10 +375,10 @@ impl detect::Processes for Registry {
         })
     }
 
-    fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, &mut Slot)> {
+    fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, Arc<str>, &mut Slot)> {
         self.by_pid
             .values_mut()
-            .map(|p| (p.pid, p.comm, &mut p.signals))
+            .map(|p| (p.pid, p.comm, p.workload.clone(), &mut p.signals))
     }
 
     fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot> {

@@ -88,6 +88,9 @@ pub enum Cause {
     MemoryPressure,
     /// The GPU's clocks are held down (thermal or power).
     Throttling,
+    /// A workload's signal, the season removed, has risen by `drift_pct_per_week` or more a
+    /// week over `drift_window_days`, held for `drift_hold_s`.
+    Degradation,
     /// Launches got slower while the GPU is idle: the host CPU or the driver.
     CpuOrDriverContention,
     /// None of the above is seen.
@@ -106,6 +109,7 @@ impl Cause {
             Cause::CopyContention => "CudatraceCopyContention",
             Cause::MemoryPressure => "CudatraceGpuMemoryPressure",
             Cause::Throttling => "CudatraceGpuThrottled",
+            Cause::Degradation => "CudatraceGradualDegradation",
             Cause::CpuOrDriverContention => "CudatraceLaunchLatencyHigh",
             Cause::Unexplained => "CudatraceSlowdown",
         }
@@ -122,6 +126,7 @@ impl Cause {
             Cause::CopyContention => "copy_contention",
             Cause::MemoryPressure => "memory_pressure",
             Cause::Throttling => "throttling",
+            Cause::Degradation => "degradation",
             Cause::CpuOrDriverContention => "cpu_or_driver_contention",
             Cause::Unexplained => "unexplained",
         }
@@ -151,6 +156,19 @@ pub struct Party {
 }
 
 impl Party {
+    /// A workload no running process of which is known (pid 0).
+    pub fn workload(name: &str) -> Party {
+        Party {
+            pid: 0,
+            comm: String::new(),
+            namespace: None,
+            pod: None,
+            container: None,
+            share: None,
+            workload: Some(name.to_owned()),
+        }
+    }
+
     /// A process as an alert names it; `share` for an aggressor.
     pub fn of(p: ProcessRef<'_>, share: Option<f64>) -> Party {
         let workload = (!p.workload.is_empty()).then(|| p.workload.to_owned());
@@ -205,6 +223,9 @@ pub struct Evidence {
     /// A leak's predicted seconds until its GPU is full, at the growth rate in `now`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_full_s: Option<f64>,
+    /// A gradual degradation's rise, percent a week.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift_pct_per_week: Option<f64>,
 }
 
 /// One alert state change: the JSON line on stdout and the webhook's body.
@@ -368,127 +389,4 @@ impl AlertChange {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use std::time::{Duration, SystemTime};
-
-    use serde_json::json;
-
-    use super::*;
-    use crate::text::rfc3339;
-
-    /// A compute-contention alert of server (pid 10) by trainer (pid 20), in `state`.
-    pub(crate) fn record(state: AlertState) -> AlertChange {
-        let party = |pid, comm: &str, share| Party {
-            workload: None,
-            pid,
-            comm: comm.into(),
-            namespace: None,
-            pod: None,
-            container: None,
-            share,
-        };
-        AlertChange {
-            alert: Cause::ComputeContention.alert_name(),
-            state,
-            severity: Severity::Page,
-            cause: Cause::ComputeContention,
-            gpu: "0".into(),
-            victim: party(10, "server", None),
-            aggressors: vec![party(20, "trainer", Some(0.9))],
-            evidence: Evidence {
-                signal: "wait_per_launch",
-                unit: "seconds",
-                baseline: 0.001,
-                baseline_p99: 0.0011,
-                now: 0.004,
-                ratio: 0.004 / 0.0011,
-                window_s: 5,
-                samples: 4000,
-                gpu_memory_used_ratio: None,
-                gpu_utilization: None,
-                clock_event_reasons: vec![],
-                stuck_s: None,
-                exit_statuses: vec![],
-                time_to_full_s: None,
-            },
-            started_at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
-            at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030)),
-            reason: None,
-            incident: Incident {
-                gpu: "0".into(),
-                cause: Cause::ComputeContention,
-                aggressors: "20:trainer".into(),
-            },
-            quiet: None,
-            escalated_from: None,
-        }
-    }
-
-    #[test]
-    fn json_line_has_the_documented_fields() {
-        let v = serde_json::to_value(record(AlertState::Firing)).unwrap();
-        assert_eq!(v["alert"], "CudatraceComputeContention");
-        assert_eq!(
-            (
-                v["state"].as_str(),
-                v["severity"].as_str(),
-                v["cause"].as_str()
-            ),
-            (Some("firing"), Some("page"), Some("compute_contention"))
-        );
-        assert_eq!(
-            v["victim"],
-            json!({"pid": 10, "comm": "server", "namespace": null, "pod": null, "container": null})
-        );
-        assert_eq!(
-            v["aggressors"],
-            json!([{"pid": 20, "comm": "trainer", "namespace": null, "pod": null, "container": null, "share": 0.9}])
-        );
-        assert_eq!(v["started_at"], "2027-01-15T08:00:00Z");
-        assert!(v.get("reason").is_none());
-        assert!(v["evidence"].get("clock_event_reasons").is_none());
-        assert_eq!(
-            v["incident"],
-            json!({"gpu": "0", "cause": "compute_contention", "aggressors": "20:trainer"})
-        );
-        assert!(v.get("quiet").is_none());
-    }
-
-    #[test]
-    fn the_incident_names_the_aggressors_holding_half_the_share() {
-        let party = |pid, comm: &str, share| Party {
-            workload: None,
-            pid,
-            comm: comm.into(),
-            namespace: None,
-            pod: None,
-            container: None,
-            share: Some(share),
-        };
-        // Two victims of one trainer: each sees the other as a small aggressor.
-        let a = Incident::of(
-            Cause::ComputeContention,
-            "0",
-            &[party(30, "trainer", 0.8), party(12, "server-b", 0.2)],
-        );
-        let b = Incident::of(
-            Cause::ComputeContention,
-            "0",
-            &[party(30, "trainer", 0.7), party(11, "server-a", 0.3)],
-        );
-        assert_eq!(a, b);
-        assert_eq!(a.aggressors, "30:trainer");
-        // Two trainers sharing it: both, by pid.
-        let c = Incident::of(
-            Cause::ComputeContention,
-            "0",
-            &[
-                party(40, "t2", 0.45),
-                party(30, "t1", 0.4),
-                party(11, "s", 0.15),
-            ],
-        );
-        assert_eq!(c.aggressors, "30:t1,40:t2");
-        assert_eq!(Incident::of(Cause::Throttling, "1", &[]).aggressors, "");
-    }
-}
+pub(crate) mod tests;

@@ -1,0 +1,134 @@
+//! Reading `cudatrace_signal_value` over a range from Prometheus's HTTP API
+//! (`/api/v1/query_range`), in pieces of at most [`POINTS`] steps (Prometheus refuses more than
+//! 11,000 points a series), each answer at most [`MAX_BODY`] bytes, at most [`MAX_SERIES`]
+//! series in all.
+use std::{collections::BTreeMap, time::Duration};
+
+use serde::Deserialize;
+
+/// Steps asked for in one query.
+pub const POINTS: u64 = 10_000;
+/// Largest answer read.
+pub const MAX_BODY: u64 = 256 << 20;
+/// Most series replayed.
+pub const MAX_SERIES: usize = 10_000;
+/// Time one query may take.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A series' labels (`__name__` left out).
+pub type Labels = BTreeMap<String, String>;
+
+/// Each series' values by step (index from the range's start).
+pub type Matrix = BTreeMap<Labels, BTreeMap<u64, f64>>;
+
+#[derive(Deserialize)]
+struct Answer {
+    status: String,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    data: Option<Data>,
+}
+
+#[derive(Deserialize)]
+struct Data {
+    result: Vec<Series>,
+}
+
+#[derive(Deserialize)]
+struct Series {
+    metric: Labels,
+    values: Vec<(f64, String)>,
+}
+
+/// The query for `selector`: `cudatrace_signal_value` with its matchers.
+pub fn query(selector: Option<&str>) -> Result<String, String> {
+    match selector.map(str::trim) {
+        None | Some("") => Ok("cudatrace_signal_value".into()),
+        Some(s) if s.starts_with('{') && s.ends_with('}') => Ok(format!("cudatrace_signal_value{s}")),
+        Some(s) if s.starts_with("cudatrace_signal_value{") && s.ends_with('}') => Ok(s.into()),
+        Some(s) => Err(format!(
+            "--match {s}: give label matchers of cudatrace_signal_value, such as {{workload=\"serving/llm/server\"}}"
+        )),
+    }
+}
+
+/// Reads `query` from `base` (the server's URL) at `step` seconds over [`from`, `to`] (Unix
+/// seconds).
+pub fn read(base: &str, query: &str, (from, to, step): (u64, u64, u64)) -> Result<Matrix, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}/api/v1/query_range", base.trim_end_matches('/'));
+    let mut out = Matrix::new();
+    let mut start = from;
+    while start <= to {
+        let end = (start + step * (POINTS - 1)).min(to);
+        let mut answer = agent
+            .get(&url)
+            .query("query", query)
+            .query("start", start.to_string())
+            .query("end", end.to_string())
+            .query("step", step.to_string())
+            .call()
+            .map_err(|e| format!("{url}: {e}"))?;
+        let status = answer.status();
+        let body = answer
+            .body_mut()
+            .with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| {
+                format!(
+                    "{url}: reading the answer: {e} (at most {} MiB)",
+                    MAX_BODY >> 20
+                )
+            })?;
+        let parsed: Answer = serde_json::from_slice(&body)
+            .map_err(|e| format!("{url} answered {status}, not Prometheus's API: {e}"))?;
+        if parsed.status != "success" {
+            return Err(format!(
+                "{url} answered {status}: {}",
+                parsed.error.unwrap_or_else(|| parsed.status.clone())
+            ));
+        }
+        for s in parsed.data.map(|d| d.result).unwrap_or_default() {
+            let mut labels = s.metric;
+            labels.remove("__name__");
+            if !out.contains_key(&labels) && out.len() >= MAX_SERIES {
+                return Err(format!(
+                    "more than {MAX_SERIES} series: narrow them with --match"
+                ));
+            }
+            let values = out.entry(labels).or_default();
+            for (t, v) in s.values {
+                let Ok(v) = v.parse::<f64>() else { continue };
+                if !v.is_finite() || v < 0.0 || t < from as f64 {
+                    continue;
+                }
+                values.insert(((t - from as f64) / step as f64).round() as u64, v);
+            }
+        }
+        start = end + step;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors() {
+        assert_eq!(query(None).unwrap(), "cudatrace_signal_value");
+        assert_eq!(
+            query(Some("{workload=\"a\"}")).unwrap(),
+            "cudatrace_signal_value{workload=\"a\"}"
+        );
+        assert!(query(Some("up"))
+            .unwrap_err()
+            .contains("give label matchers"));
+    }
+}
