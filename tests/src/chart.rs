@@ -89,6 +89,29 @@ pub fn daemonset_capabilities() -> Vec<String> {
         .collect()
 }
 
+/// The init container that prepares the state directory: its args and its capabilities
+/// (it drops every other one, runs as uid 0 without privilege escalation).
+pub fn init_container() -> (Vec<String>, Vec<String>) {
+    let (_, docs) = render(&[]);
+    let ds = object(&docs, "DaemonSet");
+    let init = &ds["spec"]["template"]["spec"]["initContainers"][0];
+    assert_eq!(init["name"].as_str(), Some("prepare-state"));
+    let security = &init["securityContext"];
+    assert_eq!(security["capabilities"]["drop"][0].as_str(), Some("ALL"));
+    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
+    let strings = |y: &Yaml| -> Vec<String> {
+        y.as_vec()
+            .expect("a list")
+            .iter()
+            .map(|c| c.as_str().unwrap().to_owned())
+            .collect()
+    };
+    (
+        strings(&init["args"]),
+        strings(&security["capabilities"]["add"]),
+    )
+}
+
 /// The default config file, as the ConfigMap carries it.
 pub fn config_toml() -> String {
     config_toml_with(&[])

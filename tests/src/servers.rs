@@ -131,6 +131,18 @@ impl Prometheus {
         format!("http://127.0.0.1:{}", self.0.port)
     }
 
+    /// Waits (up to 60 s) until it answers `/-/ready`; panics past that.
+    pub fn wait_ready(&self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if http::try_get(&format!("{}/-/ready", self.url()), None).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("Prometheus not ready within 60 s");
+    }
+
     /// The label sets of the series `selector` matches (`/api/v1/series`).
     pub fn series(&self, selector: &str) -> Vec<Value> {
         let url = format!("http://127.0.0.1:{}/api/v1/series", self.0.port);

@@ -389,6 +389,38 @@ fn the_daemonset_process_leaves_uid_0() {
             &format!("stateDir={}", state.display()),
         ]),
     );
+    // The init container first: CHOWN alone, its own args, the same config.
+    let (init_args, init_caps) = chart::init_container();
+    assert_eq!(init_caps, ["CHOWN"]);
+    let out = Command::new("setpriv")
+        .args(as_root_with(&init_caps))
+        .arg(&env.bin)
+        .args(init_args.iter().map(|a| {
+            if a == "/etc/cudatrace/config.toml" {
+                config.display().to_string()
+            } else {
+                a.clone()
+            }
+        }))
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    let said = String::from_utf8_lossy(&out.stderr);
+    let baselines = state.join("baselines");
+    let owned = {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let m = std::fs::symlink_metadata(&baselines).expect("no baselines directory");
+        (m.uid(), m.gid(), m.permissions().mode() & 0o777)
+    };
+    eprintln!(
+        "e2e the_daemonset_process_leaves_uid_0: init container {init_args:?} with {init_caps:?}: exit {:?}, {}: baselines/ uid {} gid {} mode {:o}",
+        out.status.code(),
+        said.trim(),
+        owned.0,
+        owned.1,
+        owned.2
+    );
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(owned, (65534, 65534, 0o700));
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = as_root_with(&caps);
     args.extend([
@@ -444,6 +476,21 @@ fn the_daemonset_process_leaves_uid_0() {
     );
     assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
+    // The baselines, saved at stop by uid 65534: its own, private, of the format.
+    let file = baselines.join("baselines.json");
+    let saved = {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let m = std::fs::metadata(&file)
+            .unwrap_or_else(|e| panic!("no baselines saved at stop: {e}: {:?}", traced.stderr));
+        (m.uid(), m.permissions().mode() & 0o777)
+    };
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    eprintln!(
+        "e2e the_daemonset_process_leaves_uid_0: baselines saved at stop: uid {} mode {:o} format {}",
+        saved.0, saved.1, v["format"]
+    );
+    assert_eq!(saved, (65534, 0o600));
+    assert_eq!(v["format"], "cudatrace-baselines");
 
     // Without CAP_SETUID: one line, exit 1, nothing attached.
     let without: Vec<String> = caps.iter().filter(|c| *c != "SETUID").cloned().collect();

@@ -139,3 +139,55 @@ fn credentials_go_only_over_https() {
     // Without credentials plain http is fine.
     assert!(Config::parse("[alerts]\nwebhook_url = \"http://hooks/x\"\n").is_ok());
 }
+
+#[test]
+fn state_season_and_drift_keys() {
+    let c = Config::parse("[state]\ndir = \"/var/lib/cudatrace\"\n").unwrap();
+    assert_eq!(
+        c.state.dir.as_deref(),
+        Some(std::path::Path::new("/var/lib/cudatrace"))
+    );
+    assert_eq!((c.state.save_every_s, c.state.max_workloads), (60, 256));
+    assert_invalid(
+        "[state]\ndir = \"state\"\n",
+        "state.dir",
+        "state.dir = \"state\": give an absolute path",
+    );
+    assert_invalid(
+        "[state]\nsave_every_s = 0\n",
+        "state.save_every_s",
+        "state.save_every_s = 0: give 1 to 60 seconds",
+    );
+    assert_invalid(
+        "[state]\nmax_workloads = 5000\n",
+        "state.max_workloads",
+        "state.max_workloads = 5000: give 1 to 4096",
+    );
+    assert_invalid("[detect]\nseason_s = 1000\n", "detect.season_s", "detect.season_s = 1000: give a whole number of season_bucket_s (900), at most 2016 of them and at most a week (604800)");
+    assert_invalid(
+        "[detect]\nseason_bucket_s = 1\n",
+        "detect.season_bucket_s",
+        "detect.season_bucket_s = 1: give one window (5 s) to 86400",
+    );
+    assert_invalid(
+        "[detect]\nseason_history = 0\n",
+        "detect.season_history",
+        "detect.season_history = 0: give 1 to 31 seasons",
+    );
+    assert_invalid(
+        "[detect]\nhistory_days = 0\n",
+        "detect.history_days",
+        "detect.history_days = 0: give 1 to 90",
+    );
+    assert_invalid(
+        "[detect]\ndrift_window_days = 8\n",
+        "detect.drift_window_days",
+        "detect.drift_window_days = 8: give 1 to history_days (7)",
+    );
+    assert_invalid(
+        "[detect]\ndrift_pct_per_week = -1\n",
+        "detect.drift_pct_per_week",
+        "detect.drift_pct_per_week = -1: give a percentage above 0 (3: the seeds' figure)",
+    );
+    assert!(Config::parse("[detect]\nseason_s = 604800\nseason_bucket_s = 3600\nhistory_days = 28\ndrift_window_days = 14\n").is_ok());
+}

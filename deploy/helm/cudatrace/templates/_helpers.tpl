@@ -52,6 +52,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $_ := set $alerts "archive" (printf "%s/incidents.jsonl" (trimSuffix "/" .Values.stateDir)) }}
 {{- end }}
 {{- $_ := set $config "alerts" $alerts }}
+{{- /* Baselines kept across restarts in the state directory, unless config.state names one. */}}
+{{- $state := default dict $config.state }}
+{{- if not (hasKey $state "dir") }}
+{{- $_ := set $state "dir" (trimSuffix "/" .Values.stateDir) }}
+{{- end }}
+{{- $_ := set $config "state" $state }}
 {{- end -}}
 listen = {{ printf "0.0.0.0:%d" (int .Values.metricsPort) | quote }}
 {{- range $key, $value := $config }}
