@@ -125,3 +125,40 @@ pub fn config_toml_with(sets: &[&str]) -> String {
         .expect("config.toml in the ConfigMap")
         .to_owned()
 }
+
+/// `setpriv` arguments for uid 0 under no-new-privs with exactly `caps` (bounding, so permitted
+/// and effective at exec), and nothing inheritable: how the DaemonSet's container starts.
+pub fn as_root_with(caps: &[String]) -> Vec<String> {
+    let list: String = caps
+        .iter()
+        .map(|c| format!(",+{}", c.to_lowercase()))
+        .collect();
+    vec![
+        "--no-new-privs".into(),
+        format!("--bounding-set=-all{list}"),
+        "--inh-caps=-all".into(),
+    ]
+}
+
+/// Runs the init container's command as the chart runs it (uid 0, no-new-privs, its
+/// capabilities), `bin` for its image's cudatrace and `config` for the ConfigMap's file:
+/// its args, its capabilities and what it did.
+pub fn run_init_container(
+    bin: &std::path::Path,
+    config: &std::path::Path,
+) -> (Vec<String>, Vec<String>, std::process::Output) {
+    let (args, caps) = init_container();
+    let out = std::process::Command::new("setpriv")
+        .args(as_root_with(&caps))
+        .arg(bin)
+        .args(args.iter().map(|a| {
+            if a == "/etc/cudatrace/config.toml" {
+                config.display().to_string()
+            } else {
+                a.clone()
+            }
+        }))
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    (args, caps, out)
+}

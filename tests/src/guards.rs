@@ -126,3 +126,25 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// A path's (uid, gid, permission bits), the last component not followed; panics when it is
+/// missing.
+pub fn owner_and_mode(path: &std::path::Path) -> (u32, u32, u32) {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let m = std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (m.uid(), m.gid(), m.permissions().mode() & 0o777)
+}
+
+/// A process's real, effective, saved and filesystem uids and gids, and its groups, from
+/// /proc/PID/status.
+pub fn ids(pid: u32) -> (String, String, String) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    (field("Uid:"), field("Gid:"), field("Groups:"))
+}

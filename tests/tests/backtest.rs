@@ -15,6 +15,9 @@ use serde_json::Value;
 const DAY: u64 = 86_400;
 const STEP: u64 = 60;
 
+/// A synthetic series: its value (seconds) at a time (Unix seconds).
+type Shape = Box<dyn Fn(u64) -> f64>;
+
 /// Deterministic noise of ±2%.
 fn noise(k: u64) -> f64 {
     let x = (k.wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0;
@@ -48,7 +51,7 @@ fn backtest_replays_two_weeks_from_prometheus() {
     let from = today - 14 * DAY;
     let to = today - STEP;
     let spike = from + 12 * DAY + 12 * 3600;
-    let kinds: [(&str, Box<dyn Fn(u64) -> f64>); 4] = [
+    let kinds: [(&str, Shape); 4] = [
         (
             "serving/daily",
             Box::new(|t| if (t % DAY) / 3600 == 9 { 1.6e-3 } else { 1e-3 }),

@@ -79,20 +79,6 @@ fn tracing_caps() -> Vec<String> {
         .collect()
 }
 
-/// A process's real, effective, saved and filesystem uids and gids, and its groups, from
-/// /proc/PID/status.
-fn ids(pid: u32) -> (String, String, String) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
-            .unwrap_or_default()
-    };
-    (field("Uid:"), field("Gid:"), field("Groups:"))
-}
-
 /// Pids of the running processes named cudatrace whose parent is named `parent`.
 fn cudatrace_pids(parent: &str) -> Vec<u32> {
     let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -316,7 +302,7 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     let inside: Vec<(String, String, String, u64)> = cudatrace_pids("conmon")
         .into_iter()
         .map(|p| {
-            let (uid, gid, groups) = ids(p);
+            let (uid, gid, groups) = integration_tests::guards::ids(p);
             (uid, gid, groups, cap_eff(p).0)
         })
         .collect();
@@ -354,20 +340,6 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
     );
 }
 
-/// `setpriv` arguments for uid 0 under no-new-privs with exactly `caps` (bounding, so permitted
-/// and effective at exec), and nothing inheritable: how the DaemonSet's container starts.
-fn as_root_with(caps: &[String]) -> Vec<String> {
-    let list: String = caps
-        .iter()
-        .map(|c| format!(",+{}", c.to_lowercase()))
-        .collect();
-    vec![
-        "--no-new-privs".into(),
-        format!("--bounding-set=-all{list}"),
-        "--inh-caps=-all".into(),
-    ]
-}
-
 /// Started as the DaemonSet starts it (uid 0, no-new-privs, its six capabilities, its config
 /// file, no `--lib`): once ready it is uid and gid 65534 everywhere (real, effective, saved,
 /// filesystem), with no supplementary group and only the four tracing capabilities, and it
@@ -390,39 +362,20 @@ fn the_daemonset_process_leaves_uid_0() {
         ]),
     );
     // The init container first: CHOWN alone, its own args, the same config.
-    let (init_args, init_caps) = chart::init_container();
+    let (init_args, init_caps, out) = chart::run_init_container(&env.bin, &config);
     assert_eq!(init_caps, ["CHOWN"]);
-    let out = Command::new("setpriv")
-        .args(as_root_with(&init_caps))
-        .arg(&env.bin)
-        .args(init_args.iter().map(|a| {
-            if a == "/etc/cudatrace/config.toml" {
-                config.display().to_string()
-            } else {
-                a.clone()
-            }
-        }))
-        .output()
-        .expect("setpriv (util-linux) is needed");
     let said = String::from_utf8_lossy(&out.stderr);
     let baselines = state.join("baselines");
-    let owned = {
-        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-        let m = std::fs::symlink_metadata(&baselines).expect("no baselines directory");
-        (m.uid(), m.gid(), m.permissions().mode() & 0o777)
-    };
+    let owned = integration_tests::guards::owner_and_mode(&baselines);
     eprintln!(
-        "e2e the_daemonset_process_leaves_uid_0: init container {init_args:?} with {init_caps:?}: exit {:?}, {}: baselines/ uid {} gid {} mode {:o}",
+        "e2e the_daemonset_process_leaves_uid_0: init container {init_args:?} with {init_caps:?}: exit {:?}, {}: baselines/ (uid, gid, mode) {owned:?}",
         out.status.code(),
-        said.trim(),
-        owned.0,
-        owned.1,
-        owned.2
+        said.trim()
     );
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert_eq!(owned, (65534, 65534, 0o700));
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut args = as_root_with(&caps);
+    let mut args = chart::as_root_with(&caps);
     args.extend([
         env.bin.display().to_string(),
         "run".into(),
@@ -432,7 +385,7 @@ fn the_daemonset_process_leaves_uid_0() {
         listen.clone(),
     ]);
     let daemon = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
-    let (uid, gid, groups) = ids(daemon.pid());
+    let (uid, gid, groups) = integration_tests::guards::ids(daemon.pid());
     let (eff, nnp) = cap_eff(daemon.pid());
     let want: u64 = tracing.iter().map(|c| bit(c)).sum();
     // The chart's incident archive, opened before the switch: root's, private.
@@ -456,7 +409,7 @@ fn the_daemonset_process_leaves_uid_0() {
     .device(&dev)
     .settle_ms(1500)
     .spawn();
-    let job_uid = ids(running.pid() as u32).0;
+    let job_uid = integration_tests::guards::ids(running.pid() as u32).0;
     let job = running.finish();
     let pid = job["pid"].as_u64().unwrap().to_string();
     let counted = exposition::wait_for_launches(&listen, &pid, 2000.0, Duration::from_secs(10));
@@ -478,24 +431,18 @@ fn the_daemonset_process_leaves_uid_0() {
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
     // The baselines, saved at stop by uid 65534: its own, private, of the format.
     let file = baselines.join("baselines.json");
-    let saved = {
-        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-        let m = std::fs::metadata(&file)
-            .unwrap_or_else(|e| panic!("no baselines saved at stop: {e}: {:?}", traced.stderr));
-        (m.uid(), m.permissions().mode() & 0o777)
-    };
+    let saved = integration_tests::guards::owner_and_mode(&file);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    eprintln!(
-        "e2e the_daemonset_process_leaves_uid_0: baselines saved at stop: uid {} mode {:o} format {}",
-        saved.0, saved.1, v["format"]
+    eprintln!("e2e the_daemonset_process_leaves_uid_0: baselines saved at stop: (uid, gid, mode) {saved:?}, format {}", v["format"]);
+    assert_eq!(
+        (saved.0, saved.2, v["format"].as_str()),
+        (65534, 0o600, Some("cudatrace-baselines"))
     );
-    assert_eq!(saved, (65534, 0o600));
-    assert_eq!(v["format"], "cudatrace-baselines");
 
     // Without CAP_SETUID: one line, exit 1, nothing attached.
     let without: Vec<String> = caps.iter().filter(|c| *c != "SETUID").cloned().collect();
     let out = Command::new("setpriv")
-        .args(as_root_with(&without))
+        .args(chart::as_root_with(&without))
         .arg(&env.bin)
         .args(["run", "--listen", &format!("127.0.0.1:{}", free_port())])
         .output()
@@ -517,7 +464,7 @@ fn the_daemonset_process_leaves_uid_0() {
 
     // --keep-uid: uid 0 stays, the capabilities are reduced as always.
     let lib = env.libcuda();
-    let mut args = as_root_with(&caps);
+    let mut args = chart::as_root_with(&caps);
     args.extend([
         env.bin.display().to_string(),
         "trace".into(),
@@ -526,7 +473,7 @@ fn the_daemonset_process_leaves_uid_0() {
         lib.display().to_string(),
     ]);
     let kept = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
-    let (uid, _, _) = ids(kept.pid());
+    let (uid, _, _) = integration_tests::guards::ids(kept.pid());
     let (eff, _) = cap_eff(kept.pid());
     kept.stop();
     assert_eq!(uid, "0 0 0 0");

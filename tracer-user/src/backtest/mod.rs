@@ -20,6 +20,9 @@ use crate::{
 
 pub mod prometheus;
 
+/// A process's series: (signal, values by step).
+type Series = Vec<(Signal, BTreeMap<u64, f64>)>;
+
 /// One replayed process.
 struct Replayed {
     pid: u32,
@@ -28,7 +31,7 @@ struct Replayed {
     workload: Arc<str>,
     slot: Slot,
     /// Its series: (signal, values by step).
-    series: Vec<(Signal, BTreeMap<u64, f64>)>,
+    series: Series,
 }
 
 /// The replayed processes, as the detector reads them.
@@ -96,7 +99,7 @@ fn workload_of(l: &prometheus::Labels) -> String {
 
 /// Groups the series into processes (labels but `signal` alike).
 fn processes(matrix: prometheus::Matrix) -> (Vec<Replayed>, usize) {
-    let mut by: BTreeMap<prometheus::Labels, Vec<(Signal, BTreeMap<u64, f64>)>> = BTreeMap::new();
+    let mut by: BTreeMap<prometheus::Labels, Series> = BTreeMap::new();
     let mut series = 0;
     for (mut labels, values) in matrix {
         let Some(signal) = labels

@@ -80,7 +80,7 @@ pub(crate) fn validate_memory(d: &DetectConfig) -> Result<()> {
         );
     }
     if d.season_s < d.season_bucket_s
-        || d.season_s % d.season_bucket_s != 0
+        || !d.season_s.is_multiple_of(d.season_bucket_s)
         || d.season_s / d.season_bucket_s > 2016
         || d.season_s > 7 * 86_400
     {

@@ -38,6 +38,12 @@ pub struct Track {
     pub last: Option<(f64, f64, f64)>,
 }
 
+impl Default for Track {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Track {
     /// A track in its normal phase.
     pub fn new() -> Track {

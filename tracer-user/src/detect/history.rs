@@ -157,7 +157,12 @@ mod tests {
     #[test]
     fn a_stable_series_has_no_drift() {
         let h = fill(8.0, |t| {
-            100.0 + if (t as u64 / 60) % 2 == 0 { 5.0 } else { -5.0 }
+            100.0
+                + if (t as u64 / 60).is_multiple_of(2) {
+                    5.0
+                } else {
+                    -5.0
+                }
         });
         let d = h.drift(8 * 24, 7 * 24).unwrap();
         assert!(d.per_week.abs() < 0.001, "{d:?}");
