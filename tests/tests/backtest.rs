@@ -92,20 +92,24 @@ fn backtest_replays_two_weeks_from_prometheus() {
     prom.wait_ready();
     assert_eq!(prom.series("cudatrace_signal_value").len(), 4);
     let started = Instant::now();
-    let out = Command::new(&env.bin)
-        .args([
-            "backtest",
-            "--prometheus",
-            &prom.url(),
-            "--from",
-            &rfc(from),
-            "--to",
-            &rfc(to),
-            "--step",
-            "60",
-        ])
-        .output()
-        .unwrap();
+    let range = |step: &str, extra: &[&str]| {
+        Command::new(&env.bin)
+            .args([
+                "backtest",
+                "--prometheus",
+                &prom.url(),
+                "--from",
+                &rfc(from),
+                "--to",
+                &rfc(to),
+                "--step",
+                step,
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = range("60", &[]);
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
@@ -175,22 +179,7 @@ fn backtest_replays_two_weeks_from_prometheus() {
     assert_eq!(spiked[0]["victim"]["namespace"], "serving");
 
     // --match: only the selected series.
-    let out = Command::new(&env.bin)
-        .args([
-            "backtest",
-            "--prometheus",
-            &prom.url(),
-            "--from",
-            &rfc(from),
-            "--to",
-            &rfc(to),
-            "--step",
-            "300",
-            "--match",
-            "{workload=\"serving/steady\"}",
-        ])
-        .output()
-        .unwrap();
+    let out = range("300", &["--match", "{workload=\"serving/steady\"}"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(

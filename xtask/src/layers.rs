@@ -24,6 +24,8 @@ mod tests {
         &["pipeline"],
         // Where results go.
         &["sinks"],
+        // What outlives the process (the detector's memory on disk); history replayed.
+        &["state", "backtest"],
         // The command line and the commands, which wire source, stages and sinks.
         &["cli"],
         &["cmd"],

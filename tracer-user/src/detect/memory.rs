@@ -2,7 +2,7 @@
 //! cudatrace: for each signal a [`Series`] (baseline, season, hourly history, drift). Processes
 //! of one workload share it: a new pid (a restart, a new pod of the same Deployment) starts
 //! with its workload's baseline, not a warm-up. Bounded by `[state] max_workloads` (the
-//! longest unseen are dropped first, said once); `crate::state` saves and loads it.
+//! longest unseen are dropped first, said once); the `state` module saves and loads it.
 use std::{collections::HashMap, sync::Arc};
 
 use serde::{Deserialize, Serialize};
