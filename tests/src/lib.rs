@@ -12,6 +12,7 @@ pub mod guards;
 pub mod hostile;
 pub mod http;
 pub mod kube;
+pub mod otlp;
 pub mod servers;
 pub mod tls;
 mod workload;

@@ -37,6 +37,8 @@ pub struct Daemon {
     pub dropped: Drops,
     /// The detection window: a call in the driver this long is stuck.
     window: std::time::Duration,
+    /// Spans of slow and failed calls, when `[otlp]` is on.
+    pub otlp: Option<crate::sinks::otlp::Exporter>,
 }
 
 impl Consumer for Daemon {
@@ -45,6 +47,10 @@ impl Consumer for Daemon {
             .observe(&mut process.series, ev, e.kernel.as_deref());
         self.detector
             .observe(&mut process.signals, ev, e.batch.as_ref());
+        if let Some(otlp) = self.otlp.as_mut() {
+            let kernel = e.kernel.as_deref().map(|k| &*k.demangled);
+            otlp.call(ev, &process.identity, &process.workload, kernel);
+        }
         Ok(())
     }
 
@@ -77,6 +83,7 @@ impl Daemon {
             probes: session.probe_rows(),
             dropped: Drops::default(),
             window: std::time::Duration::from_secs(cfg.detect.window_s),
+            otlp: None,
         }
     }
 
@@ -133,6 +140,15 @@ impl Daemon {
             probes: &self.probes,
             nvml_up: self.nvml_up,
             gpus: &self.gpus,
+            otlp: self.otlp.as_ref().map(|o| {
+                use std::sync::atomic::Ordering::Relaxed;
+                let s = o.stats();
+                crate::sinks::metrics::OtlpCounts {
+                    sent: s.sent.load(Relaxed),
+                    dropped: s.dropped.load(Relaxed),
+                    failed: s.failed.load(Relaxed),
+                }
+            }),
         })
     }
 }

@@ -177,6 +177,10 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
     // and the web config are.
     let sinks = AlertSinks::start(&cfg, metrics_url.clone())?;
+    let otlp = match cfg.otlp.resolve(|k| std::env::var(k).ok())? {
+        Some(o) => Some(crate::sinks::otlp::Exporter::start(&o)?),
+        None => None,
+    };
     let options = args.sel.session(Tuning::daemon(&cfg, args.duration));
     // The state directory is made the daemon's own while it may still be uid 0; the file is
     // read once it runs as the uid that writes it.
@@ -193,6 +197,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             log::warn!("cudatrace: {why}");
         }
         let mut daemon = Daemon::new(&cfg, &sampler, session);
+        daemon.otlp = otlp;
         let saver = state_file.map(|path| {
             let (memory, saver) = crate::state::resume(path, &cfg);
             daemon.detector.set_memory(memory);
@@ -219,7 +224,10 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         .session
         .registry
         .set_workloads(crate::identity::workload::Rules::new(&cfg.workloads));
-    let stages = pipeline.run(cfg.record_rate_limit).await?;
+    let mut stages = pipeline.run(cfg.record_rate_limit).await?;
+    if let Some(otlp) = stages.daemon.otlp.take() {
+        otlp.finish(Duration::from_secs(3)).await;
+    }
     stages.sinks.finish(Duration::from_secs(3)).await;
     Ok(())
 }

@@ -10,6 +10,7 @@ use serde::Deserialize;
 mod detect;
 mod entries;
 mod error;
+pub mod otlp;
 pub mod period;
 pub mod quiet;
 pub mod schedule;
@@ -74,6 +75,8 @@ pub struct Config {
     pub workloads: Vec<workloads::WorkloadEntry>,
     /// `[state]`: where baselines outlive processes and restarts.
     pub state: state::StateConfig,
+    /// `[otlp]`: slow and failed calls as OpenTelemetry spans.
+    pub otlp: otlp::OtlpConfig,
 }
 
 /// The `[launches]` table: launches are counted in the kernel (counts, errors, latency buckets
@@ -282,6 +285,7 @@ impl Default for Config {
             launches: LaunchesConfig::default(),
             workloads: Vec::new(),
             state: state::StateConfig::default(),
+            otlp: otlp::OtlpConfig::default(),
         }
     }
 }

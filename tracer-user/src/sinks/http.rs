@@ -16,13 +16,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper_util::{
-    client::legacy::{connect::HttpConnector, Client},
-    rt::TokioExecutor,
-};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -68,44 +64,11 @@ pub struct Sinks {
     sent: std::sync::Mutex<std::collections::HashSet<(u32, &'static str, &'static str)>>,
 }
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+use super::client::HttpClient;
 
-/// A client for http and https URLs: TLS verified against the public roots and the
-/// certificates in `ca_file`.
+/// The alert sinks' client (HTTP/1.1).
 fn client(ca_file: Option<&std::path::Path>) -> Result<HttpClient> {
-    use rustls::pki_types::{pem::PemObject as _, CertificateDer};
-    let mut roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    if let Some(path) = ca_file {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-            .and_then(|c| c.collect::<Result<_, _>>())
-            .map_err(|e| anyhow::anyhow!("alerts.ca_file {}: {e}", path.display()))?;
-        if certs.is_empty() {
-            anyhow::bail!("alerts.ca_file {}: no certificate in it", path.display());
-        }
-        for cert in certs {
-            roots.add(cert).with_context(|| {
-                format!(
-                    "alerts.ca_file {}: a certificate rustls refuses",
-                    path.display()
-                )
-            })?;
-        }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .context("TLS versions")?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(https))
+    super::client::client(ca_file, "alerts.ca_file", false)
 }
 
 impl Sinks {

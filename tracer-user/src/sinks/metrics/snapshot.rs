@@ -157,6 +157,19 @@ pub struct Snapshot {
     pub gpus: Vec<GpuSample>,
     /// The `[[detect.schedule]]` entry in force (None: `[detect]`'s values).
     pub schedule: Option<String>,
+    /// What the OTLP exporter did, when one runs.
+    pub otlp: Option<OtlpCounts>,
+}
+
+/// What the OTLP exporter did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OtlpCounts {
+    /// Spans the collector took.
+    pub sent: u64,
+    /// Spans dropped (queue full, or their batch failed every try).
+    pub dropped: u64,
+    /// Export tries that failed.
+    pub failed: u64,
 }
 
 /// What the event loop builds a snapshot from.
@@ -183,6 +196,8 @@ pub struct Sources<'a> {
     pub nvml_up: bool,
     /// Latest NVML sample.
     pub gpus: &'a [GpuSample],
+    /// The OTLP exporter's counts, when one runs.
+    pub otlp: Option<OtlpCounts>,
 }
 
 impl Snapshot {
@@ -275,6 +290,7 @@ impl Snapshot {
             nvml_up: s.nvml_up,
             gpus: s.gpus.to_vec(),
             schedule: s.detector.schedule_in_force().map(str::to_owned),
+            otlp: s.otlp,
         }
     }
 }

@@ -1,0 +1,253 @@
+//! OTLP export (`[otlp]`): slow and failed driver calls as spans ([`span`]), sent in batches
+//! by a task of their own over http/protobuf or gRPC ([`transport`]). The event loop only
+//! builds a span and offers it to a bounded queue (`max_queue`): when the collector is down or
+//! slow, what does not fit is dropped and counted (`cudatrace_otlp_dropped_total`), a batch
+//! that fails is retried with backoff and then dropped and counted, and tracing never waits.
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use anyhow::Result;
+use opentelemetry_proto::tonic::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::InstrumentationScope,
+    resource::v1::Resource,
+    trace::v1::{ResourceSpans, ScopeSpans, Span},
+};
+use tokio::sync::mpsc;
+
+use crate::{config::otlp::Otlp, event::Event, identity::Identity};
+
+pub mod span;
+pub mod transport;
+
+/// Spans sent in one export at most.
+pub const BATCH: usize = 512;
+/// How long the first span of a batch waits for others.
+const LINGER: Duration = Duration::from_millis(500);
+/// Tries of one export; the waits between them double from 0.5 s.
+const TRIES: u32 = 3;
+
+/// What the exporter did, for the metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Spans the collector accepted.
+    pub sent: AtomicU64,
+    /// Spans dropped: the queue full, or their batch failed every try.
+    pub dropped: AtomicU64,
+    /// Exports that failed (each try).
+    pub failed: AtomicU64,
+}
+
+/// A span and the workload whose resource it goes under.
+struct Item {
+    workload: Arc<str>,
+    span: Span,
+}
+
+/// The running exporter: the queue's sending end, the settings the spans are built by.
+pub struct Exporter {
+    tx: mpsc::Sender<Item>,
+    task: tokio::task::JoinHandle<()>,
+    stats: Arc<Stats>,
+    min_ns: u64,
+    host: String,
+    ids: span::Ids,
+}
+
+/// The node's name: `NODE_NAME` (the chart sets it), else the kernel's host name.
+pub fn host_name() -> String {
+    std::env::var("NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC, ns: what turns a record's time into Unix time.
+fn wall_offset_ns() -> i128 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    wall - i128::from(crate::event::monotonic_ns())
+}
+
+impl Exporter {
+    /// Starts the export task; an error when the CA file cannot be used.
+    pub fn start(cfg: &Otlp) -> Result<Exporter> {
+        let sender = transport::Sender::new(cfg)?;
+        let (tx, rx) = mpsc::channel(cfg.max_queue);
+        let stats = Arc::new(Stats::default());
+        let resource = Resources {
+            service_name: cfg.service_name.clone(),
+            extra: cfg.resource.clone(),
+            host: host_name(),
+        };
+        let task = tokio::spawn(run(rx, sender, resource, stats.clone()));
+        Ok(Exporter {
+            tx,
+            task,
+            stats,
+            min_ns: cfg.min_duration_us.saturating_mul(1000),
+            host: host_name(),
+            ids: span::Ids::new(),
+        })
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// Offers call `ev` of a process (`identity`, `workload`; `kernel` its launch's kernel):
+    /// a span when it was slow or failed, dropped and counted when the queue is full.
+    pub fn call(
+        &mut self,
+        ev: &Event,
+        identity: &Identity,
+        workload: &Arc<str>,
+        kernel: Option<&str>,
+    ) {
+        if ev.duration_ns < self.min_ns && ev.result == 0 {
+            return;
+        }
+        let span = span::of_call(
+            ev,
+            (identity, &self.host),
+            kernel,
+            wall_offset_ns(),
+            &mut self.ids,
+        );
+        let item = Item {
+            workload: workload.clone(),
+            span,
+        };
+        if self.tx.try_send(item).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Stops taking spans and gives the task up to `wait` to send what it holds.
+    pub async fn finish(self, wait: Duration) {
+        drop(self.tx);
+        let _ = tokio::time::timeout(wait, self.task).await;
+    }
+}
+
+/// What every resource carries.
+struct Resources {
+    service_name: Option<String>,
+    extra: Vec<(String, String)>,
+    host: String,
+}
+
+impl Resources {
+    /// The request for `items`: a resource per workload.
+    fn request(&self, items: Vec<Item>) -> ExportTraceServiceRequest {
+        let mut by: BTreeMap<Arc<str>, Vec<Span>> = BTreeMap::new();
+        for i in items {
+            by.entry(i.workload).or_default().push(i.span);
+        }
+        let resource_spans = by
+            .into_iter()
+            .map(|(workload, spans)| {
+                let mut attributes = vec![
+                    span::attr(
+                        "service.name",
+                        self.service_name
+                            .clone()
+                            .unwrap_or_else(|| workload.to_string()),
+                    ),
+                    span::attr("cudatrace.workload", workload.to_string()),
+                    span::attr("host.name", self.host.clone()),
+                ];
+                attributes.extend(self.extra.iter().map(|(k, v)| span::attr(k, v.clone())));
+                ResourceSpans {
+                    resource: Some(Resource {
+                        attributes,
+                        ..Resource::default()
+                    }),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: "cudatrace".into(),
+                            version: env!("CARGO_PKG_VERSION").into(),
+                            ..InstrumentationScope::default()
+                        }),
+                        spans,
+                        ..ScopeSpans::default()
+                    }],
+                    ..ResourceSpans::default()
+                }
+            })
+            .collect();
+        ExportTraceServiceRequest { resource_spans }
+    }
+}
+
+/// The export task: batches of up to [`BATCH`] spans, each sent with retries.
+async fn run(
+    mut rx: mpsc::Receiver<Item>,
+    sender: transport::Sender,
+    resources: Resources,
+    stats: Arc<Stats>,
+) {
+    let mut failing = false;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        let linger = tokio::time::sleep(LINGER);
+        tokio::pin!(linger);
+        while batch.len() < BATCH {
+            tokio::select! {
+                next = rx.recv() => match next {
+                    Some(i) => batch.push(i),
+                    None => break,
+                },
+                () = &mut linger => break,
+            }
+        }
+        let n = batch.len() as u64;
+        let body = resources.request(batch);
+        let mut wait = Duration::from_millis(500);
+        let mut sent = false;
+        for attempt in 1..=TRIES {
+            match sender.export(&body).await {
+                Ok(()) => {
+                    sent = true;
+                    break;
+                }
+                Err(e) => {
+                    stats.failed.fetch_add(1, Ordering::Relaxed);
+                    if !failing {
+                        failing = true;
+                        log::warn!(
+                            target: "cudatrace::otlp",
+                            "otlp: export to {} failed ({e}); retrying, and dropping (counted in cudatrace_otlp_dropped_total) what does not fit",
+                            sender.url()
+                        );
+                    }
+                    if attempt < TRIES {
+                        tokio::time::sleep(wait).await;
+                        wait *= 2;
+                    }
+                }
+            }
+        }
+        if sent {
+            stats.sent.fetch_add(n, Ordering::Relaxed);
+            if std::mem::take(&mut failing) {
+                log::info!(target: "cudatrace::otlp", "otlp: exports to {} work again", sender.url());
+            }
+        } else {
+            stats.dropped.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
