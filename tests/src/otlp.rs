@@ -12,8 +12,9 @@ use std::{
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use opentelemetry_proto::tonic::{
-    collector::trace::v1::ExportTraceServiceRequest,
+    collector::{logs::v1::ExportLogsServiceRequest, trace::v1::ExportTraceServiceRequest},
     common::v1::{any_value::Value as Any, KeyValue},
+    logs::v1::LogRecord,
     trace::v1::Span,
 };
 use prost::Message as _;
@@ -31,6 +32,24 @@ pub struct Received {
     pub headers: BTreeMap<String, String>,
     /// "http" or "grpc".
     pub protocol: &'static str,
+}
+
+/// A log record as received: its resource's attributes, its own, and the record.
+#[derive(Clone, Debug)]
+pub struct ReceivedLog {
+    /// The resource's attributes.
+    pub resource: BTreeMap<String, String>,
+    /// The record's attributes, as text.
+    pub attributes: BTreeMap<String, String>,
+    /// The record.
+    pub record: LogRecord,
+}
+
+/// What the receiver holds.
+#[derive(Default)]
+struct Kept {
+    spans: Vec<Received>,
+    logs: Vec<ReceivedLog>,
 }
 
 /// Attributes as text.
@@ -54,7 +73,7 @@ pub fn text(attrs: &[KeyValue]) -> BTreeMap<String, String> {
 pub struct Receiver {
     /// Its address.
     pub addr: SocketAddr,
-    spans: Arc<Mutex<Vec<Received>>>,
+    kept: Arc<Mutex<Kept>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -67,23 +86,23 @@ impl Receiver {
 
     /// Starts one on `port` (0: any free one).
     pub fn start_on(port: u16) -> Receiver {
-        let spans = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::new(Mutex::new(Kept::default()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (tx, rx) = std::sync::mpsc::channel();
-        let kept = spans.clone();
+        let held = kept.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(serve(port, kept, tx, stopped));
+            rt.block_on(serve(port, held, tx, stopped));
         });
         let addr = rx
             .recv_timeout(Duration::from_secs(10))
             .expect("the receiver listens");
         Receiver {
             addr,
-            spans,
+            kept,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -96,13 +115,37 @@ impl Receiver {
 
     /// The spans received so far.
     pub fn spans(&self) -> Vec<Received> {
-        self.spans.lock().unwrap().clone()
+        self.kept.lock().unwrap().spans.clone()
+    }
+
+    /// The log records received so far.
+    pub fn logs(&self) -> Vec<ReceivedLog> {
+        self.kept.lock().unwrap().logs.clone()
+    }
+
+    /// Waits up to `limit` until `pred` holds of what came; returns whether it did.
+    pub fn wait_until(
+        &self,
+        limit: Duration,
+        pred: impl Fn(&[Received], &[ReceivedLog]) -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            {
+                let k = self.kept.lock().unwrap();
+                if pred(&k.spans, &k.logs) {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
     }
 
     /// Waits up to `limit` until at least `n` spans came; returns them all.
     pub fn wait_for(&self, n: usize, limit: Duration) -> Vec<Received> {
         let start = Instant::now();
-        while start.elapsed() < limit && self.spans.lock().unwrap().len() < n {
+        while start.elapsed() < limit && self.kept.lock().unwrap().spans.len() < n {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.spans()
@@ -122,7 +165,7 @@ impl Drop for Receiver {
 
 async fn serve(
     port: u16,
-    spans: Arc<Mutex<Vec<Received>>>,
+    kept: Arc<Mutex<Kept>>,
     ready: std::sync::mpsc::Sender<SocketAddr>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -136,9 +179,9 @@ async fn serve(
             _ = &mut stopped => break,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let spans = spans.clone();
+                let kept = kept.clone();
                 conns.spawn(async move {
-                    let service = hyper::service::service_fn(move |req| handle(req, spans.clone()));
+                    let service = hyper::service::service_fn(move |req| handle(req, kept.clone()));
                     let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                         .await;
@@ -151,7 +194,7 @@ async fn serve(
 
 async fn handle(
     req: hyper::Request<hyper::body::Incoming>,
-    spans: Arc<Mutex<Vec<Received>>>,
+    kept: Arc<Mutex<Kept>>,
 ) -> Result<hyper::Response<Full<Bytes>>, std::convert::Infallible> {
     let path = req.uri().path().to_owned();
     let headers: BTreeMap<String, String> = req
@@ -165,42 +208,66 @@ async fn handle(
         .await
         .map(|c| c.to_bytes())
         .unwrap_or_default();
-    let (protocol, msg) = if path == "/v1/traces" {
-        ("http", body)
-    } else if path == "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-        && body.len() >= 5
-    {
-        ("grpc", body.slice(5..))
+    let grpc = path.starts_with("/opentelemetry.proto.collector.");
+    let msg = if grpc && body.len() >= 5 {
+        body.slice(5..)
     } else {
-        return Ok(hyper::Response::builder()
-            .status(404)
-            .body(Full::default())
-            .unwrap());
+        body
     };
-    let Ok(request) = ExportTraceServiceRequest::decode(msg) else {
-        return Ok(hyper::Response::builder()
+    let protocol = if grpc { "grpc" } else { "http" };
+    let bad = || {
+        Ok(hyper::Response::builder()
             .status(400)
             .body(Full::default())
-            .unwrap());
+            .unwrap())
     };
-    {
-        let mut kept = spans.lock().unwrap();
-        for rs in request.resource_spans {
-            let resource = text(&rs.resource.map(|r| r.attributes).unwrap_or_default());
-            for ss in rs.scope_spans {
-                for span in ss.spans {
-                    kept.push(Received {
-                        resource: resource.clone(),
-                        attributes: text(&span.attributes),
-                        span,
-                        headers: headers.clone(),
-                        protocol,
-                    });
+    match path.as_str() {
+        "/v1/traces" | "/opentelemetry.proto.collector.trace.v1.TraceService/Export" => {
+            let Ok(request) = ExportTraceServiceRequest::decode(msg) else {
+                return bad();
+            };
+            let mut k = kept.lock().unwrap();
+            for rs in request.resource_spans {
+                let resource = text(&rs.resource.map(|r| r.attributes).unwrap_or_default());
+                for ss in rs.scope_spans {
+                    for span in ss.spans {
+                        k.spans.push(Received {
+                            resource: resource.clone(),
+                            attributes: text(&span.attributes),
+                            span,
+                            headers: headers.clone(),
+                            protocol,
+                        });
+                    }
                 }
             }
         }
+        "/v1/logs" | "/opentelemetry.proto.collector.logs.v1.LogsService/Export" => {
+            let Ok(request) = ExportLogsServiceRequest::decode(msg) else {
+                return bad();
+            };
+            let mut k = kept.lock().unwrap();
+            for rl in request.resource_logs {
+                let resource = text(&rl.resource.map(|r| r.attributes).unwrap_or_default());
+                for sl in rl.scope_logs {
+                    for record in sl.log_records {
+                        k.logs.push(ReceivedLog {
+                            resource: resource.clone(),
+                            attributes: text(&record.attributes),
+                            record,
+                        });
+                    }
+                }
+            }
+        }
+        _ => {
+            return Ok(hyper::Response::builder()
+                .status(404)
+                .body(Full::default())
+                .unwrap())
+        }
     }
-    let answer = if protocol == "grpc" {
+    let answer = if grpc {
         hyper::Response::builder()
             .header("content-type", "application/grpc")
             .header("grpc-status", "0")
@@ -208,10 +275,7 @@ async fn handle(
     } else {
         hyper::Response::builder()
             .header("content-type", "application/x-protobuf")
-            .body(Full::new(Bytes::from(
-                opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::default()
-                    .encode_to_vec(),
-            )))
+            .body(Full::default())
     };
     Ok(answer.unwrap())
 }

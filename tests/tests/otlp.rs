@@ -202,3 +202,114 @@ fn otlp_collector_down_then_back_drops_counted_and_resumes() {
         "{said:?}"
     );
 }
+
+/// A contention incident over OTLP: each alert change is a log record (severity from its
+/// tier, INFO once resolved) carrying the incident's trace id, and the incident is one span
+/// from pending to resolved with an event per change, naming the victim and the aggressor.
+#[test]
+fn otlp_incident_is_a_span_with_its_changes_and_each_change_a_log() {
+    let Some(env) = env() else { return };
+    let receiver = Receiver::start();
+    let hook = integration_tests::servers::Webhook::start();
+    let dir = TempDir::new("otlp-incident");
+    let config = format!(
+        "{}[otlp]\nendpoint = {:?}\n",
+        integration_tests::alerting::FAST,
+        receiver.url()
+    );
+    let (daemon, _) =
+        integration_tests::alerting::daemon_with_hook(&env, &dir, &config, &hook, None);
+    let dev = device_file("otlp-incident");
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ];
+    let victim = looping(&env, 300.0, 1000, 1)
+        .comm("model-server")
+        .vars(&vars)
+        .spawn();
+    let victim_pid = victim.pid();
+    integration_tests::alerting::learn(&daemon, victim_pid);
+    let trainer = looping(&env, 30.0, 4000, 2)
+        .comm("trainer")
+        .vars(&vars)
+        .spawn();
+    let trainer_pid = trainer.pid();
+    let ended = receiver.wait_until(Duration::from_secs(120), |spans, _| {
+        spans.iter().any(|s| s.span.name.starts_with("incident "))
+    });
+    drop(trainer);
+    drop(victim);
+    let traced = daemon.stop();
+    let logs = receiver.logs();
+    let incident: Vec<_> = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.span.name.starts_with("incident "))
+        .collect();
+    let sent = hook.received();
+    eprintln!(
+        "e2e otlp_incident_is_a_span_with_its_changes_and_each_change_a_log: webhook records {}, OTLP logs {:?}, incident spans {:?}",
+        sent.len(),
+        logs.iter().map(|l| (l.attributes["cudatrace.state"].clone(), l.record.severity_text.clone())).collect::<Vec<_>>(),
+        incident.iter().map(|s| (&s.span.name, s.span.events.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), &s.attributes)).collect::<Vec<_>>()
+    );
+    assert!(ended, "no incident span: {:?}", traced.stderr);
+    assert_eq!(incident.len(), 1);
+    let span = &incident[0];
+    assert_eq!(span.span.name, "incident compute_contention");
+    assert_eq!(
+        span.attributes["cudatrace.incident.victims"],
+        format!("{victim_pid}:model-server")
+    );
+    assert_eq!(
+        span.attributes["cudatrace.incident.aggressors"],
+        format!("{trainer_pid}:trainer")
+    );
+    assert_eq!(span.attributes["cudatrace.incident.gpu"], "0");
+    // One log record per change the webhook got, in order, each an event of the span.
+    let states: Vec<String> = sent
+        .iter()
+        .map(|r| r["state"].as_str().unwrap().to_owned())
+        .collect();
+    let logged: Vec<String> = logs
+        .iter()
+        .map(|l| l.attributes["cudatrace.state"].clone())
+        .collect();
+    assert_eq!(logged, states);
+    assert_eq!(states.first().map(String::as_str), Some("pending"));
+    assert_eq!(states.last().map(String::as_str), Some("resolved"));
+    let events: Vec<String> = span.span.events.iter().map(|e| e.name.clone()).collect();
+    let want: Vec<String> = sent
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["alert"].as_str().unwrap(),
+                r["state"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(events, want);
+    for (l, r) in logs.iter().zip(&sent) {
+        let want = match (
+            r["state"].as_str().unwrap(),
+            r["severity"].as_str().unwrap(),
+        ) {
+            ("resolved", _) => "INFO",
+            (_, "warning") => "WARN",
+            (_, "critical") => "ERROR",
+            _ => "FATAL",
+        };
+        assert_eq!(l.record.severity_text, want, "{r}");
+        assert_eq!(l.record.trace_id, span.span.trace_id);
+        assert_eq!(l.attributes["cudatrace.victim.pid"], victim_pid.to_string());
+        assert!(
+            l.resource["service.name"].ends_with(":model-server"),
+            "{:?}",
+            l.resource
+        );
+    }
+    assert!(span.span.end_time_unix_nano > span.span.start_time_unix_nano);
+}

@@ -146,6 +146,8 @@ impl Daemon {
                 crate::sinks::metrics::OtlpCounts {
                     sent: s.sent.load(Relaxed),
                     dropped: s.dropped.load(Relaxed),
+                    logs_sent: s.logs_sent.load(Relaxed),
+                    logs_dropped: s.logs_dropped.load(Relaxed),
                     failed: s.failed.load(Relaxed),
                 }
             }),

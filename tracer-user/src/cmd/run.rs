@@ -121,6 +121,9 @@ impl Stages for Daemonized {
                 let since_start = self.started.elapsed().as_secs_f64();
                 let changes = self.daemon.evaluate(session, since_start);
                 self.sinks.publish(&changes);
+                if let Some(otlp) = self.daemon.otlp.as_mut() {
+                    otlp.alerts(&changes);
+                }
                 if let Some(saver) = self.saver.as_mut() {
                     saver.tick(self.daemon.detector.memory(), false);
                 }
@@ -150,7 +153,11 @@ impl Stages for Daemonized {
     fn finished(&mut self, _session: &mut Session) -> Result<()> {
         // Victims that exited since the last window resolve; firing alerts of live processes
         // are left to expire in Alertmanager (the problem is not known to be over).
-        self.sinks.publish(&self.daemon.detector.take_changes());
+        let changes = self.daemon.detector.take_changes();
+        self.sinks.publish(&changes);
+        if let Some(otlp) = self.daemon.otlp.as_mut() {
+            otlp.alerts(&changes);
+        }
         if let Some(saver) = self.saver.as_mut() {
             saver.tick(self.daemon.detector.memory(), true);
         }

@@ -209,8 +209,11 @@ impl Stages for Shown {
                 // The states show in the rows, the changes in the detail pane; `run` is what
                 // sends them anywhere.
                 let since_start = self.started.elapsed().as_secs_f64();
-                self.changes
-                    .extend(self.daemon.evaluate(session, since_start));
+                let changes = self.daemon.evaluate(session, since_start);
+                if let Some(otlp) = self.daemon.otlp.as_mut() {
+                    otlp.alerts(&changes);
+                }
+                self.changes.extend(changes);
             }
             Tick::Key(k) => {
                 if let Some(s) = self.screen.as_mut() {
@@ -252,10 +255,17 @@ pub async fn run(args: TopArgs) -> Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
+    // Spans of slow calls and alert records go to OTLP from `top` too, when `[otlp]` is on.
+    let otlp = match cfg.otlp.resolve(|k| std::env::var(k).ok())? {
+        Some(o) => Some(crate::sinks::otlp::Exporter::start(&o)?),
+        None => None,
+    };
     let mut pipeline = Pipeline::open(args.sel.session(Tuning::daemon(&cfg, None)), |session| {
         let sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
+        let mut daemon = Daemon::new(&cfg, &sampler, session);
+        daemon.otlp = otlp;
         Ok(Shown {
-            daemon: Daemon::new(&cfg, &sampler, session),
+            daemon,
             sampler,
             nvml_tick: tokio::time::interval(Duration::from_millis(cfg.nvml_period_ms)),
             detect_tick: super::every(Duration::from_secs(cfg.detect.window_s)),
@@ -276,6 +286,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
         .session
         .registry
         .set_workloads(crate::identity::workload::Rules::new(&cfg.workloads));
-    pipeline.run(cfg.record_rate_limit).await?;
+    let mut shown = pipeline.run(cfg.record_rate_limit).await?;
+    if let Some(otlp) = shown.daemon.otlp.take() {
+        otlp.finish(Duration::from_secs(3)).await;
+    }
     Ok(())
 }

@@ -13,18 +13,21 @@ impl Collector for OtlpCollector {
         let Some(o) = snap.otlp else {
             return Ok(());
         };
-        let spans = || vec![("signal", "spans".to_owned())];
+        let of = |s: &str| vec![("signal", s.to_owned())];
         counter(
             &mut enc,
             "cudatrace_otlp_sent",
-            "Spans (signal=spans) the OTLP collector took.",
-            &[(spans(), o.sent as f64)],
+            "Spans (signal=spans) and log records (signal=logs) the OTLP collector took.",
+            &[
+                (of("spans"), o.sent as f64),
+                (of("logs"), o.logs_sent as f64),
+            ],
         )?;
         counter(
             &mut enc,
             "cudatrace_otlp_dropped",
-            "Spans dropped: the queue (otlp.max_queue) was full, or their batch failed every try.",
-            &[(spans(), o.dropped as f64)],
+            "Spans and log records dropped: the queue (otlp.max_queue) was full, or their batch failed every try.",
+            &[(of("spans"), o.dropped as f64), (of("logs"), o.logs_dropped as f64)],
         )?;
         counter(
             &mut enc,

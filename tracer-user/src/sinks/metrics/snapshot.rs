@@ -168,6 +168,10 @@ pub struct OtlpCounts {
     pub sent: u64,
     /// Spans dropped (queue full, or their batch failed every try).
     pub dropped: u64,
+    /// Log records the collector took.
+    pub logs_sent: u64,
+    /// Log records dropped.
+    pub logs_dropped: u64,
     /// Export tries that failed.
     pub failed: u64,
 }

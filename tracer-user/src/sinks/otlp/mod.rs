@@ -1,5 +1,6 @@
-//! OTLP export (`[otlp]`): slow and failed driver calls as spans ([`span`]), sent in batches
-//! by a task of their own over http/protobuf or gRPC ([`transport`]). The event loop only
+//! OTLP export (`[otlp]`): slow and failed driver calls as spans ([`span`]), alert changes as
+//! log records and incidents as spans ([`incidents`]), sent in batches by a task of their own
+//! over http/protobuf or gRPC ([`transport`]). The event loop only
 //! builds a span and offers it to a bounded queue (`max_queue`): when the collector is down or
 //! slow, what does not fit is dropped and counted (`cudatrace_otlp_dropped_total`), a batch
 //! that fails is retried with backoff and then dropped and counted, and tracing never waits.
@@ -14,15 +15,17 @@ use std::{
 
 use anyhow::Result;
 use opentelemetry_proto::tonic::{
-    collector::trace::v1::ExportTraceServiceRequest,
-    common::v1::InstrumentationScope,
+    collector::{logs::v1::ExportLogsServiceRequest, trace::v1::ExportTraceServiceRequest},
+    common::v1::{InstrumentationScope, KeyValue},
+    logs::v1::{LogRecord, ResourceLogs, ScopeLogs},
     resource::v1::Resource,
     trace::v1::{ResourceSpans, ScopeSpans, Span},
 };
 use tokio::sync::mpsc;
 
-use crate::{config::otlp::Otlp, event::Event, identity::Identity};
+use crate::{alert::AlertChange, config::otlp::Otlp, event::Event, identity::Identity};
 
+pub mod incidents;
 pub mod span;
 pub mod transport;
 
@@ -40,14 +43,18 @@ pub struct Stats {
     pub sent: AtomicU64,
     /// Spans dropped: the queue full, or their batch failed every try.
     pub dropped: AtomicU64,
+    /// Log records the collector accepted.
+    pub logs_sent: AtomicU64,
+    /// Log records dropped.
+    pub logs_dropped: AtomicU64,
     /// Exports that failed (each try).
     pub failed: AtomicU64,
 }
 
-/// A span and the workload whose resource it goes under.
-struct Item {
-    workload: Arc<str>,
-    span: Span,
+/// What is queued: a span or a log record, with the workload whose resource it goes under.
+enum Item {
+    Span(Arc<str>, Span),
+    Log(Arc<str>, LogRecord),
 }
 
 /// The running exporter: the queue's sending end, the settings the spans are built by.
@@ -58,6 +65,7 @@ pub struct Exporter {
     min_ns: u64,
     host: String,
     ids: span::Ids,
+    incidents: incidents::Incidents,
 }
 
 /// The node's name: `NODE_NAME` (the chart sets it), else the kernel's host name.
@@ -100,6 +108,7 @@ impl Exporter {
             min_ns: cfg.min_duration_us.saturating_mul(1000),
             host: host_name(),
             ids: span::Ids::new(),
+            incidents: incidents::Incidents::default(),
         })
     }
 
@@ -127,12 +136,40 @@ impl Exporter {
             wall_offset_ns(),
             &mut self.ids,
         );
-        let item = Item {
-            workload: workload.clone(),
-            span,
-        };
+        self.offer(Item::Span(workload.clone(), span));
+    }
+
+    /// Queues `item`, or drops and counts it when the queue is full.
+    fn offer(&self, item: Item) {
+        let log = matches!(item, Item::Log(..));
         if self.tx.try_send(item).is_err() {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            let n = if log {
+                &self.stats.logs_dropped
+            } else {
+                &self.stats.dropped
+            };
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Alert changes: a log record each, and the span of each incident they end.
+    pub fn alerts(&mut self, changes: &[AlertChange]) {
+        if changes.is_empty() {
+            return;
+        }
+        let now = (wall_offset_ns() + i128::from(crate::event::monotonic_ns())).max(0) as u64;
+        let cudatrace: Arc<str> = Arc::from("cudatrace");
+        for c in changes {
+            let (log, spans) = self.incidents.change(c, now, &mut self.ids);
+            let workload: Arc<str> = c
+                .victim
+                .workload
+                .as_deref()
+                .map_or(cudatrace.clone(), Arc::from);
+            self.offer(Item::Log(workload, log));
+            for s in spans {
+                self.offer(Item::Span(cudatrace.clone(), s));
+            }
         }
     }
 
@@ -151,45 +188,75 @@ struct Resources {
 }
 
 impl Resources {
-    /// The request for `items`: a resource per workload.
-    fn request(&self, items: Vec<Item>) -> ExportTraceServiceRequest {
-        let mut by: BTreeMap<Arc<str>, Vec<Span>> = BTreeMap::new();
-        for i in items {
-            by.entry(i.workload).or_default().push(i.span);
+    /// A resource for `workload`.
+    fn resource(&self, workload: &str) -> Resource {
+        let mut attributes: Vec<KeyValue> = vec![
+            span::attr(
+                "service.name",
+                self.service_name
+                    .clone()
+                    .unwrap_or_else(|| workload.to_owned()),
+            ),
+            span::attr("cudatrace.workload", workload.to_owned()),
+            span::attr("host.name", self.host.clone()),
+        ];
+        attributes.extend(self.extra.iter().map(|(k, v)| span::attr(k, v.clone())));
+        Resource {
+            attributes,
+            ..Resource::default()
         }
-        let resource_spans = by
-            .into_iter()
-            .map(|(workload, spans)| {
-                let mut attributes = vec![
-                    span::attr(
-                        "service.name",
-                        self.service_name
-                            .clone()
-                            .unwrap_or_else(|| workload.to_string()),
-                    ),
-                    span::attr("cudatrace.workload", workload.to_string()),
-                    span::attr("host.name", self.host.clone()),
-                ];
-                attributes.extend(self.extra.iter().map(|(k, v)| span::attr(k, v.clone())));
-                ResourceSpans {
-                    resource: Some(Resource {
-                        attributes,
-                        ..Resource::default()
-                    }),
+    }
+
+    /// The requests for `items`: a resource per workload, spans and logs apart.
+    fn requests(
+        &self,
+        items: Vec<Item>,
+    ) -> (
+        Option<ExportTraceServiceRequest>,
+        Option<ExportLogsServiceRequest>,
+    ) {
+        let scope = || InstrumentationScope {
+            name: "cudatrace".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..InstrumentationScope::default()
+        };
+        let mut spans: BTreeMap<Arc<str>, Vec<Span>> = BTreeMap::new();
+        let mut logs: BTreeMap<Arc<str>, Vec<LogRecord>> = BTreeMap::new();
+        for i in items {
+            match i {
+                Item::Span(w, s) => spans.entry(w).or_default().push(s),
+                Item::Log(w, l) => logs.entry(w).or_default().push(l),
+            }
+        }
+        let traces = (!spans.is_empty()).then(|| ExportTraceServiceRequest {
+            resource_spans: spans
+                .into_iter()
+                .map(|(w, spans)| ResourceSpans {
+                    resource: Some(self.resource(&w)),
                     scope_spans: vec![ScopeSpans {
-                        scope: Some(InstrumentationScope {
-                            name: "cudatrace".into(),
-                            version: env!("CARGO_PKG_VERSION").into(),
-                            ..InstrumentationScope::default()
-                        }),
+                        scope: Some(scope()),
                         spans,
                         ..ScopeSpans::default()
                     }],
                     ..ResourceSpans::default()
-                }
-            })
-            .collect();
-        ExportTraceServiceRequest { resource_spans }
+                })
+                .collect(),
+        });
+        let logs = (!logs.is_empty()).then(|| ExportLogsServiceRequest {
+            resource_logs: logs
+                .into_iter()
+                .map(|(w, log_records)| ResourceLogs {
+                    resource: Some(self.resource(&w)),
+                    scope_logs: vec![ScopeLogs {
+                        scope: Some(scope()),
+                        log_records,
+                        ..ScopeLogs::default()
+                    }],
+                    ..ResourceLogs::default()
+                })
+                .collect(),
+        });
+        (traces, logs)
     }
 }
 
@@ -214,40 +281,58 @@ async fn run(
                 () = &mut linger => break,
             }
         }
-        let n = batch.len() as u64;
-        let body = resources.request(batch);
-        let mut wait = Duration::from_millis(500);
-        let mut sent = false;
-        for attempt in 1..=TRIES {
-            match sender.export(&body).await {
-                Ok(()) => {
-                    sent = true;
-                    break;
-                }
-                Err(e) => {
-                    stats.failed.fetch_add(1, Ordering::Relaxed);
-                    if !failing {
-                        failing = true;
-                        log::warn!(
-                            target: "cudatrace::otlp",
-                            "otlp: export to {} failed ({e}); retrying, and dropping (counted in cudatrace_otlp_dropped_total) what does not fit",
-                            sender.url()
-                        );
+        let spans = batch.iter().filter(|i| matches!(i, Item::Span(..))).count() as u64;
+        let logs = batch.len() as u64 - spans;
+        let (traces, log_req) = resources.requests(batch);
+        let sends = [
+            (
+                traces.map(|t| (transport::Kind::Traces, prost::Message::encode_to_vec(&t))),
+                spans,
+                &stats.sent,
+                &stats.dropped,
+            ),
+            (
+                log_req.map(|l| (transport::Kind::Logs, prost::Message::encode_to_vec(&l))),
+                logs,
+                &stats.logs_sent,
+                &stats.logs_dropped,
+            ),
+        ];
+        for (body, n, sent_count, dropped_count) in sends {
+            let Some((kind, body)) = body else { continue };
+            let mut wait = Duration::from_millis(500);
+            let mut sent = false;
+            for attempt in 1..=TRIES {
+                match sender.export(kind, &body).await {
+                    Ok(()) => {
+                        sent = true;
+                        break;
                     }
-                    if attempt < TRIES {
-                        tokio::time::sleep(wait).await;
-                        wait *= 2;
+                    Err(e) => {
+                        stats.failed.fetch_add(1, Ordering::Relaxed);
+                        if !failing {
+                            failing = true;
+                            log::warn!(
+                                target: "cudatrace::otlp",
+                                "otlp: export to {} failed ({e}); retrying, and dropping (counted in cudatrace_otlp_dropped_total) what does not fit",
+                                sender.url(kind)
+                            );
+                        }
+                        if attempt < TRIES {
+                            tokio::time::sleep(wait).await;
+                            wait *= 2;
+                        }
                     }
                 }
             }
-        }
-        if sent {
-            stats.sent.fetch_add(n, Ordering::Relaxed);
-            if std::mem::take(&mut failing) {
-                log::info!(target: "cudatrace::otlp", "otlp: exports to {} work again", sender.url());
+            if sent {
+                sent_count.fetch_add(n, Ordering::Relaxed);
+                if std::mem::take(&mut failing) {
+                    log::info!(target: "cudatrace::otlp", "otlp: exports to {} work again", sender.url(kind));
+                }
+            } else {
+                dropped_count.fetch_add(n, Ordering::Relaxed);
             }
-        } else {
-            stats.dropped.fetch_add(n, Ordering::Relaxed);
         }
     }
 }

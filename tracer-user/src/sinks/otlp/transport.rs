@@ -1,13 +1,11 @@
-//! Sending one export request: protobuf POSTed to `ENDPOINT/v1/traces` (http/protobuf), or a
-//! gRPC call of `TraceService/Export` over HTTP/2 (one length-prefixed message; the answer's
+//! Sending one export request: protobuf POSTed to `ENDPOINT/v1/traces` or `/v1/logs`
+//! (http/protobuf), or a gRPC call of `TraceService/Export` or `LogsService/Export` over HTTP/2 (one length-prefixed message; the answer's
 //! `grpc-status` says whether it was taken). Headers from `[otlp] headers` on both.
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message as _;
 
 use crate::{
     config::otlp::{Otlp, Protocol},
@@ -17,10 +15,19 @@ use crate::{
 /// Largest answer read.
 const MAX_ANSWER: usize = 64 << 10;
 
+/// What an export carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An `ExportTraceServiceRequest`.
+    Traces,
+    /// An `ExportLogsServiceRequest`.
+    Logs,
+}
+
 /// Where and how exports go.
 pub struct Sender {
     client: HttpClient,
-    url: String,
+    urls: [String; 2],
     protocol: Protocol,
     headers: Vec<(http::HeaderName, http::HeaderValue)>,
     timeout: Duration,
@@ -31,12 +38,13 @@ impl Sender {
     pub fn new(cfg: &Otlp) -> Result<Sender> {
         let grpc = cfg.protocol == Protocol::Grpc;
         let base = cfg.endpoint.trim_end_matches('/');
-        let url = match cfg.protocol {
-            Protocol::HttpProtobuf if base.ends_with("/v1/traces") => base.to_owned(),
-            Protocol::HttpProtobuf => format!("{base}/v1/traces"),
-            Protocol::Grpc => {
-                format!("{base}/opentelemetry.proto.collector.trace.v1.TraceService/Export")
-            }
+        let base = base.strip_suffix("/v1/traces").unwrap_or(base);
+        let urls = match cfg.protocol {
+            Protocol::HttpProtobuf => [format!("{base}/v1/traces"), format!("{base}/v1/logs")],
+            Protocol::Grpc => [
+                format!("{base}/opentelemetry.proto.collector.trace.v1.TraceService/Export"),
+                format!("{base}/opentelemetry.proto.collector.logs.v1.LogsService/Export"),
+            ],
         };
         let headers = cfg
             .headers
@@ -51,21 +59,21 @@ impl Sender {
             .context("otlp.headers")?;
         Ok(Sender {
             client: client(cfg.ca_file.as_deref(), "otlp.ca_file", grpc)?,
-            url,
+            urls,
             protocol: cfg.protocol,
             headers,
             timeout: Duration::from_secs(cfg.timeout_s),
         })
     }
 
-    /// Where exports go.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// Where exports of `kind` go.
+    pub fn url(&self, kind: Kind) -> &str {
+        &self.urls[kind as usize]
     }
 
-    /// Sends `req`; an error says why it was not taken.
-    pub async fn export(&self, req: &ExportTraceServiceRequest) -> Result<()> {
-        let msg = req.encode_to_vec();
+    /// Sends `msg` (an encoded request of `kind`); an error says why it was not taken.
+    pub async fn export(&self, kind: Kind, msg: &[u8]) -> Result<()> {
+        let msg = msg.to_vec();
         let (body, content_type) = match self.protocol {
             Protocol::HttpProtobuf => (Bytes::from(msg), "application/x-protobuf"),
             Protocol::Grpc => {
@@ -76,7 +84,7 @@ impl Sender {
                 (Bytes::from(framed), "application/grpc")
             }
         };
-        let mut request = http::Request::post(&self.url)
+        let mut request = http::Request::post(self.url(kind))
             .header(http::header::CONTENT_TYPE, content_type)
             .header(
                 http::header::USER_AGENT,
