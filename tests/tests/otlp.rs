@@ -313,3 +313,85 @@ fn otlp_incident_is_a_span_with_its_changes_and_each_change_a_log() {
     }
     assert!(span.span.end_time_unix_nano > span.span.start_time_unix_nano);
 }
+
+/// An https collector whose certificate only `ca_file` vouches for: with the CA file every
+/// slow wait arrives (a span each, the header there); without it nothing is sent, one line says
+/// the export failed, and the spans are counted dropped.
+#[test]
+fn otlp_over_https_trusts_the_ca_file_and_nothing_else() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message as _;
+    let Some(env) = env() else { return };
+    let server = integration_tests::tls::TlsServer::start(|_| (200, String::new()));
+    let url = format!("https://127.0.0.1:{}", server.port);
+    let ca = server.cert.pem();
+    let dev = device_file("otlp-tls");
+    let vars = [
+        ("CUDA_STANDIN_DEVICE", dev.as_str()),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+    ];
+    let count = |reqs: &[integration_tests::tls::Request]| -> usize {
+        reqs.iter()
+            .filter(|r| r.target == "/v1/traces")
+            .filter_map(|r| ExportTraceServiceRequest::decode(r.body.as_slice()).ok())
+            .flat_map(|r| r.resource_spans)
+            .flat_map(|rs| rs.scope_spans)
+            .map(|ss| ss.spans.len())
+            .sum()
+    };
+    let dir = TempDir::new("otlp-tls");
+    let extra = format!("ca_file = {:?}\n", ca.display().to_string());
+    let (trusting, _) = daemon(&env, &dir, &url, "http/protobuf", &extra);
+    let report = looping(&env, 0.5, 2000, 1).vars(&vars).run();
+    let launches = report["launches"].as_u64().unwrap() as usize;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(15) && count(&server.requests()) < launches {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let with_ca = count(&server.requests());
+    let tenant = server
+        .requests()
+        .iter()
+        .all(|r| r.header("x-tenant") == Some("gpu-team"));
+    trusting.stop();
+
+    let before = server.requests().len();
+    let (doubting, listen) = daemon(
+        &env,
+        &TempDir::new("otlp-tls-no-ca"),
+        &url,
+        "http/protobuf",
+        "timeout_s = 1\n",
+    );
+    let report = looping(&env, 0.5, 2000, 1).vars(&vars).run();
+    let refused = report["launches"].as_u64().unwrap() as f64;
+    let start = Instant::now();
+    let mut dropped = 0.0;
+    while start.elapsed() < Duration::from_secs(20) && dropped < refused {
+        dropped = metric(
+            &listen,
+            "cudatrace_otlp_dropped_total",
+            &[("signal", "spans")],
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let traced = doubting.stop();
+    let said: Vec<&String> = traced
+        .stderr
+        .iter()
+        .filter(|l| l.starts_with("otlp: "))
+        .collect();
+    eprintln!(
+        "e2e otlp_over_https_trusts_the_ca_file_and_nothing_else: with the CA file waits in={launches} spans out={with_ca} header={tenant}; without it waits in={refused} dropped={dropped}, requests that reached the server {}; {said:?}",
+        server.requests().len() - before
+    );
+    assert_eq!((with_ca, tenant), (launches, true));
+    assert_eq!(dropped, refused);
+    assert_eq!(server.requests().len(), before);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with(&format!("otlp: export to {url}/v1/traces failed (")),
+        "{}",
+        said[0]
+    );
+}

@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 const ROUNDS: usize = 7;
 
 mod discovery;
+mod otlp;
 mod overhead;
 
 struct Paths {
@@ -101,11 +102,12 @@ fn bpftrace(lib: &Path, symbol: &str, histogram: bool) -> Result<Running> {
     })
 }
 
-fn start_binary(bin: &Path, p: &Paths, port: u16) -> Result<Running> {
+fn start_binary(bin: &Path, p: &Paths, port: u16, extra: &[&str]) -> Result<Running> {
     let mut child = Command::new(bin)
         .args(["run", "--lib"])
         .arg(&p.lib)
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()?;
@@ -218,9 +220,14 @@ struct Throughput {
 
 /// `threads` workload threads at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a
 /// client scrapes `/metrics` that often meanwhile.
-fn throughput(p: &Paths, bin: &Path, scrape_hz: Option<u32>, threads: u32) -> Result<Throughput> {
+fn throughput(
+    p: &Paths,
+    bin: &Path,
+    (scrape_hz, threads): (Option<u32>, u32),
+    extra: &[&str],
+) -> Result<Throughput> {
     let port = free_port();
-    let t = start_binary(bin, p, port)?;
+    let t = start_binary(bin, p, port, extra)?;
     let stop = Arc::new(AtomicBool::new(false));
     let (scrapes, slowest_us) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let scraper = scrape_hz.map(|hz| {
@@ -318,18 +325,26 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     };
     let dir = root.join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    // CUDATRACE_BENCH_ONLY=discovery runs that part alone.
-    if std::env::var("CUDATRACE_BENCH_ONLY").is_ok_and(|v| v == "discovery") {
-        let (v, md) = discovery::measure(&p, &dir)?;
-        std::fs::write(
-            dir.join("discovery.json"),
-            serde_json::to_string_pretty(&v)? + "\n",
-        )?;
-        std::fs::write(dir.join("discovery.md"), &md)?;
-        println!("{md}");
-        return Ok(());
+    // CUDATRACE_BENCH_ONLY=discovery (or otlp) runs that part alone.
+    let only = std::env::var("CUDATRACE_BENCH_ONLY").unwrap_or_default();
+    type Part = fn(&Paths, &Path) -> Result<(Value, String)>;
+    for (name, part) in [
+        ("discovery", discovery::measure as Part),
+        ("otlp", otlp::measure),
+    ] {
+        if only == name {
+            let (v, md) = part(&p, &dir)?;
+            std::fs::write(
+                dir.join(format!("{name}.json")),
+                serde_json::to_string_pretty(&v)? + "\n",
+            )?;
+            std::fs::write(dir.join(format!("{name}.md")), &md)?;
+            println!("{md}");
+            return Ok(());
+        }
     }
     let (discovery_json, discovery_md) = discovery::measure(&p, &dir)?;
+    let (otlp_json, otlp_md) = otlp::measure(&p, &dir)?;
     let setups = if p.before.is_some() { 6 } else { 5 };
     let mut overheads = Vec::new();
     for sym in &overhead::SYMBOLS {
@@ -350,16 +365,16 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     // Throughput at full speed, one and two workload threads, then one thread scraped 20 times a
     // second.
     eprintln!("bench: throughput, 30 s at full speed under cudatrace run, 1 and 2 threads");
-    let quiet = throughput(&p, &p.cudatrace, None, 1)?;
-    let two = throughput(&p, &p.cudatrace, None, 2)?;
+    let quiet = throughput(&p, &p.cudatrace, (None, 1), &[])?;
+    let two = throughput(&p, &p.cudatrace, (None, 2), &[])?;
     eprintln!(
         "bench: throughput, 30 s at full speed under cudatrace run, scraped 20 times a second"
     );
-    let scraped = throughput(&p, &p.cudatrace, Some(20), 1)?;
+    let scraped = throughput(&p, &p.cudatrace, (Some(20), 1), &[])?;
     let quiet_before = match &p.before {
         Some(bin) => {
             eprintln!("bench: throughput, 30 s at full speed under the before binary's run");
-            Some(throughput(&p, bin, None, 1)?)
+            Some(throughput(&p, bin, (None, 1), &[])?)
         }
         None => None,
     };
@@ -394,6 +409,7 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
         "throughput_before": quiet_before.as_ref().map(tp),
         "rss_bytes": rss,
         "discovery": discovery_json,
+        "otlp": otlp_json,
     });
     std::fs::write(
         dir.join("latest.json"),
@@ -463,6 +479,7 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     }
     md += "\n";
     md += &discovery_md;
+    md += &otlp_md;
     std::fs::write(dir.join("latest.md"), &md)?;
     println!("{md}");
     Ok(())
@@ -537,7 +554,7 @@ fn targets(launch: &overhead::Overhead, one: &Throughput, two: &Throughput) -> S
 /// and one of 10,000 kernels.
 fn memory(p: &Paths) -> Result<serde_json::Map<String, Value>> {
     eprintln!("bench: resident memory with 1, 100, 1000 processes and 10, 10000 kernels");
-    let t = start_binary(&p.cudatrace, p, free_port())?;
+    let t = start_binary(&p.cudatrace, p, free_port(), &[])?;
     let mut rss = serde_json::Map::new();
     rss.insert("idle".into(), json!(rss_bytes(t.pid())?));
     let mut done = 0;

@@ -113,12 +113,13 @@ pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
                 0 => None,
                 1 => Some(bpftrace(&p.lib, sym.name, false)?),
                 2 => Some(bpftrace(&p.lib, sym.name, true)?),
-                3 => Some(start_binary(&p.cudatrace, p, free_port())?),
+                3 => Some(start_binary(&p.cudatrace, p, free_port(), &[])?),
                 4 => Some(start_trace(&p.cudatrace, &p.lib)?),
                 _ => Some(start_binary(
                     p.before.as_deref().expect("F only with a before binary"),
                     p,
                     free_port(),
+                    &[],
                 )?),
             };
             if i == 3 {

@@ -1,5 +1,5 @@
 //! OTLP export (`[otlp]`): slow and failed driver calls as spans ([`span`]), alert changes as
-//! log records and incidents as spans ([`incidents`]), sent in batches by a task of their own
+//! log records and incidents as spans ([`incidents`]), sent in batches by a thread of their own
 //! over http/protobuf or gRPC ([`transport`]). The event loop only
 //! builds a span and offers it to a bounded queue (`max_queue`): when the collector is down or
 //! slow, what does not fit is dropped and counted (`cudatrace_otlp_dropped_total`), a batch
@@ -60,7 +60,8 @@ enum Item {
 /// The running exporter: the queue's sending end, the settings the spans are built by.
 pub struct Exporter {
     tx: mpsc::Sender<Item>,
-    task: tokio::task::JoinHandle<()>,
+    /// Says when the export thread has sent what it held and ended.
+    done: std::sync::mpsc::Receiver<()>,
     stats: Arc<Stats>,
     min_ns: u64,
     host: String,
@@ -100,10 +101,23 @@ impl Exporter {
             extra: cfg.resource.clone(),
             host: host_name(),
         };
-        let task = tokio::spawn(run(rx, sender, resource, stats.clone()));
+        // Encoding and sending run on a thread of their own, never on the event loop's.
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let counts = stats.clone();
+        std::thread::Builder::new()
+            .name("otlp".into())
+            .spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    rt.block_on(run(rx, sender, resource, counts));
+                }
+                let _ = done_tx.send(());
+            })?;
         Ok(Exporter {
             tx,
-            task,
+            done,
             stats,
             min_ns: cfg.min_duration_us.saturating_mul(1000),
             host: host_name(),
@@ -173,10 +187,11 @@ impl Exporter {
         }
     }
 
-    /// Stops taking spans and gives the task up to `wait` to send what it holds.
+    /// Stops taking spans and gives the export thread up to `wait` to send what it holds.
     pub async fn finish(self, wait: Duration) {
         drop(self.tx);
-        let _ = tokio::time::timeout(wait, self.task).await;
+        let done = self.done;
+        let _ = tokio::task::spawn_blocking(move || done.recv_timeout(wait)).await;
     }
 }
 
@@ -314,7 +329,7 @@ async fn run(
                             failing = true;
                             log::warn!(
                                 target: "cudatrace::otlp",
-                                "otlp: export to {} failed ({e}); retrying, and dropping (counted in cudatrace_otlp_dropped_total) what does not fit",
+                                "otlp: export to {} failed ({e:#}); retrying, and dropping (counted in cudatrace_otlp_dropped_total) what does not fit",
                                 sender.url(kind)
                             );
                         }
