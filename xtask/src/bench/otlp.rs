@@ -12,9 +12,10 @@ use serde_json::{json, Value};
 use super::{throughput, Paths};
 
 /// Runs both and returns (JSON, Markdown).
-pub fn measure(p: &Paths, dir: &Path) -> Result<(Value, String)> {
+pub fn measure(p: &Paths, _results: &Path) -> Result<(Value, String)> {
     let receiver = Receiver::start();
-    let config = dir.join("otlp-bench.toml");
+    let config =
+        std::env::temp_dir().join(format!("cudatrace-otlp-bench-{}.toml", std::process::id()));
     std::fs::write(
         &config,
         format!(
@@ -27,6 +28,7 @@ pub fn measure(p: &Paths, dir: &Path) -> Result<(Value, String)> {
     let off = throughput(p, &p.cudatrace, (None, 1), &[])?;
     let on = throughput(p, &p.cudatrace, (None, 1), &["--config", &config])?;
     let spans = receiver.spans().len();
+    let _ = std::fs::remove_file(&config);
     let ratio = on.cpu_ms_per_million / off.cpu_ms_per_million;
     let v = json!({
         "off": { "launches": off.launches, "calls_per_second": off.calls_per_second, "cpu_ms_per_million": off.cpu_ms_per_million, "events": off.events, "dropped": off.dropped },
