@@ -49,7 +49,14 @@ impl Consumer for Daemon {
             .observe(&mut process.signals, ev, e.batch.as_ref());
         if let Some(otlp) = self.otlp.as_mut() {
             let kernel = e.kernel.as_deref().map(|k| &*k.demangled);
-            otlp.call(ev, &process.identity, &process.workload, kernel);
+            // The GPU NVML lists the process on, when it does.
+            let gpus = &self.gpus;
+            let gpu = || {
+                gpus.iter()
+                    .find(|g| g.processes.iter().any(|p| p.pid == ev.pid))
+                    .map(|g| (g.index, g.uuid.clone()))
+            };
+            otlp.call(ev, (&process.identity, &process.workload), kernel, gpu);
         }
         Ok(())
     }

@@ -131,25 +131,31 @@ impl Exporter {
         &self.stats
     }
 
-    /// Offers call `ev` of a process (`identity`, `workload`; `kernel` its launch's kernel):
+    /// Offers call `ev` of a process (`identity`, `workload`; `kernel` its launch's kernel,
+    /// `gpu` the GPU NVML lists it on):
     /// a span when it was slow or failed, dropped and counted when the queue is full.
     pub fn call(
         &mut self,
         ev: &Event,
-        identity: &Identity,
-        workload: &Arc<str>,
+        (identity, workload): (&Identity, &Arc<str>),
         kernel: Option<&str>,
+        gpu: impl FnOnce() -> Option<(u32, String)>,
     ) {
         if ev.duration_ns < self.min_ns && ev.result == 0 {
             return;
         }
-        let span = span::of_call(
+        let mut span = span::of_call(
             ev,
             (identity, &self.host),
             kernel,
             wall_offset_ns(),
             &mut self.ids,
         );
+        if let Some((index, uuid)) = gpu() {
+            span.attributes
+                .push(span::int("gpu.index", i64::from(index)));
+            span.attributes.push(span::attr("gpu.uuid", uuid));
+        }
         self.offer(Item::Span(workload.clone(), span));
     }
 
