@@ -21,6 +21,31 @@ pub fn looping(env: &Env, seconds: f64, grid: u32, sync_every: u64) -> Workload 
     )
 }
 
+/// The simulated GPU 0 of device file `dev`: 1 µs a block.
+pub fn gpu0(dev: &str) -> [(&'static str, &str); 3] {
+    [
+        ("CUDA_STANDIN_DEVICE", dev),
+        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+        ("CUDA_VISIBLE_DEVICES", "0"),
+    ]
+}
+
+/// A model server on `vars`' GPU, 1 ms kernels and a wait after each, for `seconds`, its
+/// baseline learned under `daemon`: the victim of the contention tests.
+pub fn learned_victim(
+    env: &Env,
+    daemon: &Cudatrace,
+    vars: &[(&str, &str)],
+    seconds: f64,
+) -> crate::Running {
+    let victim = looping(env, seconds, 1000, 1)
+        .comm("model-server")
+        .vars(vars)
+        .spawn();
+    learn(daemon, victim.pid());
+    victim
+}
+
 /// Starts the daemon with `config` (TOML), a webhook and, when given, an Alertmanager.
 pub fn daemon_with_hook(
     env: &Env,

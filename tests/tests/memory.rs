@@ -21,15 +21,6 @@ fn with_state(dir: &std::path::Path) -> String {
     )
 }
 
-/// The simulated GPU's variables.
-fn gpu(dev: &str) -> [(&str, &str); 3] {
-    [
-        ("CUDA_STANDIN_DEVICE", dev),
-        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
-        ("CUDA_VISIBLE_DEVICES", "0"),
-    ]
-}
-
 /// The workloads a state file holds.
 fn saved_workloads(file: &std::path::Path) -> Vec<String> {
     let v: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
@@ -53,7 +44,7 @@ fn a_restarted_cudatrace_resumes_baselines_and_fires_on_time() {
     std::fs::create_dir(&state).unwrap();
     let config = with_state(&state);
     let dev = device_file("resume");
-    let vars = gpu(&dev);
+    let vars = integration_tests::alerting::gpu0(&dev);
     let (first, _) = daemon_with_hook(&env, &dir, &config, &hook, None);
     let victim = looping(&env, 300.0, 1000, 1)
         .comm("model-server")
@@ -133,7 +124,7 @@ fn a_restarted_victim_next_to_a_running_aggressor_is_alerted_on() {
     let hook = Webhook::start();
     let dir = TempDir::new("victim-restart");
     let dev = device_file("victim-restart");
-    let vars = gpu(&dev);
+    let vars = integration_tests::alerting::gpu0(&dev);
     let (daemon, _) = daemon_with_hook(&env, &dir, FAST, &hook, None);
     let before = looping(&env, 300.0, 1000, 1)
         .comm("model-server")

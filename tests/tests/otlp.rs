@@ -220,17 +220,9 @@ fn otlp_incident_is_a_span_with_its_changes_and_each_change_a_log() {
     let (daemon, _) =
         integration_tests::alerting::daemon_with_hook(&env, &dir, &config, &hook, None);
     let dev = device_file("otlp-incident");
-    let vars = [
-        ("CUDA_STANDIN_DEVICE", dev.as_str()),
-        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
-        ("CUDA_VISIBLE_DEVICES", "0"),
-    ];
-    let victim = looping(&env, 300.0, 1000, 1)
-        .comm("model-server")
-        .vars(&vars)
-        .spawn();
+    let vars = integration_tests::alerting::gpu0(&dev);
+    let victim = integration_tests::alerting::learned_victim(&env, &daemon, &vars, 300.0);
     let victim_pid = victim.pid();
-    integration_tests::alerting::learn(&daemon, victim_pid);
     let trainer = looping(&env, 30.0, 4000, 2)
         .comm("trainer")
         .vars(&vars)

@@ -21,11 +21,7 @@ fn a_starved_victim_fires_naming_the_holder_and_resolves_after() {
     let dir = TempDir::new("starved");
     let (daemon, _listen) = daemon_with_hook(&env, &dir, FAST, &hook, None);
     let dev = device_file("starved");
-    let vars = [
-        ("CUDA_STANDIN_DEVICE", dev.as_str()),
-        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
-        ("CUDA_VISIBLE_DEVICES", "0"),
-    ];
+    let vars = integration_tests::alerting::gpu0(&dev);
     let victim = looping(&env, 200.0, 1000, 1)
         .comm("model-server")
         .vars(&vars)
@@ -117,11 +113,7 @@ fn a_growing_slowdown_escalates_to_one_page() {
     let config = format!("{FAST}warning = 0.1\ncritical = 2.0\npage = 3.0\n");
     let (daemon, _listen) = daemon_with_hook(&env, &dir, &config, &hook, Some(&am.url()));
     let dev = device_file("escalate");
-    let vars = [
-        ("CUDA_STANDIN_DEVICE", dev.as_str()),
-        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
-        ("CUDA_VISIBLE_DEVICES", "0"),
-    ];
+    let vars = integration_tests::alerting::gpu0(&dev);
     let victim = looping(&env, 300.0, 1000, 1)
         .comm("model-server")
         .vars(&vars)
