@@ -387,3 +387,58 @@ fn otlp_over_https_trusts_the_ca_file_and_nothing_else() {
         said[0]
     );
 }
+
+/// A process NVML lists on GPU 1: its spans name that GPU (`gpu.index`, `gpu.uuid`).
+#[test]
+fn otlp_spans_name_the_gpu_nvml_lists_the_process_on() {
+    let Some(env) = env() else { return };
+    let receiver = Receiver::start();
+    let dir = TempDir::new("otlp-gpu");
+    let dev = device_file("otlp-gpu");
+    // The workload first, waiting 4 s before its first call, so that its pid is in the NVML
+    // scenario the daemon reads at start.
+    let job = looping(&env, 0.5, 2000, 1)
+        .vars(&[
+            ("CUDA_STANDIN_DEVICE", dev.as_str()),
+            ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
+        ])
+        .settle_ms(4000)
+        .spawn();
+    let uuid = "GPU-55555555-6666-7777-8888-999999999999";
+    let scenario = dir.write(
+        "nvml.txt",
+        &format!(
+            "gpu 0 uuid=GPU-00000000-1111-2222-3333-444444444444 sm=10 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n\
+             gpu 1 uuid={uuid} sm=50 mem=10 total=85899345920 used=4294967296 temp=50 power_mw=200000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n\
+             proc 1 pid={} used=1073741824 sm=50 memutil=10\n",
+            job.pid()
+        ),
+    );
+    let config = dir.write(
+        "cudatrace.toml",
+        &format!(
+            "nvml_library = {:?}\n[otlp]\nendpoint = {:?}\n",
+            env.libnvml().display().to_string(),
+            receiver.url()
+        ),
+    );
+    let (daemon, _) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &["--config", config.to_str().unwrap()],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let report = job.finish();
+    let launches = report["launches"].as_u64().unwrap() as usize;
+    let spans = receiver.wait_for(launches, Duration::from_secs(15));
+    let traced = daemon.stop();
+    let gpus: std::collections::BTreeSet<(Option<&String>, Option<&String>)> = spans
+        .iter()
+        .map(|s| (s.attributes.get("gpu.index"), s.attributes.get("gpu.uuid")))
+        .collect();
+    eprintln!("e2e otlp_spans_name_the_gpu_nvml_lists_the_process_on: waits in={launches} spans out={} gpus {gpus:?}", spans.len());
+    assert_eq!(spans.len(), launches, "{:?}", traced.stderr);
+    assert_eq!(
+        gpus.into_iter().collect::<Vec<_>>(),
+        [(Some(&"1".to_owned()), Some(&uuid.to_owned()))]
+    );
+}

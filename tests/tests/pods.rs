@@ -44,9 +44,11 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
     api.answer(403, r#"{"kind":"Status","code":403}"#);
     let (ca, token) = api.files();
     let dir = TempDir::new("pods-config");
+    // Every recorded call a span, to see what a span of a process in a pod says.
+    let receiver = integration_tests::otlp::Receiver::start();
     let config = dir.write(
         "config.toml",
-        &format!("[kubernetes]\npod_names = true\ntoken_file = {token:?}\nca_file = {ca:?}\nrefresh_s = 5\n"),
+        &format!("[kubernetes]\npod_names = true\ntoken_file = {token:?}\nca_file = {ca:?}\nrefresh_s = 5\n[otlp]\nendpoint = {:?}\nmin_duration_us = 0\n", receiver.url()),
     );
     let listen = format!("127.0.0.1:{}", free_port());
     let port = api.port.to_string();
@@ -91,6 +93,32 @@ fn pod_names_from_the_api_server_and_uids_until_it_answers() {
         exposition::wait_for_launches(&listen, &pid, LAUNCHES as f64, Duration::from_secs(10));
     assert_eq!(counted, Some(LAUNCHES as f64), "{:?}", daemon.stderr_now());
     let before = launch_labels(&listen, &pid).unwrap();
+    // Its spans (the calls written as records), until the API server answers: UID and id.
+    let mine =
+        |r: &integration_tests::otlp::Received| r.attributes.get("process.pid") == Some(&pid);
+    assert!(receiver.wait_until(Duration::from_secs(10), |spans, _| spans.iter().any(mine)));
+    let spans: Vec<_> = receiver.spans().into_iter().filter(mine).collect();
+    let said: std::collections::BTreeSet<_> = spans
+        .iter()
+        .map(|s| {
+            (
+                s.attributes.get("k8s.pod.uid").cloned(),
+                s.attributes.get("container.id").cloned(),
+                s.attributes["host.name"].clone(),
+                s.resource["service.name"].clone(),
+            )
+        })
+        .collect();
+    eprintln!("e2e pod_names_from_the_api_server_and_uids_until_it_answers: {} spans of pid {pid} say {said:?}", spans.len());
+    assert_eq!(
+        said.into_iter().collect::<Vec<_>>(),
+        [(
+            Some(UID.to_owned()),
+            Some(CID.to_owned()),
+            "gpu-node-7".to_owned(),
+            format!("pod:{UID}/cuda-workload")
+        )]
+    );
     assert_eq!(
         before,
         (

@@ -14,12 +14,7 @@ use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
-
-use std::sync::{
-    atomic::{AtomicBool, AtomicU64, Ordering},
-    Arc,
+    time::Duration,
 };
 
 use anyhow::{bail, Context as _, Result};
@@ -31,6 +26,9 @@ const ROUNDS: usize = 7;
 mod discovery;
 mod otlp;
 mod overhead;
+mod throughput;
+
+use throughput::{throughput, Throughput};
 
 struct Paths {
     cudatrace: PathBuf,
@@ -197,91 +195,6 @@ fn launches_of(port: u16) -> Result<f64> {
         "cudatrace_calls_total",
         &[("api", "cuLaunchKernel")],
     ))
-}
-
-/// What one throughput run measured.
-struct Throughput {
-    calls_per_second: f64,
-    seconds: Value,
-    /// Launches the workload made.
-    calls: f64,
-    /// Launches `cudatrace_calls_total` counted.
-    launches: f64,
-    /// Records read from the ring buffer.
-    events: f64,
-    dropped: f64,
-    /// Tracer CPU per million launches.
-    cpu_ms_per_million: f64,
-    scrapes: u64,
-    scrape_ms_max: f64,
-    /// Tracer RSS when the workload started and when it ended, bytes.
-    rss: (u64, u64),
-}
-
-/// `threads` workload threads at full speed for 30 s under `cudatrace run`; with `scrape_hz`, a
-/// client scrapes `/metrics` that often meanwhile.
-fn throughput(
-    p: &Paths,
-    bin: &Path,
-    (scrape_hz, threads): (Option<u32>, u32),
-    extra: &[&str],
-) -> Result<Throughput> {
-    let port = free_port();
-    let t = start_binary(bin, p, port, extra)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (scrapes, slowest_us) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let scraper = scrape_hz.map(|hz| {
-        let (stop, scrapes, slowest_us) = (stop.clone(), scrapes.clone(), slowest_us.clone());
-        std::thread::spawn(move || {
-            let url = format!("http://127.0.0.1:{port}/metrics");
-            let period = Duration::from_secs_f64(1.0 / f64::from(hz));
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                let start = Instant::now();
-                if http::try_get(&url, None).is_ok() {
-                    scrapes.fetch_add(1, Ordering::Relaxed);
-                    slowest_us.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-                }
-                next += period;
-                std::thread::sleep(next.saturating_duration_since(Instant::now()));
-            }
-        })
-    });
-    let cpu0 = cpu_seconds(t.pid())?;
-    let rss0 = rss_bytes(t.pid())?;
-    let r = workload(
-        p,
-        &[
-            "--threads",
-            &threads.to_string(),
-            "calls",
-            "1000000000",
-            "30",
-        ],
-    )?;
-    stop.store(true, Ordering::Relaxed);
-    if let Some(s) = scraper {
-        let _ = s.join();
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    let cpu1 = cpu_seconds(t.pid())?;
-    let events = scrape(port, "cudatrace_events_total")?;
-    let dropped = scrape(port, "cudatrace_events_dropped_total")?;
-    let launches = launches_of(port)?;
-    let rss1 = rss_bytes(t.pid())?;
-    t.stop()?;
-    Ok(Throughput {
-        calls_per_second: r["calls_per_second"].as_f64().unwrap_or(0.0),
-        seconds: r["seconds"].clone(),
-        calls: r["calls"].as_f64().unwrap_or(0.0),
-        launches,
-        events,
-        dropped,
-        cpu_ms_per_million: (cpu1 - cpu0) * 1e3 / (launches / 1e6),
-        scrapes: scrapes.load(Ordering::Relaxed),
-        scrape_ms_max: slowest_us.load(Ordering::Relaxed) as f64 / 1e3,
-        rss: (rss0, rss1),
-    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
