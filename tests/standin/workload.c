@@ -93,6 +93,12 @@ void setup(size_t buf_bytes) {
     kernel_params[2] = &kernel_n;
 }
 
+/* A real driver's context is current per thread: each worker thread makes the primary context
+ * current, as the CUDA runtime does. The stand-in keeps one for the process. */
+void thread_ctx(void) {
+    if (real_driver) CHECK(((PFN_cuCtxSetCurrent)sym("cuCtxSetCurrent", 1))(ctx));
+}
+
 CUstream new_stream(void) {
     CUstream s;
     CHECK(((PFN_cuStreamCreate)sym("cuStreamCreate", 1))(&s, 0));
@@ -108,6 +114,7 @@ struct basic_args {
 
 static void *basic_thread(void *p) {
     struct basic_args *a = p;
+    thread_ctx();
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
     PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
     PFN_cuMemcpyDtoH dtoh = (PFN_cuMemcpyDtoH)sym("cuMemcpyDtoH_v2", 1);
@@ -200,6 +207,7 @@ struct calls_args { long n; double seconds; long done; uint64_t ns; int copies; 
 
 static void *calls_thread(void *p) {
     struct calls_args *a = p;
+    thread_ctx();
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
     PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
     uint64_t start = now_ns(), end = a->seconds > 0 ? start + (uint64_t)(a->seconds * 1e9) : UINT64_MAX;
@@ -342,6 +350,7 @@ static void run_syscalls(long n) {
 static CUstream die_stream;
 static void *die_waiter(void *p) {
     (void)p;
+    thread_ctx();
     ((PFN_cuStreamSynchronize)sym("cuStreamSynchronize", 1))(die_stream); /* never returns: exit comes first */
     return NULL;
 }
