@@ -103,10 +103,19 @@ static uint64_t outlier_factor(void) {
     return x % 1000000 < cfg_outlier_ppm ? 10 : 1;
 }
 
+/* The spin-wait hint of the architecture. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("pause");
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 /* Spends `ns` of CPU time, as the driver's own work in a call would. */
 static void spin(uint64_t ns) {
     uint64_t end = now_ns() + ns;
-    while (now_ns() < end) __asm__ volatile("pause");
+    while (now_ns() < end) cpu_relax();
 }
 
 /* Blocks until CLOCK_MONOTONIC reaches `t`: sleeps, then spins the last stretch for precision. */
@@ -119,7 +128,7 @@ static void wait_until(uint64_t t) {
                                   .tv_nsec = (long)((t - 100000) % 1000000000ull)};
             clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
         } else {
-            __asm__ volatile("pause");
+            cpu_relax();
         }
     }
 }

@@ -61,7 +61,8 @@ pub const EXIT_STATUS_KNOWN: u32 = 1;
 /// [`crate::Layout`] of `api`:
 /// - `Launch`: `[function, grid_x | grid_y << 32, grid_z | block_x << 32, block_y | block_z << 32,
 ///   shared_mem_bytes, stream]` (for `cuLaunchKernelEx` read from its `CUlaunchConfig`);
-/// - every other layout: the first six register arguments (`rdi rsi rdx rcx r8 r9`) as they were.
+/// - every other layout: the first six integer arguments as they were (`rdi rsi rdx rcx r8 r9` on
+///   x86-64, `x0`-`x5` on aarch64).
 ///
 /// `out` is the value an out-parameter held after a successful return (`*dptr` of an allocation,
 /// `*hfunc` of a lookup), else 0.

@@ -3,6 +3,7 @@
 #![no_std]
 
 pub mod api;
+pub mod callconv;
 pub mod caps;
 pub mod entry;
 pub mod event;

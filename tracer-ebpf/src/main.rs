@@ -12,6 +12,7 @@
 #![feature(core_intrinsics)]
 
 mod aggregate;
+mod arch;
 mod entry;
 mod maps;
 mod probes;

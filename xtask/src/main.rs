@@ -1,10 +1,12 @@
 //! Project tasks: `cargo xtask build | standin | demo | test | bench`.
 mod bench;
+mod cross;
 mod demo;
 mod fuzz;
 mod image;
 mod layers;
 mod standin;
+mod vm;
 
 use std::{
     env,
@@ -24,7 +26,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Build cudatrace (eBPF programs included) and the stand-in libraries and workload.
-    Build,
+    Build {
+        /// For this architecture (aarch64: cross-built, into target/aarch64-unknown-linux-gnu).
+        #[arg(long, value_enum, default_value_t = cross::Arch::host())]
+        arch: cross::Arch,
+    },
     /// Build only the stand-in libcuda.so.1 and the workload, into target/standin.
     Standin,
     /// Build everything, then trace the bundled workload against the stand-in libcuda, and show
@@ -37,8 +43,16 @@ enum Task {
     },
     /// Measure tracing overhead against the floor and bpftrace, throughput, and memory at scale.
     Bench,
-    /// Build the container image `localhost/cudatrace:latest` with buildah, from local files only.
+    /// Build the container images for amd64 and arm64 and the manifest list
+    /// `localhost/cudatrace:latest` with buildah, from local files only.
     Image,
+    /// Boot an emulated kernel of another architecture (qemu, Debian's kernel) and run
+    /// cudatrace's checks inside it: `N passed, M failed`.
+    VmTest {
+        /// The kernel's architecture.
+        #[arg(long, value_enum, default_value_t = cross::Arch::Aarch64)]
+        arch: cross::Arch,
+    },
     /// Run every fuzz target (cargo-fuzz, nightly) for SECONDS each (default 60).
     Fuzz {
         /// Seconds per target.
@@ -74,12 +88,13 @@ fn cargo() -> Command {
     Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-/// Compiles the stand-in libraries and the workload (C, with the real CUDA prototypes).
-fn build_standin() -> Result<PathBuf> {
+/// Compiles the stand-in libraries and the workload (C, with the real CUDA prototypes) for
+/// `arch`, into OUT/standin (target/standin for the host).
+fn build_standin(arch: cross::Arch) -> Result<PathBuf> {
     let src = root().join("tests/standin");
-    let out = target_dir().join("standin");
+    let out = arch.out_dir().join("standin");
     std::fs::create_dir_all(&out)?;
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let cc = arch.cc();
     let common = [
         "-O2",
         "-g",
@@ -115,11 +130,9 @@ fn build_standin() -> Result<PathBuf> {
     Ok(out)
 }
 
+/// Builds cudatrace and the stand-ins for this host; returns the stand-ins' folder.
 pub(crate) fn build() -> Result<PathBuf> {
-    run(cargo()
-        .current_dir(root())
-        .args(["build", "--release", "--package", "tracer-user"]))?;
-    build_standin()
+    cross::build(cross::Arch::host())
 }
 
 fn test(filter: Option<String>) -> Result<()> {
@@ -205,7 +218,7 @@ fn test(filter: Option<String>) -> Result<()> {
     fuzz::run(&root(), &target_dir(), 10)?;
     let standin = build()?;
     // The container image, for the test that runs it under podman.
-    image::build(&root(), &target_dir().join("release/cudatrace"), false)?;
+    image::build(&root(), false)?;
     // End-to-end: one test at a time, since every tracer sees every process's calls and the
     // simulated device is shared.
     let mut cmd = cargo();
@@ -222,13 +235,12 @@ fn test(filter: Option<String>) -> Result<()> {
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::Build => build().map(|_| ()),
-        Task::Standin => build_standin().map(|_| ()),
+        Task::Build { arch } => cross::build(arch).map(|_| ()),
+        Task::Standin => build_standin(cross::Arch::host()).map(|_| ()),
         Task::Demo => demo::run(),
         Task::Test { filter } => test(filter),
-        Task::Image => {
-            image::build(&root(), &target_dir().join("release/cudatrace"), true).map(|_| ())
-        }
+        Task::Image => image::build(&root(), true).map(|_| ()),
+        Task::VmTest { arch } => vm::test(arch),
         Task::Fuzz { seconds } => fuzz::run(&root(), &target_dir(), seconds),
         Task::Bench => {
             let standin = build()?;

@@ -1,11 +1,16 @@
 //! Entry program for `cuLaunchKernel`-shaped calls: `(f, gridX, gridY, gridZ, blockX, blockY,
-//! blockZ, sharedMemBytes, hStream, ...)`. blockZ, sharedMemBytes and hStream are arguments 6-8,
-//! on the user stack at rsp+8, rsp+16, rsp+24 (rsp points at the return address at entry).
+//! blockZ, sharedMemBytes, hStream, ...)`. Arguments past the registers are on the user stack:
+//! on x86-64 blockZ, sharedMemBytes and hStream at rsp+8, rsp+16, rsp+24 (rsp points at the
+//! return address at entry); on aarch64 only hStream, at sp (the return address is in x30).
+//! Which is which is `crate::arch::CONV` (tracer-common's `callconv`, unit-tested there).
 use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
 use aya_log_ebpf::warn;
-use tracer_common::event::pack;
+use tracer_common::callconv::LAUNCH_STACK_WORDS;
 
-use crate::entry::{arg, save};
+use crate::{
+    arch::{stack_pointer, CONV},
+    entry::{arg, save},
+};
 
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
@@ -15,33 +20,22 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn try_cuda_launch(ctx: &ProbeContext) {
-    // SAFETY: `ctx.regs` points at the probed thread's saved registers, valid (and only read)
-    // for the duration of the program.
-    let sp = unsafe { (*ctx.regs).rsp };
+    let at = stack_pointer(ctx) + CONV.stack_offset;
     // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad address is
-    // an error, never a fault. One read for the three stack slots; a fault leaves them 0 rather
-    // than losing the call.
-    let stack: [u64; 3] = match unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 3]) } {
-        Ok(s) => s,
-        Err(e) => {
-            warn!(
-                ctx,
-                "cuLaunchKernel: cannot read the stack arguments at {:x} ({}); recorded as 0",
-                sp + 8,
-                e
-            );
-            [0; 3]
-        }
-    };
-    save(
-        ctx,
-        [
-            arg(ctx, 0),
-            pack(arg(ctx, 1) as u32, arg(ctx, 2) as u32),
-            pack(arg(ctx, 3) as u32, arg(ctx, 4) as u32),
-            pack(arg(ctx, 5) as u32, stack[0] as u32),
-            stack[1] as u32 as u64,
-            stack[2],
-        ],
-    );
+    // an error, never a fault. One read for the stack words; a fault leaves them 0 rather than
+    // losing the call.
+    let stack: [u64; LAUNCH_STACK_WORDS] =
+        match unsafe { bpf_probe_read_user(at as *const [u64; LAUNCH_STACK_WORDS]) } {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(
+                    ctx,
+                    "cuLaunchKernel: cannot read the stack arguments at {:x} ({}); recorded as 0",
+                    at,
+                    e
+                );
+                [0; LAUNCH_STACK_WORDS]
+            }
+        };
+    save(ctx, CONV.launch_args(|n| arg(ctx, n), &stack));
 }

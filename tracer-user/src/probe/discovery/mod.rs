@@ -28,7 +28,8 @@ use crate::probe::{
 };
 use crate::text::printable;
 
-/// Directories where distributions and the NVIDIA installer put libcuda.
+/// Directories where distributions and the NVIDIA installer put libcuda on x86-64 hosts.
+#[cfg(not(target_arch = "aarch64"))]
 const LOADER_DIRS: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib64",
@@ -36,6 +37,18 @@ const LOADER_DIRS: &[&str] = &[
     "/usr/local/nvidia/lib64",
     "/usr/local/cuda/compat",
     "/lib/x86_64-linux-gnu",
+];
+/// Directories where distributions and the NVIDIA installer put libcuda on aarch64 hosts
+/// (Grace): Debian/Ubuntu multiarch, and CUDA's server-Arm (`sbsa-linux`) target folder.
+#[cfg(target_arch = "aarch64")]
+const LOADER_DIRS: &[&str] = &[
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+    "/usr/local/cuda/compat",
+    "/usr/local/cuda/targets/sbsa-linux/lib",
+    "/lib/aarch64-linux-gnu",
 ];
 /// First wait before a failed file is tried again; doubled each failure up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_secs(1);

@@ -1,0 +1,69 @@
+#!/bin/busybox sh
+# The VM test's /init (busybox sh, in the initramfs `cargo xtask vm-test` builds). It runs the
+# steps and prints what they wrote between `@@@ BEGIN name` and `@@@ END name` lines on the
+# console; the host checks them (xtask/src/vm/checks.rs), so nothing here decides pass or fail.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf
+ifconfig lo 127.0.0.1 up
+. /etc/vm-test.env
+cd /tmp
+
+show() { echo "@@@ BEGIN $1"; cat "$2"; echo "@@@ END $1"; }
+# Waits (up to 120 s) for cudatrace's `ready:` line in FILE.
+ready() { for _ in $(seq 600); do grep -q '^ready:' "$1" && return 0; sleep 0.2; done; return 1; }
+
+uname -r > kernel.txt; uname -m >> kernel.txt
+show kernel kernel.txt
+bpf-objects > bpf-before.txt
+show bpf-before bpf-before.txt
+
+# 1. trace: the library where the loader finds it, attached at start (no --lib).
+cudatrace trace --json > trace.jsonl 2> trace.err &
+tracer=$!
+ready trace.err
+cuda-workload each "$EACH" > each.json
+cuda-workload --threads 2 basic "$LAUNCHES" "$COPIES" > basic.json
+kill -INT $tracer
+wait $tracer
+echo $? > trace.rc
+show trace.rc trace.rc
+show trace.err trace.err
+show each.json each.json
+show basic.json basic.json
+show trace.jsonl trace.jsonl
+
+# 2. run: a library outside the loader's folders, found when the workload dlopens it after
+# cudatrace started; launches counted in the kernel, read from /metrics.
+cudatrace run --listen 127.0.0.1:9464 > run.out 2> run.err &
+daemon=$!
+ready run.err
+cuda-workload --lib /opt/cuda/libcuda.so.1 --settle 3000 basic "$RUN_LAUNCHES" 0 > run.json
+pid=$(sed -n 's/^{"pid":\([0-9]*\).*/\1/p' run.json)
+# Until this pid's cuLaunchKernel count reaches RUN_LAUNCHES (at most 60 s): the host checks
+# the last scrape exactly.
+for _ in $(seq 120); do
+    wget -q -O metrics.txt http://127.0.0.1:9464/metrics
+    n=$(awk -v p="pid=\"$pid\"" '/^cudatrace_calls_total\{/ && index($0, p) && index($0, "api=\"cuLaunchKernel\"") { s += $NF } END { print s + 0 }' metrics.txt)
+    [ "$n" = "$RUN_LAUNCHES" ] && break
+    sleep 0.5
+done
+bpf-objects > bpf-during.txt
+kill -INT $daemon
+wait $daemon
+echo $? > run.rc
+# cudatrace hands the removal of its probes to a child: wait for it too.
+for _ in $(seq 300); do pidof cudatrace > /dev/null || break; sleep 0.2; done
+bpf-objects > bpf-after.txt
+show run.json run.json
+show metrics.txt metrics.txt
+show run.rc run.rc
+show run.err run.err
+show bpf-during bpf-during.txt
+show bpf-after bpf-after.txt
+echo "@@@ DONE"
+poweroff -f
