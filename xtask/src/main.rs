@@ -150,24 +150,25 @@ fn test(filter: Option<String>) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
-    // The eBPF programs, with the nightly that builds them, for their own target.
+    // The eBPF programs, with the nightly that builds them, for their own target, as built for
+    // each architecture's calling convention (`bpf_target_arch`).
     let nightly = env::var("CUDATRACE_EBPF_TOOLCHAIN").unwrap_or_else(|_| "nightly".into());
-    run(Command::new("rustup")
-        .current_dir(root().join("tracer-ebpf"))
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .env_remove("CARGO")
-        .env_remove("RUSTC")
-        .args([
-            "run",
-            &nightly,
-            "cargo",
-            "clippy",
-            "--target",
-            "bpfel-unknown-none",
-        ])
-        .args(["-Z", "build-std=core", "--target-dir"])
-        .arg(target_dir().join("ebpf-clippy"))
-        .args(["--", "-D", "warnings"]))?;
+    for (arch, dir) in [
+        ("x86_64", "ebpf-clippy"),
+        ("aarch64", "ebpf-clippy-aarch64"),
+    ] {
+        run(Command::new("rustup")
+            .current_dir(root().join("tracer-ebpf"))
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .env_remove("RUSTC")
+            .env("AYA_BPF_TARGET_ARCH", arch)
+            .args(["run", &nightly, "cargo", "clippy"])
+            .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+            .arg("--target-dir")
+            .arg(target_dir().join(dir))
+            .args(["--", "-D", "warnings"]))?;
+    }
     // Unit tests beside the code (the eBPF crate is no_std and has none on the host).
     run(cargo().current_dir(root()).args([
         "test",
@@ -217,7 +218,12 @@ fn test(filter: Option<String>) -> Result<()> {
     // The parsers of what tenants control, fuzzed briefly (`cargo xtask fuzz` runs longer).
     fuzz::run(&root(), &target_dir(), 10)?;
     let standin = build()?;
-    // The container image, for the test that runs it under podman.
+    // The other architecture, cross-built and run in its own emulated kernel (Grace hosts).
+    if cross::Arch::host() == cross::Arch::X86_64 && filter.is_none() {
+        vm::test(cross::Arch::Aarch64)?;
+    }
+    // The container images (a manifest list of both architectures), for the test that runs the
+    // host's under podman.
     image::build(&root(), false)?;
     // End-to-end: one test at a time, since every tracer sees every process's calls and the
     // simulated device is shared.
