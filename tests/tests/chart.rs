@@ -116,6 +116,26 @@ fn daemonset_is_least_privilege_on_gpu_nodes() {
     let term = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         ["nodeSelectorTerms"][0]["matchExpressions"][0];
     assert_eq!(term["key"].as_str(), Some("nvidia.com/gpu.present"));
+    // GPU nodes of either architecture: the one term is the GPU's, no node selector pins an
+    // architecture, and the image is the manifest list `cargo xtask image` builds (amd64 and
+    // arm64 under one name).
+    let terms = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    assert_eq!(terms.as_vec().map(Vec::len), Some(1), "{terms:?}");
+    assert_eq!(
+        terms[0]["matchExpressions"].as_vec().map(Vec::len),
+        Some(1),
+        "{terms:?}"
+    );
+    assert!(
+        pod["nodeSelector"].as_hash().is_none_or(|m| m.is_empty()),
+        "{:?}",
+        pod["nodeSelector"]
+    );
+    assert_eq!(
+        chart::container(&docs)["image"].as_str(),
+        Some(integration_tests::container::IMAGE)
+    );
     assert_eq!(
         pod["tolerations"][0]["key"].as_str(),
         Some("nvidia.com/gpu")

@@ -10,7 +10,7 @@ use anyhow::{bail, Context as _, Result};
 use crate::cross::{self, Arch};
 
 /// The manifest list's name (the host's image runs under it too).
-pub const IMAGE: &str = "localhost/cudatrace:latest";
+pub const IMAGE: &str = integration_tests::container::IMAGE;
 
 /// The architectures the manifest list holds.
 pub const ARCHES: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
