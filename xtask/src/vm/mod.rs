@@ -20,7 +20,7 @@ use crate::{
 
 /// Calls of each entry point by `cuda-workload each` under `trace`.
 pub const EACH: u64 = 20;
-/// Launches (and copies) of `cuda-workload --threads 2 basic` under `trace`.
+/// Launches of `cuda-workload --threads 2 basic` under `trace` (both threads together).
 pub const LAUNCHES: u64 = 2000;
 /// Copies of the same workload.
 pub const COPIES: u64 = 200;
