@@ -106,17 +106,25 @@ fn build_standin(arch: cross::Arch) -> Result<PathBuf> {
     // -fno-ipa-icf: entry points with identical bodies must stay separate functions, as in
     // NVIDIA's library, or one probe would see the calls of two symbols.
     let shared = ["-fPIC", "-shared", "-fvisibility=hidden", "-fno-ipa-icf"];
-    for (lib, soname) in [
-        ("libcuda", "libcuda.so.1"),
-        ("libpartial", "libpartial.so"),
-        ("libnvml", "libnvidia-ml.so.1"),
-    ] {
+    let mut libs: Vec<(&str, &str, &str, &[&str])> = vec![
+        ("libcuda", "libcuda.so.1", "libcuda.so.1", &[]),
+        ("libpartial", "libpartial.so", "libpartial.so", &[]),
+        ("libnvml", "libnvidia-ml.so.1", "libnvidia-ml.so.1", &[]),
+    ];
+    // On aarch64 also a libcuda whose functions begin with `bti c` (and sign their return
+    // address), as with the branch protection Arm distributions' compilers turn on.
+    if arch == cross::Arch::Aarch64 {
+        let bti: &[&str] = &["-mbranch-protection=standard"];
+        libs.push(("libcuda", "libcuda-bti.so.1", "libcuda.so.1", bti));
+    }
+    for (lib, file, soname, extra) in libs {
         run(Command::new(&cc)
             .args(common)
             .args(shared)
+            .args(extra)
             .arg(format!("-Wl,-soname,{soname}"))
             .arg("-o")
-            .arg(out.join(soname))
+            .arg(out.join(file))
             .arg(src.join(format!("{lib}.c")))
             .arg("-lpthread"))?;
     }

@@ -145,11 +145,11 @@ fn initramfs(cache: &Path, arch: Arch, standin: &Path) -> Result<PathBuf> {
         std::fs::copy(from, rootfs.join(to))
             .with_context(|| format!("cannot copy {}", from.display()))?;
     }
-    // The stand-in where the loader (and cudatrace's start-up scan) finds it, and a second copy
-    // (another inode) that only a dlopen reveals.
+    // The stand-in where the loader (and cudatrace's start-up scan) finds it, and another
+    // build, with branch protection (`bti c` first in each function), that only a dlopen reveals.
     std::fs::copy(standin.join("libcuda.so.1"), libdir.join("libcuda.so.1"))?;
     std::fs::copy(
-        standin.join("libcuda.so.1"),
+        standin.join("libcuda-bti.so.1"),
         rootfs.join("opt/cuda/libcuda.so.1"),
     )?;
     let bins: Vec<PathBuf> = bins.iter().map(|(_, to)| rootfs.join(to)).collect();
@@ -171,6 +171,41 @@ fn initramfs(cache: &Path, arch: Arch, standin: &Path) -> Result<PathBuf> {
             image.display()
         )))?;
     Ok(image)
+}
+
+/// How many of the 43 probed entry points of `lib` begin with a branch-protection landing pad,
+/// `bti c` or `paciasp` (which is one too, so gcc puts no `bti c` before it), read with the
+/// cross objdump that comes with Debian's cross gcc; and which are `paciasp`.
+fn branch_protected(arch: Arch, lib: &Path) -> Result<(usize, usize)> {
+    let out = Command::new(format!("{}-objdump", arch.gnu()))
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(lib)
+        .output()
+        .context("the cross objdump (binutils of the cross gcc) is needed")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut first = std::collections::BTreeMap::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) else {
+            continue;
+        };
+        let insn = lines
+            .next()
+            .and_then(|l| l.split_once(":\t"))
+            .map(|(_, i)| i.trim());
+        first.insert(name.1.to_owned(), insn.unwrap_or("").replace('\t', " "));
+    }
+    let starting = |what: &str| {
+        tracer_common::Api::ALL
+            .iter()
+            .filter(|a| {
+                first
+                    .get(a.info().symbol)
+                    .is_some_and(|i| i.starts_with(what))
+            })
+            .count()
+    };
+    Ok((starting("bti c") + starting("paciasp"), starting("paciasp")))
 }
 
 /// Boots `kernel` with `initrd` and returns what the console printed (the guest powers off at
@@ -229,7 +264,16 @@ pub fn test(arch: Arch) -> Result<()> {
     let initrd = initramfs(&cache, arch, &standin)?;
     let log = cache.join("console.log");
     let console = boot(arch, &kernel, &initrd, &log)?;
-    let results = checks::run(&console);
+    let mut results = checks::run(&console);
+    // The copy the guest dlopened, discovered and counted exactly (checked above), is the one
+    // with branch protection: say so only if its entry points really begin with a landing pad.
+    let (pads, pac) = branch_protected(arch, &standin.join("libcuda-bti.so.1"))?;
+    let all = tracer_common::Api::ALL.len();
+    let said = format!("{pads} of {all} ({pac} paciasp, the others bti c)");
+    results.push((
+        "the dlopened copy is branch-protected",
+        if pads == all { Ok(said) } else { Err(said) },
+    ));
     let failed = results.iter().filter(|r| r.1.is_err()).count();
     for (name, outcome) in &results {
         match outcome {
