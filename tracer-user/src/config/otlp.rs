@@ -207,14 +207,7 @@ impl OtlpConfig {
 mod tests {
     use super::*;
 
-    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::text::fake_env as env;
 
     #[test]
     fn off_without_an_endpoint_and_the_environment_fills_the_rest() {

@@ -226,14 +226,7 @@ fn fetch(t: &Target) -> Result<(PodIndex, usize), String> {
 mod tests {
     use super::*;
 
-    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::text::fake_env as vars;
 
     #[test]
     fn in_cluster_url_from_the_environment() {
