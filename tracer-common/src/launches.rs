@@ -87,6 +87,41 @@ pub struct LaunchCell {
     pub errors: u64,
     /// Sum of their durations, ns.
     pub sum_ns: u64,
+    /// Threads the successful ones asked for: the sum of [`threads`] (grid x block) per launch.
+    pub threads: u64,
+}
+
+/// Most blocks one launch counts for: a grid's x, y and z are multiplied in steps, each capped
+/// here, so that no argument a caller passes can overflow the product.
+pub const MAX_BLOCKS: u64 = 1 << 40;
+/// Most threads per block one launch counts for (the hardware's limit is 1,024).
+pub const MAX_BLOCK_THREADS: u64 = 1 << 10;
+
+#[inline(always)]
+fn capped(a: u64, b: u64, cap: u64) -> u64 {
+    // Both factors are at most 2^32 here, so the product fits before the cap.
+    let (a, b) = (
+        if a > cap { cap } else { a },
+        if b > 0xffff_ffff { 0xffff_ffff } else { b },
+    );
+    let p = a * b;
+    if p > cap {
+        cap
+    } else {
+        p
+    }
+}
+
+/// The threads a launch record asks for (grid x*y*z times block x*y*z, each part capped at
+/// [`MAX_BLOCKS`] and [`MAX_BLOCK_THREADS`]): the submitted work the causal verdicts compare.
+/// `args` in the launch layout of [`crate::CallEvent`]. Straight-line code for the verifier.
+#[inline(always)]
+pub fn threads(args: &[u64; 6]) -> u64 {
+    let (gx, gy, gz) = (args[1] & 0xffff_ffff, args[1] >> 32, args[2] & 0xffff_ffff);
+    let (bx, by, bz) = (args[2] >> 32, args[3] & 0xffff_ffff, args[3] >> 32);
+    let blocks = capped(capped(gx, gy, MAX_BLOCKS), gz, MAX_BLOCKS);
+    let per_block = capped(capped(bx, by, MAX_BLOCK_THREADS), bz, MAX_BLOCK_THREADS);
+    blocks * per_block
 }
 
 /// One process's launch-sampling window and context-wait epoch (`PROCS`).
@@ -127,7 +162,7 @@ pub const MAX_SAMPLED_PROCS: u32 = 16_384;
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<LaunchKey>() == 16 && offset_of!(LaunchKey, function) == 8);
-    assert!(size_of::<LaunchCell>() == 24 && size_of::<ProcWindow>() == 24);
+    assert!(size_of::<LaunchCell>() == 32 && size_of::<ProcWindow>() == 24);
 };
 
 #[cfg(feature = "user")]
@@ -170,6 +205,28 @@ mod tests {
         for i in 1..LATENCY_BUCKETS {
             assert_eq!(bucket_bounds(i - 1).1, bucket_bounds(i).0, "bucket {i}");
         }
+    }
+
+    #[test]
+    fn threads_multiply_grid_and_block_and_never_overflow() {
+        use crate::event::pack;
+        let args = |g: [u32; 3], b: [u32; 3]| {
+            [
+                0,
+                pack(g[0], g[1]),
+                pack(g[2], b[0]),
+                pack(b[1], b[2]),
+                0,
+                0,
+            ]
+        };
+        assert_eq!(threads(&args([64, 2, 1], [128, 1, 1])), 64 * 2 * 128);
+        assert_eq!(threads(&args([1000, 2, 3], [32, 8, 2])), 6000 * 512);
+        assert_eq!(threads(&args([0, 1, 1], [1, 1, 1])), 0);
+        let max = threads(&args([u32::MAX; 3], [u32::MAX; 3]));
+        assert_eq!(max, MAX_BLOCKS * MAX_BLOCK_THREADS);
+        // 2^14 of the largest still add up without wrapping a u64.
+        assert!(max.checked_mul(1 << 13).is_some());
     }
 
     #[test]

@@ -9,7 +9,8 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use tracer_common::{
     api::{COOKIE_API_MASK, COOKIE_PER_THREAD},
     launches::{
-        latency_bucket, LaunchCell, LaunchKey, ProcWindow, OVERFLOW_BUCKET, OVERFLOW_FUNCTION,
+        latency_bucket, threads, LaunchCell, LaunchKey, ProcWindow, OVERFLOW_BUCKET,
+        OVERFLOW_FUNCTION,
     },
     Entry, CONFIG_CELL_QUOTA, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
 };
@@ -77,6 +78,11 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
         add(core::ptr::addr_of_mut!((*cell).count), 1);
         if result != 0 {
             add(core::ptr::addr_of_mut!((*cell).errors), 1);
+        } else {
+            add(
+                core::ptr::addr_of_mut!((*cell).threads),
+                threads(&entry.args),
+            );
         }
         add(core::ptr::addr_of_mut!((*cell).sum_ns), duration_ns);
     }

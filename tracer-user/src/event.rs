@@ -188,6 +188,8 @@ pub struct LaunchDelta {
     pub errors: u64,
     /// Sum of their durations, ns.
     pub sum_ns: u64,
+    /// Threads the successful ones asked for (grid x block, summed).
+    pub threads: u64,
 }
 
 fn cstr(bytes: &[u8]) -> String {

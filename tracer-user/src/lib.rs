@@ -17,6 +17,7 @@ pub mod config;
 pub mod detect;
 pub mod enrich;
 pub mod event;
+pub mod hostcpu;
 pub mod identity;
 pub mod logging;
 pub mod nvml;

@@ -14,7 +14,7 @@ mod tests {
         &["logging", "identity"],
         &["event"],
         // The source (probes, discovery) and the per-process tables enrichment keeps.
-        &["probe", "enrich", "nvml"],
+        &["probe", "enrich", "nvml", "hostcpu"],
         // Stages over calls: aggregation, alert records, alert policies, detection.
         &["aggregate", "alert"],
         &["policy"],

@@ -5,6 +5,8 @@ use serde::Serialize;
 
 use crate::identity::ProcessRef;
 
+pub mod change;
+
 /// Where an alert is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -91,7 +93,17 @@ pub enum Cause {
     /// A workload's signal, the season removed, has risen by `drift_pct_per_week` or more a
     /// week over `drift_window_days`, held for `drift_hold_s`.
     Degradation,
-    /// Launches got slower while the GPU is idle: the host CPU or the driver.
+    /// The victim's own submitted work grew (threads per launch, launches per step, bytes per
+    /// copy) and nobody else's did: its requests changed.
+    WorkloadChange,
+    /// The victim's launching threads waited longer for a CPU (run-queue delay); the named
+    /// cgroups' CPU use rose.
+    CpuContention,
+    /// The GPU is busier with work no traced process submitted: NVML lists the named processes
+    /// on it without traced calls, or (none named) its utilization rose unexplained.
+    UntracedContention,
+    /// Launches got slower while the GPU is idle, with neither a run-queue delay nor a
+    /// neighbour's change to explain it: the driver.
     CpuOrDriverContention,
     /// None of the above is seen.
     Unexplained,
@@ -110,6 +122,9 @@ impl Cause {
             Cause::MemoryPressure => "CudatraceGpuMemoryPressure",
             Cause::Throttling => "CudatraceGpuThrottled",
             Cause::Degradation => "CudatraceGradualDegradation",
+            Cause::WorkloadChange => "CudatraceWorkloadChange",
+            Cause::CpuContention => "CudatraceCpuContention",
+            Cause::UntracedContention => "CudatraceUntracedContention",
             Cause::CpuOrDriverContention => "CudatraceLaunchLatencyHigh",
             Cause::Unexplained => "CudatraceSlowdown",
         }
@@ -127,6 +142,9 @@ impl Cause {
             Cause::MemoryPressure => "memory_pressure",
             Cause::Throttling => "throttling",
             Cause::Degradation => "degradation",
+            Cause::WorkloadChange => "workload_change",
+            Cause::CpuContention => "cpu_contention",
+            Cause::UntracedContention => "untraced_contention",
             Cause::CpuOrDriverContention => "cpu_or_driver_contention",
             Cause::Unexplained => "unexplained",
         }
@@ -153,6 +171,13 @@ pub struct Party {
     /// Its workload (`identity::workload`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<String>,
+    /// For an aggressor: what it submitted before the victim's signal rose and now (the
+    /// evidence that it changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<change::Change>,
+    /// For a CPU preemptor: its cgroup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
 }
 
 impl Party {
@@ -166,6 +191,8 @@ impl Party {
             container: None,
             share: None,
             workload: Some(name.to_owned()),
+            change: None,
+            cgroup: None,
         }
     }
 
@@ -181,6 +208,8 @@ impl Party {
             container,
             share,
             workload,
+            change: None,
+            cgroup: None,
         }
     }
 }
@@ -226,6 +255,18 @@ pub struct Evidence {
     /// A gradual degradation's rise, percent a week.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_pct_per_week: Option<f64>,
+    /// The victim's own work per step before its signal rose and now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub victim_work: Option<change::VictimChange>,
+    /// The victim's threads' run-queue delay, seconds per second: (before, now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_delay_s_per_s: Option<(f64, f64)>,
+    /// Periods the victim's own CPU quota throttled it since its signal rose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_throttled_periods: Option<u64>,
+    /// The causal chain in words, in the order the verdict used it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
 }
 
 /// One alert state change: the JSON line on stdout and the webhook's body.

@@ -16,6 +16,8 @@ pub(crate) fn record(state: AlertState) -> AlertChange {
         pod: None,
         container: None,
         share,
+        change: None,
+        cgroup: None,
     };
     AlertChange {
         alert: Cause::ComputeContention.alert_name(),
@@ -41,6 +43,7 @@ pub(crate) fn record(state: AlertState) -> AlertChange {
             exit_statuses: vec![],
             time_to_full_s: None,
             drift_pct_per_week: None,
+            ..Evidence::default()
         },
         started_at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
         at: rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_030)),
@@ -95,6 +98,8 @@ fn the_incident_names_the_aggressors_holding_half_the_share() {
         pod: None,
         container: None,
         share: Some(share),
+        change: None,
+        cgroup: None,
     };
     // Two victims of one trainer: each sees the other as a small aggressor.
     let a = Incident::of(

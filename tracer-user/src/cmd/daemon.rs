@@ -122,6 +122,21 @@ impl Daemon {
                     .observe_stuck(slot, call.api.info().kind, call.start_ns);
             }
         }
+        // The host's CPU, for the causal verdicts: each traced process's run-queue delay and
+        // every cgroup's CPU use.
+        {
+            use crate::detect::Processes as _;
+            for (pid, _, _, slot) in session.registry.slots_mut() {
+                if slot.is_some() {
+                    self.detector
+                        .observe_run_delay(slot, crate::hostcpu::run_delay_ns(pid));
+                }
+            }
+        }
+        self.detector.observe_cgroups(
+            crate::hostcpu::cgroups(std::path::Path::new(crate::hostcpu::CGROUP_ROOT)),
+            since_start,
+        );
         self.detector.evaluate(
             &mut session.registry,
             since_start,

@@ -48,6 +48,20 @@ pub struct DetectConfig {
     pub memory_pressure_ratio: f64,
     /// NVML utilization (percent) below which a GPU counts as idle.
     pub idle_gpu_percent: u32,
+    /// A process is named an aggressor only when the work it submits (threads launched, graph
+    /// replays, bytes copied, per second) rose by more than this fraction over its own work
+    /// before the victim's signal rose (0.5: +50%), or it arrived since.
+    pub aggressor_rise_ratio: f64,
+    /// ... and its rise is at least this share of that work now on the GPU (everyone's).
+    pub aggressor_min_share: f64,
+    /// `cpu_contention` when the victim's threads' run-queue delay rose by at least this many
+    /// seconds per second (and by `aggressor_rise_ratio`).
+    pub run_delay_min_s_per_s: f64,
+    /// A cgroup is named a CPU preemptor when its CPU use rose by at least this many CPUs.
+    pub cpu_preemptor_min_cpus: f64,
+    /// A process NVML lists without traced calls is named for `untraced_contention` when its
+    /// SM utilization rose by at least this many points; a GPU's own utilization, by twice it.
+    pub untraced_min_sm_pct: f64,
     /// Alert on slowdowns with no cause seen (`CudatraceSlowdown`): the process's own work
     /// changed, or something untraced shares its GPU.
     pub report_unexplained: bool,
@@ -102,6 +116,11 @@ impl Default for DetectConfig {
             rebaseline_after_s: 1800,
             memory_pressure_ratio: 0.95,
             idle_gpu_percent: 10,
+            aggressor_rise_ratio: 0.5,
+            aggressor_min_share: 0.1,
+            run_delay_min_s_per_s: 0.02,
+            cpu_preemptor_min_cpus: 0.1,
+            untraced_min_sm_pct: 10.0,
             report_unexplained: true,
             leak_horizon_s: 3600,
             restart_loop_count: 3,
@@ -247,6 +266,20 @@ impl DetectConfig {
             ));
         }
         super::state::validate_memory(d)?;
+        for (key, v) in [
+            ("detect.aggressor_rise_ratio", d.aggressor_rise_ratio),
+            ("detect.aggressor_min_share", d.aggressor_min_share),
+            ("detect.run_delay_min_s_per_s", d.run_delay_min_s_per_s),
+            ("detect.cpu_preemptor_min_cpus", d.cpu_preemptor_min_cpus),
+            ("detect.untraced_min_sm_pct", d.untraced_min_sm_pct),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("{key} = {v}: give a number of 0 or more"),
+                ));
+            }
+        }
         if d.idle_gpu_percent > 100 {
             return Err(ConfigError::invalid(
                 "detect.idle_gpu_percent",

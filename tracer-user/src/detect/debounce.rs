@@ -36,6 +36,8 @@ pub struct Track {
     /// The last window's value, the baseline p99 and the baseline's forecast for that window
     /// (ns, or ns per MiB), once the baseline is ready.
     pub last: Option<(f64, f64, f64)>,
+    /// The world before this breach began, frozen at its first verdict.
+    pub reference: Option<Box<super::verdict::Reference>>,
 }
 
 impl Default for Track {
@@ -57,6 +59,7 @@ impl Track {
             higher: None,
             record: None,
             last: None,
+            reference: None,
         }
     }
 }
@@ -82,6 +85,7 @@ impl Track {
         self.phase = Phase::Normal;
         self.breaches = 0;
         self.higher = None;
+        self.reference = None;
         if let Some(r) = self.record.as_mut() {
             r.state = AlertState::Resolved;
             r.reason = Some("back_to_baseline");

@@ -5,11 +5,14 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use std::collections::{HashMap, HashSet};
+
 use super::{
     baseline::Learned,
+    change::WorkHistory,
     classify::{self, Activity, Seen},
     debounce::Phase,
-    Detector, ProcessSignals, Processes, Signal,
+    verdict, Detector, ProcessSignals, Processes, Signal,
 };
 use crate::{
     alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
@@ -18,6 +21,25 @@ use crate::{
     nvml::GpuSample,
     text::rfc3339,
 };
+
+/// A process's open work counts as unfinished only if it closed a batch this recently (ns).
+const CLOSES_WITHIN_NS: f64 = 60e9;
+
+/// Learns the usual launch of each kernel `s` launched this window.
+fn learn_usual(s: &mut ProcessSignals) {
+    for (f, (n, t)) in &s.window.kernels {
+        if *n == 0 || (s.usual.len() >= super::signals::MAX_KERNELS && !s.usual.contains_key(f)) {
+            continue;
+        }
+        s.usual.insert(
+            *f,
+            verdict::Usual {
+                threads_per_launch: *t as f64 / *n as f64,
+                grid: s.grids.get(f).map(|g| g.0),
+            },
+        );
+    }
+}
 
 /// One breaching window of one (process, signal), as `evaluate` found it.
 struct Breach {
@@ -95,16 +117,25 @@ impl Detector {
             );
             self.in_force = name.map(str::to_owned);
         }
+        self.host.nvml(gpus, start);
+        let now_ns = crate::event::monotonic_ns() as f64;
         let observed: Vec<Observed> = processes
             .tracked()
             .filter_map(|p| {
-                let w = &p.signals?.window;
+                let s = p.signals?;
+                let w = &s.window;
+                // Open work is known unfinished only for a process that closes its batches:
+                // one that waits by events or polling never closes one here, and its oldest
+                // launch is no holder of anyone's GPU.
+                let closes = s
+                    .last_close_ns
+                    .is_some_and(|t| now_ns - (t as f64) < CLOSES_WITHIN_NS);
                 let activity = Activity {
                     launches: w.launches,
                     gpu_ns: w.gpu_ns,
                     copy_bytes: w.copy_bytes,
                     memory_bytes: p.memory_bytes,
-                    open_since: p.open_since,
+                    open_since: p.open_since.filter(|_| closes),
                     stuck_since: w.stuck_since(),
                 };
                 Some(Observed {
@@ -135,7 +166,6 @@ impl Detector {
             .filter(|v| !super::starved::holders(v, &seen, gpus).0.is_empty())
             .map(|v| v.process.pid)
             .collect();
-        let now_ns = crate::event::monotonic_ns() as f64;
         let wall = wall_s(now_wall);
         let (season, keep) = (*self.memory.season(), self.memory.keep_hours());
         let mut breached: Vec<Breach> = Vec::new();
@@ -230,6 +260,27 @@ impl Detector {
                 }
             }
         }
+        // What each process submitted this window joins its history before any verdict.
+        let breaching: HashSet<u32> = breached.iter().map(|b| b.pid).collect();
+        for (pid, _, _, slot) in processes.slots_mut() {
+            let Some(s) = slot.as_deref_mut() else {
+                continue;
+            };
+            let delay = s.run_delay.1.take();
+            s.work
+                .push(verdict::work_of(&s.window, start, now - start, delay));
+            if !breaching.contains(&pid) && !s.alerting() {
+                learn_usual(s);
+            }
+        }
+        let histories: HashMap<u32, WorkHistory> = if breached.is_empty() {
+            HashMap::new()
+        } else {
+            processes
+                .tracked()
+                .filter_map(|p| Some((p.pid, p.signals?.work.clone())))
+                .collect()
+        };
         // Processes slowed themselves (breaching now, or alerting) are not an incident's cause:
         // two victims of one trainer see each other as small aggressors.
         let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();
@@ -246,7 +297,7 @@ impl Detector {
                 (start, now, now_wall),
                 &cfg,
                 gpus,
-                (&seen, &slowed),
+                (&seen, &slowed, &histories),
             );
         }
         self.out_of_memory(processes, (now, now_wall), &cfg, gpus);
@@ -284,7 +335,7 @@ impl Detector {
         (start, now, now_wall): (f64, f64, SystemTime),
         cfg: &DetectConfig,
         gpus: &[GpuSample],
-        (seen, slowed): (&[Seen<'_>], &[u32]),
+        (seen, slowed, histories): (&[Seen<'_>], &[u32], &HashMap<u32, WorkHistory>),
     ) {
         let Breach {
             pid,
@@ -301,6 +352,7 @@ impl Detector {
             return;
         }
         let signal = Signal::ALL[i];
+        let kernel = super::workload::grown_kernel(processes, pid);
         let Some(s) = processes.slot_mut(pid).and_then(|s| s.as_deref_mut()) else {
             return;
         };
@@ -322,8 +374,27 @@ impl Detector {
         let limits = classify::Thresholds {
             memory_pressure_ratio: cfg.memory_pressure_ratio,
             idle_gpu_percent: cfg.idle_gpu_percent,
+            rise: super::change::Rise {
+                ratio: cfg.aggressor_rise_ratio,
+                min_share: cfg.aggressor_min_share,
+            },
+            run_delay_min: cfg.run_delay_min_s_per_s,
+            cpu_preemptor_min: cfg.cpu_preemptor_min_cpus,
+            untraced_min_sm: cfg.untraced_min_sm_pct,
         };
-        let verdict = classify::classify(signal, victim, seen, gpus, limits);
+        let since = t.since;
+        let reference = t
+            .reference
+            .get_or_insert_with(|| Box::new(self.host.reference(since, pid, histories)));
+        let victim_cgroup = victim.process.identity.cgroup.as_deref();
+        let nows = self.host.nows(since, (pid, victim_cgroup), histories);
+        let causal = super::causes::Causal {
+            reference,
+            nows: &nows,
+            victim_cgroup,
+        };
+        let verdict = classify::classify(signal, victim, seen, gpus, limits, &causal);
+        let victim_work = super::workload::victim_change(reference, &nows, kernel);
         let victim_party = Party::of(victim.process, None);
         let evidence = Evidence {
             signal: signal.as_str(),
@@ -341,6 +412,12 @@ impl Detector {
             exit_statuses: Vec::new(),
             time_to_full_s: None,
             drift_pct_per_week: None,
+            victim_work,
+            run_delay_s_per_s: verdict
+                .run_delay
+                .map(|(b, n)| (significant(b), significant(n))),
+            cpu_throttled_periods: verdict.throttled,
+            chain: verdict.chain.clone(),
         };
         let started_at = rfc3339(wall_at(t.since, now, now_wall));
         let at = rfc3339(now_wall);

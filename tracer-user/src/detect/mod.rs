@@ -8,11 +8,14 @@
 //! process's registry entry, which the detector reaches through [`Processes`] (the registry
 //! implements it, from above this stage).
 pub mod baseline;
+mod causes;
+pub mod change;
 pub mod classify;
 pub mod debounce;
 mod drift;
 mod fact;
 pub mod history;
+mod host;
 pub mod leak;
 pub mod memory;
 pub mod oom;
@@ -20,6 +23,8 @@ pub mod restarts;
 pub mod season;
 pub mod signals;
 mod starved;
+pub mod verdict;
+mod workload;
 
 use std::{sync::Arc, time::SystemTime};
 
@@ -45,6 +50,19 @@ pub struct ProcessSignals {
     oom: oom::Oom,
     /// Its device memory over the last windows (leaks).
     leak: leak::Leak,
+    /// What it submitted, window by window (the causal verdicts' evidence).
+    pub work: change::WorkHistory,
+    /// Per kernel handle: its usual threads per launch and grid, learned in windows where the
+    /// process breached nothing (at most `signals::MAX_KERNELS`).
+    pub usual: std::collections::HashMap<u64, verdict::Usual>,
+    /// Per kernel handle: the grid and block of its latest launch seen.
+    pub grids: std::collections::HashMap<u64, ([u32; 3], [u32; 3])>,
+    /// Its threads' run-queue delay ever (ns) at the last read, and what it grew by since the
+    /// window began.
+    run_delay: (Option<u64>, Option<u64>),
+    /// When (monotonic ns) a wait of its last closed a batch: its open work is known unfinished
+    /// only while it closes batches.
+    pub last_close_ns: Option<u64>,
 }
 
 impl ProcessSignals {
@@ -54,6 +72,11 @@ impl ProcessSignals {
             tracks: std::array::from_fn(|_| Track::new()),
             oom: oom::Oom::default(),
             leak: leak::Leak::default(),
+            work: change::WorkHistory::default(),
+            usual: std::collections::HashMap::new(),
+            grids: std::collections::HashMap::new(),
+            run_delay: (None, None),
+            last_close_ns: None,
         }
     }
 
@@ -117,6 +140,10 @@ pub trait Processes {
     fn slots_mut(&mut self) -> impl Iterator<Item = (u32, Comm, Arc<str>, &mut Slot)>;
     /// A running process's slot.
     fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot>;
+    /// The demangled name of kernel `function` of `pid`, once its lookup was seen.
+    fn kernel_name(&self, _pid: u32, _function: u64) -> Option<String> {
+        None
+    }
 }
 
 /// One signal of one process in the last window, in seconds (per MiB for copy time).
@@ -152,6 +179,8 @@ pub struct Detector {
     gone_oom: Vec<oom::Gone>,
     /// Restart loops per workload.
     restarts: restarts::Restarts,
+    /// The host's cgroups' CPU use, NVML's per-process and per-GPU utilization, over time.
+    host: verdict::HostHistory,
 }
 
 impl Detector {
@@ -166,6 +195,7 @@ impl Detector {
             outbox: Vec::new(),
             gone_oom: Vec::new(),
             restarts: restarts::Restarts::default(),
+            host: verdict::HostHistory::default(),
         }
     }
 
@@ -214,7 +244,38 @@ impl Detector {
     pub fn observe(&self, slot: &mut Slot, ev: &Event, closed: Option<&BatchEstimate>) {
         let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
         s.window.observe(ev, closed);
+        if closed.is_some() {
+            s.last_close_ns = Some(ev.start_ns.saturating_add(ev.duration_ns));
+        }
+        if let crate::event::Detail::Launch {
+            function,
+            grid,
+            block,
+            ..
+        } = ev.detail
+        {
+            if s.grids.len() < signals::MAX_KERNELS || s.grids.contains_key(&function) {
+                s.grids.insert(function, (grid, block));
+            }
+        }
         oom::observe(s, ev);
+    }
+
+    /// Its threads' run-queue delay ever, ns, as read now (`None`: unreadable).
+    pub fn observe_run_delay(&self, slot: &mut Slot, total_ns: Option<u64>) {
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
+        let (last, _) = s.run_delay;
+        s.run_delay = (
+            total_ns,
+            total_ns
+                .zip(last)
+                .map(|(now, then)| now.saturating_sub(then)),
+        );
+    }
+
+    /// The host's cgroups' CPU counters, read now (monotonic seconds).
+    pub fn observe_cgroups(&mut self, cgroups: Vec<crate::hostcpu::CgroupCpu>, now: f64) {
+        self.host.cgroups(cgroups, now);
     }
 
     /// Counts launches the kernel counted into their process's window.

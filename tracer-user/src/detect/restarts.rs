@@ -4,6 +4,8 @@
 //! whose processes exited within `restart_loop_s` is a restart; `restart_loop_count` restarts
 //! within `restart_loop_s` fire `CudatraceRestartLoop` (critical) with the exit statuses seen
 //! (from the kernel's exit records); it resolves once `restart_loop_s` pass without a restart.
+//! Only crashes count (see [`crashed`]): a job that finishes (`exit 0`), a process stopped by
+//! SIGTERM, and one whose status was not read start no restart.
 use std::{
     collections::{HashMap, VecDeque},
     time::SystemTime,
@@ -65,6 +67,20 @@ pub fn workload_key(id: &Identity, comm: &str) -> String {
     }
 }
 
+/// Whether a `wait(2)` status is a crash: a non-zero exit, or death by a signal other than the
+/// polite requests to stop (SIGTERM, SIGINT, SIGHUP: a pod's deletion, a Ctrl-C). An unknown
+/// status is no crash.
+pub fn crashed(status: Option<i32>) -> bool {
+    let Some(s) = status else {
+        return false;
+    };
+    match s & 0x7f {
+        0 => (s >> 8) & 0xff != 0,
+        1 | 2 | 15 => false,
+        _ => true,
+    }
+}
+
 /// A `wait(2)` status in words: `exit 3`, `killed by SIGKILL`, `killed by SIGSEGV (core dumped)`.
 pub fn status_text(status: Option<i32>) -> String {
     let Some(s) = status else {
@@ -113,6 +129,10 @@ impl Detector {
         let span = cfg.restart_loop_s as f64;
         let r = &mut self.restarts;
         for (pid, start, key, status) in std::mem::take(&mut r.exited) {
+            // Jobs that finish, and processes asked to stop, are no restart's cause.
+            if !crashed(status) {
+                continue;
+            }
             let w = r.workloads.entry(key).or_default();
             push_bounded(&mut w.exits, (now, pid, start, status));
             w.last = now;

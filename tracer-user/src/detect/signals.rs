@@ -1,5 +1,7 @@
 //! The signals the detector watches, and one process's calls in the current window from which
 //! each signal gets its value.
+use std::collections::HashMap;
+
 use hdrhistogram::Histogram;
 use tracer_common::{launches::bucket_bounds, Kind};
 
@@ -9,6 +11,8 @@ use crate::{
 };
 
 const MIB: f64 = 1_048_576.0;
+/// Kernel handles a window keeps apart.
+pub const MAX_KERNELS: usize = 256;
 
 /// The signals a process's baseline is kept for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,7 +73,15 @@ pub struct Window {
     pub sync_copy_bytes: u64,
     pub sync_copies: u64,
     pub copy_bytes: u64,
+    pub copies: u64,
     pub gpu_ns: u64,
+    /// Threads the kernel launches asked for (grid x block).
+    pub threads: u64,
+    /// Graph replays (also counted in `launches`).
+    pub graph_launches: u64,
+    /// Per kernel handle: (launches, threads), at most [`MAX_KERNELS`] handles (the rest under
+    /// handle 0).
+    pub kernels: HashMap<u64, (u64, u64)>,
     /// Per signal (in [`Signal::ALL`]'s order), when the oldest call of its kind that is stuck
     /// in the driver (in flight for at least a window) entered (CLOCK_MONOTONIC ns).
     pub stuck: [Option<u64>; 3],
@@ -94,7 +106,11 @@ impl Window {
             sync_copy_bytes: 0,
             sync_copies: 0,
             copy_bytes: 0,
+            copies: 0,
             gpu_ns: 0,
+            threads: 0,
+            graph_launches: 0,
+            kernels: HashMap::new(),
             stuck: [None; 3],
             preset: [None; 3],
         }
@@ -116,8 +132,11 @@ impl Window {
             h.reset();
             h
         });
+        let mut kernels = std::mem::take(&mut self.kernels);
+        kernels.clear();
         *self = Window {
             launch_ns: hist,
+            kernels,
             ..Window::new()
         };
     }
@@ -162,7 +181,33 @@ impl Window {
     }
 }
 
+/// The threads of a launch of `grid` blocks of `block` threads, capped as the kernel caps them.
+pub fn launch_threads(grid: [u32; 3], block: [u32; 3]) -> u64 {
+    use tracer_common::event::pack;
+    tracer_common::launches::threads(&[
+        0,
+        pack(grid[0], grid[1]),
+        pack(grid[2], block[0]),
+        pack(block[1], block[2]),
+        0,
+        0,
+    ])
+}
+
 impl Window {
+    /// Adds `launches` of kernel `function` asking for `threads` in all.
+    fn add_kernel(&mut self, function: u64, launches: u64, threads: u64) {
+        self.threads = self.threads.wrapping_add(threads);
+        let key = if self.kernels.len() < MAX_KERNELS || self.kernels.contains_key(&function) {
+            function
+        } else {
+            0
+        };
+        let k = self.kernels.entry(key).or_default();
+        k.0 += launches;
+        k.1 = k.1.wrapping_add(threads);
+    }
+
     /// Counts launches the kernel counted (one cell's gain): the successful ones, at their
     /// bucket's midpoint.
     pub fn add_launches(&mut self, d: &LaunchDelta) {
@@ -171,6 +216,7 @@ impl Window {
             return;
         }
         self.launches += ok;
+        self.add_kernel(d.function, ok, d.threads);
         let (low, high) = bucket_bounds(d.bucket);
         let h = self.launch_ns.get_or_insert_with(|| LAUNCH.sketch());
         let _ = h.record_n(
@@ -192,6 +238,15 @@ impl Window {
         match ev.api.info().kind {
             Kind::Launch | Kind::GraphLaunch => {
                 self.launches += 1;
+                match ev.detail {
+                    Detail::Launch {
+                        function,
+                        grid,
+                        block,
+                        ..
+                    } => self.add_kernel(function, 1, launch_threads(grid, block)),
+                    _ => self.graph_launches += 1,
+                }
                 let h = self.launch_ns.get_or_insert_with(|| LAUNCH.sketch());
                 let _ = h.record(LAUNCH.units(ev.duration_ns));
             }
@@ -202,6 +257,7 @@ impl Window {
             Kind::Memcpy => {
                 if let Detail::Copy { bytes, stream, .. } = ev.detail {
                     self.copy_bytes = self.copy_bytes.saturating_add(bytes);
+                    self.copies += 1;
                     if stream.is_none() {
                         self.sync_copy_ns = self.sync_copy_ns.saturating_add(ev.duration_ns);
                         self.sync_copy_bytes = self.sync_copy_bytes.saturating_add(bytes);

@@ -259,7 +259,7 @@ fn unexplained_slowdowns_can_be_kept_quiet() {
     assert!(out.is_empty());
     // A neighbour appears while the breach goes on: now there is a cause, and it goes pending
     // at once (the breach is already many windows old) and fires (it is older than 30 s).
-    let out = run(&mut d, 30..31, |_| (2_000_000, 100));
+    let out = run(&mut d, 30..31, |_| (2_000_000, 500));
     assert_eq!(
         states(&out[0].1),
         vec![
@@ -287,7 +287,7 @@ fn a_lasting_change_becomes_the_new_normal() {
     // From window 11 on, waits double for good, with a neighbour.
     let out = run(&mut d, 0..80, |k| {
         if k >= 10 {
-            (2_000_000, 100)
+            (2_000_000, 500)
         } else {
             (1_000_000, 0)
         }
@@ -455,9 +455,16 @@ fn two_victims_of_one_neighbour_share_an_incident() {
         pending.iter().map(|r| r.victim.pid).collect::<Vec<_>>(),
         vec![1, 3]
     );
-    // Each victim's estimate of GPU time (its waits) makes it the other's biggest aggressor...
-    assert_eq!(pending[0].aggressors.first().map(|a| a.pid), Some(3));
-    // ...but a process slowed itself is not the incident's cause: one incident, the neighbour's.
+    // Each victim waits longer, but the other victim's submitted work did not change: only the
+    // arrived neighbour is named, and both alerts are one incident.
+    for p in &pending {
+        assert_eq!(
+            p.aggressors.iter().map(|a| a.pid).collect::<Vec<_>>(),
+            vec![2]
+        );
+        let c = p.aggressors[0].change.expect("its change");
+        assert_eq!((c.before, c.now, c.arrived), (0.0, 100.0, true));
+    }
     assert_eq!(pending[0].incident, pending[1].incident);
     assert_eq!(
         (

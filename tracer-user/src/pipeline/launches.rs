@@ -57,6 +57,8 @@ impl Harvest {
                     count,
                     errors: cell.errors.saturating_sub(last.errors),
                     sum_ns,
+                    // The kernel's sum wraps (hostile grids are capped per launch, not per sum).
+                    threads: cell.threads.wrapping_sub(last.threads),
                 },
             ));
             *last = cell;
@@ -152,6 +154,7 @@ mod tests {
             count,
             errors,
             sum_ns,
+            threads: (count - errors) * 256,
         }
     }
 
@@ -175,7 +178,8 @@ mod tests {
                     bucket: 105,
                     count: 10,
                     errors: 1,
-                    sum_ns: 15_000
+                    sum_ns: 15_000,
+                    threads: 9 * 256
                 }
             )]
         );
@@ -184,9 +188,9 @@ mod tests {
         assert_eq!(
             second
                 .iter()
-                .map(|(_, d)| (d.count, d.errors, d.sum_ns))
+                .map(|(_, d)| (d.count, d.errors, d.sum_ns, d.threads))
                 .collect::<Vec<_>>(),
-            vec![(15, 0, 22_000)]
+            vec![(15, 0, 22_000, 15 * 256)]
         );
         // A bad api id from the map is skipped, not a panic.
         assert!(h

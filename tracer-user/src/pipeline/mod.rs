@@ -4,6 +4,7 @@
 //! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
 //! timers of that flow; each command owns the rest of its loop.
 mod drive;
+mod headless;
 pub mod launches;
 mod open;
 mod options;
@@ -128,8 +129,10 @@ pub struct Session {
     harvest: Harvest,
     harvested_at: Instant,
     /// Processes whose leader exited while other threads run on (`pthread_exit` in `main`):
-    /// the kernel reports no later exit, so they are looked at about once a second.
-    headless: Vec<u32>,
+    /// the kernel reports no later exit, so they are looked at about once a second. With each,
+    /// the leader's exit status and when it came: an exit_group's other threads can outlive the
+    /// leader's record by a moment, and then that status is the process's.
+    headless: Vec<(u32, Option<i32>, Instant)>,
     /// When running processes were last looked at in /proc.
     checked_at: std::time::Instant,
     cmdline: bool,
@@ -273,7 +276,7 @@ impl Session {
             // A process whose exit record was lost (or whose pid was reused meanwhile) goes
             // now: its pid shows another start time, or none.
             for pid in self.registry.stale(identity::start_time) {
-                if !self.headless.contains(&pid) && !self.leaving.contains(&pid) {
+                if !self.headless.iter().any(|h| h.0 == pid) && !self.leaving.contains(&pid) {
                     self.probes.maps.untrack(pid);
                     self.counts.stale += 1;
                     self.leaving.push(pid);
@@ -312,8 +315,8 @@ impl Session {
                 // The leader's exit, reported by the kernel; the process lives on while another
                 // of its threads does (a tenant's pthread_exit in main must not hide its calls).
                 if self.registry.live_mut(pid).is_some() && identity::process_alive(pid) {
-                    if !self.headless.contains(&pid) {
-                        self.headless.push(pid);
+                    if !self.headless.iter().any(|h| h.0 == pid) {
+                        self.headless.push((pid, status, Instant::now()));
                     }
                     return Ok(());
                 }
@@ -395,23 +398,6 @@ impl Session {
         }
         let comm = comm.unwrap_or_else(|| identity::comm(pid));
         registry.insert(pid, comm, identity)
-    }
-
-    /// Moves the processes whose leader exited and whose last thread has now gone too to the
-    /// ones leaving.
-    fn settle_headless(&mut self) {
-        if self.headless.is_empty() {
-            return;
-        }
-        let (gone, running): (Vec<u32>, Vec<u32>) = self
-            .headless
-            .iter()
-            .partition(|pid| !identity::process_alive(**pid));
-        self.headless = running;
-        for pid in gone {
-            self.counts.exits += 1;
-            self.leaving.push(pid);
-        }
     }
 
     /// A process exited: its final lines, the consumer's last word, then its tables go.

@@ -97,6 +97,7 @@ fn delta() -> impl Strategy<Value = (u32, LaunchDelta)> {
                     count,
                     errors: errors % (count + 1),
                     sum_ns,
+                    threads: sum_ns / 7,
                 },
             )
         })

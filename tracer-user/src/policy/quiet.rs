@@ -124,6 +124,8 @@ mod tests {
             pod: pod.map(|p| p.1.into()),
             container: None,
             share: None,
+            change: None,
+            cgroup: None,
         }
     }
 

@@ -384,6 +384,11 @@ impl detect::Processes for Registry {
     fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot> {
         self.live_mut(pid).map(|p| &mut p.signals)
     }
+
+    fn kernel_name(&self, pid: u32, function: u64) -> Option<String> {
+        let k = self.by_pid.get(&pid)?.kernels.name(function)?;
+        Some(k.demangled.to_string())
+    }
 }
 
 #[cfg(test)]

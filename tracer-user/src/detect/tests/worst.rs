@@ -57,10 +57,38 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                     );
                 }
                 let p = d.r.live_mut(pid).unwrap();
+                if k == stuck.start && pid == 2 {
+                    // The holder closes its batches (a wait of its returned before it held
+                    // the GPU): its open work is known unfinished.
+                    let wait = Event::of(
+                        Api::StreamSynchronize,
+                        pid,
+                        Detail::Sync {
+                            stream: Some(7),
+                            event: None,
+                        },
+                    )
+                    .timed(at - 2_000_000, 1_000_000);
+                    let closed = BatchEstimate {
+                        launches: 1,
+                        gpu_ns_estimate: 1_000_000,
+                    };
+                    d.d.observe(&mut p.signals, &wait, Some(&closed));
+                }
                 let launch = Event::launch(Api::LaunchKernel, pid, 1, 7).timed(at, 4_000);
                 p.streams.observe(&launch);
                 // Its wait entered right after its launch, and has not returned.
                 d.d.observe_stuck(&mut p.signals, tracer_common::Kind::Sync, at + 5_000);
+            }
+            // An event-synced neighbour: its one launch 100 s old was never closed by a
+            // wait of the kind that closes batches. It holds nobody's GPU.
+            if d.r.live_mut(3).is_none() {
+                d.r.insert(3, Comm::from("evented"), (*gpu0).clone());
+                let p = d.r.live_mut(3).unwrap();
+                let launch =
+                    Event::launch(Api::LaunchKernel, 3, 1, 9).timed(now - 100_000_000_000, 4_000);
+                p.streams.observe(&launch);
+                d.d.observe(&mut p.signals, &launch, None);
             }
         } else {
             window(&mut d, 1, &gpu0, 1000, 1_000_000);
