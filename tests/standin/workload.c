@@ -167,10 +167,20 @@ static void run_loop(double seconds, unsigned grid, long sync_every, long limit)
     CUstream s = new_stream();
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
     PFN_cuStreamSynchronize ssync = (PFN_cuStreamSynchronize)sym("cuStreamSynchronize", 1);
-    uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+    uint64_t start = now_ns(), end = start + (uint64_t)(seconds * 1e9);
+    /* WORKLOAD_GRID_AFTER=S:GRID: from S seconds on, the same kernel with GRID blocks (its own
+     * requests changed: the causal verdicts' workload_change). */
+    const char *after = getenv("WORKLOAD_GRID_AFTER");
+    uint64_t grow_at = UINT64_MAX;
+    unsigned grown = grid;
+    if (after && strchr(after, ':')) {
+        grow_at = start + (uint64_t)(atof(after) * 1e9);
+        grown = (unsigned)atol(strchr(after, ':') + 1);
+    }
     long launches = 0, syncs = 0;
     while (now_ns() < end && (limit <= 0 || launches < limit)) {
-        CHECK(launch(function, grid, 1, 1, 128, 1, 1, 0, s, kernel_params, NULL));
+        unsigned g = now_ns() >= grow_at ? grown : grid;
+        CHECK(launch(function, g, 1, 1, 128, 1, 1, 0, s, kernel_params, NULL));
         launches++;
         if (sync_every > 0 && launches % sync_every == 0) {
             CHECK(ssync(s));

@@ -49,6 +49,8 @@ pub enum Command {
     Top(TopArgs),
     /// List the incident archive's resolved alerts, newest first, with their root causes.
     Incidents(IncidentsArgs),
+    /// Per incident (live daemon or archive): what rose, the causal chain, who, what to do.
+    Explain(ExplainArgs),
     /// Replay cudatrace_signal_value from Prometheus through the detector: the alerts a config
     /// would have raised over that range.
     Backtest(BacktestArgs),
@@ -100,6 +102,27 @@ pub struct IncidentsArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_since)]
     pub since: Option<Duration>,
     /// The archived objects, one JSON a line, instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `cudatrace explain`.
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    /// The live daemon's metrics address (http URL) whose pending and firing alerts to explain
+    /// (default, when no archive is named: http://127.0.0.1:9464).
+    #[arg(long, value_name = "URL")]
+    pub daemon: Option<String>,
+    /// The incident archive to explain resolved incidents from.
+    #[arg(long, value_name = "PATH")]
+    pub archive: Option<PathBuf>,
+    /// The `run` config file whose `[alerts] archive` to read.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Only archived incidents that ended within this long (e.g. 5m, 1h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_since)]
+    pub since: Option<Duration>,
+    /// One JSON object an incident, a line, instead of text.
     #[arg(long)]
     pub json: bool,
 }

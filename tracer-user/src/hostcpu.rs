@@ -5,8 +5,15 @@
 //! cgroups, depth), so a tenant's thousand threads or cgroups cost a bounded pass.
 use std::{fs, path::Path, path::PathBuf};
 
-/// Where the cgroup v2 hierarchy is mounted (the host's, for the DaemonSet: see docs/deploy.md).
-pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Where the cgroup v2 hierarchy is mounted: `/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on
+/// a hybrid host (the host's own, for the DaemonSet: see docs/deploy.md).
+pub fn cgroup_root() -> PathBuf {
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("cgroup.procs").exists())
+        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"))
+}
 /// Threads read per process at most.
 pub const MAX_THREADS: usize = 512;
 /// Cgroups read per pass at most.
@@ -46,6 +53,9 @@ pub struct CgroupCpu {
     pub usage_usec: u64,
     /// Periods its quota throttled it, ever.
     pub nr_throttled: u64,
+    /// Microseconds some of its tasks waited for a CPU, ever (`cpu.pressure`, PSI), when the
+    /// kernel keeps it: the run-queue delay of the cgroup where a thread's own is not kept.
+    pub pressure_usec: Option<u64>,
     /// A process in it (its first), to name it by.
     pub pid: Option<u32>,
 }
@@ -62,6 +72,15 @@ pub fn parse_cpu_stat(text: &str) -> (u64, u64) {
         }
     }
     out
+}
+
+/// The `some` line's `total=` of a `cpu.pressure`, microseconds.
+pub fn parse_pressure(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
 }
 
 /// Every cgroup below `root` that holds processes, with its CPU counters: at most
@@ -82,10 +101,14 @@ pub fn cgroups(root: &Path) -> Vec<CgroupCpu> {
             if let Ok(stat) = fs::read_to_string(dir.join("cpu.stat")) {
                 let (usage_usec, nr_throttled) = parse_cpu_stat(&stat);
                 let rel = dir.strip_prefix(root).unwrap_or(&dir);
+                let pressure_usec = fs::read_to_string(dir.join("cpu.pressure"))
+                    .ok()
+                    .and_then(|t| parse_pressure(&t));
                 out.push(CgroupCpu {
                     path: format!("/{}", rel.to_string_lossy()),
                     usage_usec,
                     nr_throttled,
+                    pressure_usec,
                     pid,
                 });
             }
@@ -118,6 +141,11 @@ mod tests {
             (9000, 3)
         );
         assert_eq!(parse_cpu_stat("garbage\nusage_usec x\n"), (0, 0));
+        assert_eq!(
+            parse_pressure("some avg10=0.09 avg60=0.54 avg300=1.34 total=20554295\nfull total=0\n"),
+            Some(20_554_295)
+        );
+        assert_eq!(parse_pressure("full total=3\n"), None);
     }
 
     #[test]

@@ -27,6 +27,9 @@ fn main() -> ExitCode {
             // Reading the archive needs no privilege and no probe.
             cli::Command::Incidents(args) => cmd::incidents::run(args),
             cli::Command::PrepareState(args) => cmd::prepare_state::run(args),
+            cli::Command::Explain(args) => tokio::task::spawn_blocking(|| cmd::explain::run(args))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("explain stopped: {e}"))),
             // Blocking HTTP and a replay: off the runtime's thread.
             cli::Command::Backtest(args) => {
                 tokio::task::spawn_blocking(|| cmd::backtest::run(args))

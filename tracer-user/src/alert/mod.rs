@@ -130,6 +130,26 @@ impl Cause {
         }
     }
 
+    /// What to do about it, in a sentence (`cudatrace explain`, the `advice` annotation).
+    pub fn advice(self) -> &'static str {
+        match self {
+            Cause::Starvation => "the named process holds the GPU with long work: split its kernels, move it to another GPU, or give the victim a GPU (or MIG slice) of its own",
+            Cause::ComputeContention => "move the named job to another GPU, or cap it with MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) or a MIG slice; schedule it outside the victim's busy hours",
+            Cause::CopyContention => "move the named copier's transfers off the victim's GPU or link, batch them, or schedule them apart",
+            Cause::MemoryPressure => "free device memory: lower the named processes' memory limits (PYTORCH_CUDA_ALLOC_CONF, vLLM's gpu_memory_utilization) or move one",
+            Cause::OutOfMemory => "the named processes hold the memory: lower their limits or move one; then restart the victim",
+            Cause::RestartLoop => "look at the exit statuses and the workload's logs: a crash at start, an OOM kill or a failing probe",
+            Cause::MemoryLeak => "the process's device memory keeps growing: look for tensors kept across requests; restart it before the GPU is full",
+            Cause::Throttling => "the GPU's clocks are held down: check its cooling, power cap and the node's other load",
+            Cause::Degradation => "the workload got slower week by week: compare its request sizes and versions over the window",
+            Cause::WorkloadChange => "its own requests changed (bigger batches, longer sequences, more kernels per step): look at the request sizes and the last deploy; no neighbour is to blame",
+            Cause::CpuContention => "its launching threads wait for a CPU: pin it to CPUs of its own (cpuset, Kubernetes static CPU manager), raise its CPU limit, or move the named CPU users",
+            Cause::UntracedContention => "work cudatrace does not trace shares the GPU: find the named process (nvidia-smi), or trace the library it loads",
+            Cause::CpuOrDriverContention => "launches are slower with an idle GPU and no CPU wait: look at the driver (persistence mode, MPS server) and the host",
+            Cause::Unexplained => "nothing traced explains it: compare the process's own request sizes and look at what else runs on the host",
+        }
+    }
+
     /// The JSON name.
     pub fn as_str(self) -> &'static str {
         match self {

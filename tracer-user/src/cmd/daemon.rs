@@ -134,7 +134,7 @@ impl Daemon {
             }
         }
         self.detector.observe_cgroups(
-            crate::hostcpu::cgroups(std::path::Path::new(crate::hostcpu::CGROUP_ROOT)),
+            crate::hostcpu::cgroups(&crate::hostcpu::cgroup_root()),
             since_start,
         );
         self.detector.evaluate(

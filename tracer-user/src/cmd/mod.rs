@@ -1,6 +1,7 @@
 //! One file per command.
 pub mod backtest;
 pub mod daemon;
+pub mod explain;
 pub mod incidents;
 pub mod prepare_state;
 pub mod record;

@@ -383,10 +383,10 @@ impl Detector {
             untraced_min_sm: cfg.untraced_min_sm_pct,
         };
         let since = t.since;
-        let reference = t
-            .reference
-            .get_or_insert_with(|| Box::new(self.host.reference(since, pid, histories)));
         let victim_cgroup = victim.process.identity.cgroup.as_deref();
+        let reference = t.reference.get_or_insert_with(|| {
+            Box::new(self.host.reference(since, (pid, victim_cgroup), histories))
+        });
         let nows = self.host.nows(since, (pid, victim_cgroup), histories);
         let causal = super::causes::Causal {
             reference,

@@ -42,6 +42,10 @@ pub fn preemptors(c: &Causal<'_>, limits: &Thresholds) -> Vec<Party> {
     let mut named = Vec::new();
     for (path, (now, pid)) in &c.nows.cgroups {
         let Some(pid) = *pid else { continue };
+        // The root holds every task's use: it is no one's preemptor.
+        if path == "/" {
+            continue;
+        }
         // Its own cgroup, or one above it (whose use includes its own).
         if c.victim_cgroup
             .is_some_and(|v| v == path || v.starts_with(&format!("{path}/")))

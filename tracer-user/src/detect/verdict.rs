@@ -55,9 +55,11 @@ impl Steps {
 /// One cgroup's CPU use over time.
 #[derive(Default)]
 struct CgroupTrack {
-    last: Option<(f64, u64, u64)>,
+    last: Option<(f64, u64, u64, Option<u64>)>,
     cpu: Recent,
     throttled: Recent,
+    /// Seconds per second some of its tasks waited for a CPU (PSI).
+    pressure: Recent,
     pid: Option<u32>,
 }
 
@@ -80,14 +82,18 @@ impl HostHistory {
                 continue;
             }
             let t = self.cgroups.entry(c.path).or_default();
-            if let Some((then, usage, throttled)) = t.last {
+            if let Some((then, usage, throttled, pressure)) = t.last {
                 let dt = (now - then).max(1e-3);
                 let used = c.usage_usec.saturating_sub(usage) as f64 / 1e6;
                 t.cpu.push(then, used / dt);
                 t.throttled
                     .push(then, c.nr_throttled.saturating_sub(throttled) as f64);
+                if let Some((p, was)) = c.pressure_usec.zip(pressure) {
+                    t.pressure
+                        .push(then, p.saturating_sub(was) as f64 / 1e6 / dt);
+                }
             }
-            t.last = Some((now, c.usage_usec, c.nr_throttled));
+            t.last = Some((now, c.usage_usec, c.nr_throttled, c.pressure_usec));
             t.pid = c.pid;
         }
         self.cgroups.retain(|p, _| seen.contains(p));
@@ -178,9 +184,12 @@ impl HostHistory {
     pub fn reference(
         &self,
         since: f64,
-        pid: u32,
+        (pid, cgroup): (u32, Option<&str>),
         histories: &HashMap<u32, WorkHistory>,
     ) -> Reference {
+        let pressure = cgroup
+            .and_then(|c| self.cgroups.get(c))
+            .filter(|t| t.pressure.last_start().is_some());
         let traced = histories
             .iter()
             .map(|(p, h)| {
@@ -200,7 +209,9 @@ impl HostHistory {
             since,
             traced,
             victim,
-            run_delay: mine.and_then(|h| h.reference(since, run_delay)),
+            run_delay: mine
+                .and_then(|h| h.reference(since, run_delay))
+                .or_else(|| pressure.and_then(|t| t.pressure.reference(since))),
             cgroups: self
                 .cgroups
                 .iter()
@@ -236,7 +247,11 @@ impl HostHistory {
             victim: mine.map_or_else(Steps::default, |h| steps_since(h, since)),
             run_delay: mine
                 .filter(|h| h.windows().any(|w| w.run_delay_ns.is_some()))
-                .map(|h| h.since(since, run_delay)),
+                .map(|h| h.since(since, run_delay))
+                .or_else(|| {
+                    own.filter(|t| t.pressure.last_start().is_some())
+                        .map(|t| t.pressure.since(since))
+                }),
             cgroups: self
                 .cgroups
                 .iter()

@@ -142,6 +142,7 @@ pub fn spawn(
                 let listener = tokio::net::TcpListener::from_std(listener)?;
                 let app = Router::new()
                     .route("/metrics", get(metrics))
+                    .route("/alerts", get(alerts))
                     .route("/", get(index))
                     .with_state(served);
                 accept_loop(listener, app, tls).await
@@ -221,6 +222,32 @@ async fn index(
         return no;
     }
     "cudatrace: metrics at /metrics\n".into_response()
+}
+
+/// The pending and firing alerts as one JSON array (what `cudatrace explain` reads live), behind
+/// the same authentication and bounds as `/metrics`.
+async fn alerts(
+    State(served): State<Arc<Served>>,
+    Extension(client): Extension<Client>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    if let Some(no) = refused(&served, &headers, client).await {
+        return no;
+    }
+    let _one_at_a_time = served.encoding.lock().await;
+    let (tx, rx) = oneshot::channel();
+    if served.requests.send(tx).await.is_ok() {
+        if let Ok(snapshot) = rx.await {
+            served.cell.store(snapshot);
+        }
+    }
+    let body = serde_json::to_string(&served.cell.load().alerts).unwrap_or_else(|_| "[]".into());
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 async fn metrics(

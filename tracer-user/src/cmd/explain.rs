@@ -1,0 +1,214 @@
+//! `cudatrace explain`: per incident, one screen: what rose and by how much, the causal chain
+//! the verdict used, who changed (before → now), and what to do. From the live daemon's
+//! `/alerts` (pending and firing), and from the incident archive (resolved), within `--since`.
+//! Plain text for a terminal, `--json` (one object a line) for scripts.
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context as _, Result};
+use serde_json::{json, Value};
+
+use crate::{cli::ExplainArgs, config::Config, sinks::archive, text::printable};
+
+/// Largest `/alerts` answer read (a daemon holds at most a few thousand alerts).
+const MAX_BODY: u64 = 16 << 20;
+
+fn text(v: &Value, k: &str) -> String {
+    printable(v[k].as_str().unwrap_or("-")).into_owned()
+}
+
+fn who(p: &Value) -> String {
+    format!(
+        "{} (pid {})",
+        printable(p["comm"].as_str().unwrap_or("?")),
+        p["pid"].as_u64().unwrap_or(0)
+    )
+}
+
+/// A party's change in words: `threads_per_s 1.000e6 → 5.000e6`.
+fn change(p: &Value) -> String {
+    let c = &p["change"];
+    let Some(m) = c["measure"].as_str() else {
+        return String::new();
+    };
+    let (b, n) = (
+        c["before"].as_f64().unwrap_or(0.0),
+        c["now"].as_f64().unwrap_or(0.0),
+    );
+    if c["arrived"].as_bool() == Some(true) {
+        format!("{} 0 → {n:.3e} (arrived)", printable(m))
+    } else {
+        format!("{} {b:.3e} → {n:.3e}", printable(m))
+    }
+}
+
+/// The advice of a cause by its JSON name.
+fn advice(cause: &str) -> &'static str {
+    use crate::alert::Cause::*;
+    [
+        Starvation,
+        ComputeContention,
+        CopyContention,
+        MemoryPressure,
+        OutOfMemory,
+        RestartLoop,
+        MemoryLeak,
+        Throttling,
+        Degradation,
+        WorkloadChange,
+        CpuContention,
+        UntracedContention,
+        CpuOrDriverContention,
+        Unexplained,
+    ]
+    .into_iter()
+    .find(|c| c.as_str() == cause)
+    .map_or("", |c| c.advice())
+}
+
+/// One incident as a screen of text.
+pub fn screen(v: &Value) -> String {
+    let e = &v["evidence"];
+    let mut out = Vec::new();
+    let state = v["state"].as_str().unwrap_or("resolved");
+    let when = match state {
+        "resolved" => format!("{} to {}", text(v, "started_at"), text(v, "ended_at")),
+        s => format!("{} since {}", printable(s), text(v, "started_at")),
+    };
+    out.push(format!(
+        "{}  {}  {when}  GPU {}",
+        text(v, "alert"),
+        text(v, "severity"),
+        text(v, "gpu")
+    ));
+    out.push(format!(
+        "  what rose: {}'s {} {:.3e} {} against its baseline p99 {:.3e} ({:.1}x)",
+        who(&v["victim"]),
+        text(e, "signal"),
+        e["now"].as_f64().unwrap_or(0.0),
+        text(e, "unit"),
+        e["baseline_p99"].as_f64().unwrap_or(0.0),
+        e["ratio"].as_f64().unwrap_or(0.0)
+    ));
+    out.push(format!("  cause: {}", text(v, "cause")));
+    let chain: Vec<String> = e["chain"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|l| l.as_str())
+                .map(|l| printable(l).into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let work = &e["victim_work"];
+    let mut facts = chain;
+    if let Some(t) = work["threads_per_launch"].as_array() {
+        facts.push(format!(
+            "the victim's threads per launch {} → {}",
+            t[0], t[1]
+        ));
+    }
+    if let (Some(k), Some(g)) = (work["kernel"].as_str(), work["grid"].as_array()) {
+        facts.push(format!(
+            "its kernel {}: grid {} → {}",
+            printable(k),
+            g[0],
+            g[1]
+        ));
+    }
+    if let Some(r) = e["run_delay_s_per_s"].as_array() {
+        facts.push(format!("its run-queue delay {} → {} s/s", r[0], r[1]));
+    }
+    for (i, f) in facts.iter().enumerate() {
+        out.push(format!("    {}. {f}", i + 1));
+    }
+    let parties = v["aggressors"].as_array().cloned().unwrap_or_default();
+    if parties.is_empty() {
+        out.push("  who: nobody else changed".into());
+    } else {
+        for p in &parties {
+            let cg = p["cgroup"]
+                .as_str()
+                .map_or(String::new(), |c| format!(" cgroup {}", printable(c)));
+            out.push(format!(
+                "  who: {}{cg} {:.0}%: {}",
+                who(p),
+                p["share"].as_f64().unwrap_or(0.0) * 100.0,
+                change(p)
+            ));
+        }
+    }
+    out.push(format!(
+        "  what to do: {}",
+        advice(v["cause"].as_str().unwrap_or(""))
+    ));
+    out.join("\n")
+}
+
+/// The live daemon's pending and firing alerts.
+fn live(base: &str) -> Result<Vec<Value>> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let url = format!("{}/alerts", base.trim_end_matches('/'));
+    let body = agent
+        .get(&url)
+        .call()
+        .with_context(|| format!("cannot read {url}: is `cudatrace run` listening there?"))?
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY)
+        .read_to_vec()
+        .with_context(|| format!("reading {url}"))?;
+    let v: Vec<Value> = serde_json::from_slice(&body)
+        .with_context(|| format!("{url} did not answer a list of alerts"))?;
+    Ok(v)
+}
+
+/// Runs `cudatrace explain`.
+pub fn run(args: ExplainArgs) -> Result<()> {
+    let archive_path = match (&args.archive, &args.config) {
+        (Some(p), _) => Some(p.clone()),
+        (None, Some(c)) => Config::load(c)?.alerts.archive,
+        (None, None) => None,
+    };
+    let daemon = args.daemon.clone().or_else(|| {
+        archive_path
+            .is_none()
+            .then(|| "http://127.0.0.1:9464".to_owned())
+    });
+    if archive_path.is_none() && daemon.is_none() {
+        bail!("nothing to explain from: give --daemon URL, --archive PATH or --config FILE");
+    }
+    let since = args.since.map(|d| SystemTime::now() - d);
+    let mut incidents: Vec<Value> = Vec::new();
+    if let Some(base) = &daemon {
+        incidents.extend(live(base)?);
+    }
+    if let Some(path) = &archive_path {
+        let shown = printable(&path.display().to_string()).into_owned();
+        let read = archive::read(path, since)
+            .with_context(|| format!("cannot read the incident archive {shown}"))?;
+        incidents.extend(read.newest_first());
+    }
+    if args.json {
+        for v in &incidents {
+            let out = json!({
+                "alert": v["alert"], "state": v["state"].as_str().unwrap_or("resolved"),
+                "cause": v["cause"], "severity": v["severity"], "gpu": v["gpu"],
+                "victim": v["victim"], "aggressors": v["aggressors"],
+                "evidence": v["evidence"], "started_at": v["started_at"],
+                "advice": advice(v["cause"].as_str().unwrap_or("")),
+            });
+            println!("{out}");
+        }
+        return Ok(());
+    }
+    for v in &incidents {
+        println!("{}\n", screen(v));
+    }
+    if incidents.is_empty() {
+        log::info!("no incidents to explain");
+    }
+    Ok(())
+}
