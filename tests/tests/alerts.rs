@@ -548,8 +548,22 @@ fn copy_contention_names_the_copier() {
         )
     );
     assert_eq!(f["evidence"]["unit"], "seconds_per_mib");
+    // The copier arrived: its bytes per second before (0) and now.
+    let change = f["aggressors"][0]["change"].clone();
     assert_eq!(
-        f["aggressors"],
+        (&change["measure"], &change["before"], &change["arrived"]),
+        (
+            &serde_json::json!("copy_bytes_per_s"),
+            &serde_json::json!(0.0),
+            &serde_json::json!(true)
+        ),
+        "{f}"
+    );
+    assert!(change["now"].as_f64().unwrap() > 1e9, "{f}");
+    let mut aggressors = f["aggressors"].clone();
+    aggressors[0].as_object_mut().unwrap().remove("change");
+    assert_eq!(
+        aggressors,
         // Outside Kubernetes its workload is its executable and its name.
         serde_json::json!([{"pid": loader_pid, "comm": "data-loader", "namespace": null, "pod": null, "container": null, "share": 1.0,
                             "workload": format!("{}:data-loader", std::fs::canonicalize(env.workload()).unwrap().display())}])

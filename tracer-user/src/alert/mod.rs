@@ -383,6 +383,18 @@ impl AlertChange {
         list.join(",")
     }
 
+    /// The causal chain in one line (`; ` between facts), tenant text made printable: the
+    /// `chain` annotation and attribute.
+    pub fn chain_text(&self) -> String {
+        let facts: Vec<String> = self
+            .evidence
+            .chain
+            .iter()
+            .map(|f| crate::text::printable(f).into_owned())
+            .collect();
+        facts.join("; ")
+    }
+
     /// One line for Alertmanager's `summary` annotation.
     pub fn summary(&self) -> String {
         let who = |p: &Party| format!("{} (pid {})", p.comm, p.pid);

@@ -212,3 +212,53 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_screen_says_what_rose_the_chain_who_and_what_to_do() {
+        let v = json!({
+            "alert": "CudatraceComputeContention", "state": "firing", "severity": "page",
+            "cause": "compute_contention", "gpu": "0", "started_at": "2026-12-05T14:02:00Z",
+            "victim": {"pid": 10, "comm": "model-server"},
+            "aggressors": [{"pid": 20, "comm": "trainer\u{1b}[2J", "share": 1.0,
+                "change": {"measure": "threads_per_s", "before": 0.0, "now": 1.3e8, "arrived": true}}],
+            "evidence": {"signal": "wait_per_launch", "unit": "seconds", "now": 0.00094,
+                "baseline_p99": 0.00011, "ratio": 8.5,
+                "chain": ["NVML: GPU 0 SM utilization 97%", "changed: trainer (pid 20): threads_per_s 0 → 1.300e8 (arrived)"],
+                "victim_work": {"threads_per_launch": [128000.0, 128000.0]}}
+        });
+        let s = screen(&v);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(
+            lines[0],
+            "CudatraceComputeContention  page  firing since 2026-12-05T14:02:00Z  GPU 0"
+        );
+        assert_eq!(lines[1], "  what rose: model-server (pid 10)'s wait_per_launch 9.400e-4 seconds against its baseline p99 1.100e-4 (8.5x)");
+        assert_eq!(lines[2], "  cause: compute_contention");
+        assert_eq!(lines[3], "    1. NVML: GPU 0 SM utilization 97%");
+        assert_eq!(
+            lines[5],
+            "    3. the victim's threads per launch 128000.0 → 128000.0"
+        );
+        // The tenant's escape is shown escaped.
+        assert_eq!(
+            lines[6],
+            "  who: trainer\\u{1b}[2J (pid 20) 100%: threads_per_s 0 → 1.300e8 (arrived)"
+        );
+        assert!(lines[7].starts_with("  what to do: move the named job to another GPU"));
+        // A workload change names nobody and says to look at the requests.
+        let w = json!({"alert": "CudatraceWorkloadChange", "cause": "workload_change",
+            "victim": {"pid": 1, "comm": "s"}, "evidence": {"victim_work":
+            {"threads_per_launch": [8192.0, 40960.0], "kernel": "gemm", "grid": [[64, 1, 1], [320, 1, 1]]}}});
+        let s = screen(&w);
+        assert!(
+            s.contains("its kernel gemm: grid [64,1,1] → [320,1,1]"),
+            "{s}"
+        );
+        assert!(s.contains("who: nobody else changed"), "{s}");
+        assert!(s.contains("look at the request sizes"), "{s}");
+    }
+}

@@ -38,6 +38,8 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
             "aggressors": change.aggressors_label(),
             "response": change.severity.response(),
             "runbook_url": format!("{RUNBOOK_BASE}{}", change.alert.to_lowercase()),
+            "chain": change.chain_text(),
+            "advice": change.cause.advice(),
             "record": serde_json::to_string(change).unwrap_or_default(),
         },
         "startsAt": change.started_at,

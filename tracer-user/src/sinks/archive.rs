@@ -87,6 +87,25 @@ pub fn root_cause(c: &AlertChange) -> String {
             };
             format!("GPU {gpu} throttled ({why})")
         }
+        (Cause::WorkloadChange, _) => {
+            let w = c.evidence.victim_work.as_ref();
+            match w.and_then(|w| w.kernel.clone().zip(w.grid)) {
+                Some((k, (b, n))) => format!(
+                    "its own work grew: {k} grid {}x{}x{} → {}x{}x{}, nobody else changed",
+                    b[0], b[1], b[2], n[0], n[1], n[2]
+                ),
+                None => "its own work grew, nobody else changed".into(),
+            }
+        }
+        (Cause::CpuContention, Some(a)) => format!(
+            "its threads waited for a CPU; {} (pid {}) used more CPU",
+            a.comm, a.pid
+        ),
+        (Cause::CpuContention, None) => "its threads waited for a CPU".into(),
+        (Cause::UntracedContention, Some(a)) => {
+            format!("{} (pid {}), untraced, busier on GPU {gpu}", a.comm, a.pid)
+        }
+        (Cause::UntracedContention, None) => format!("untraced work on GPU {gpu}"),
         (Cause::CpuOrDriverContention, _) => {
             format!("launches slower while GPU {gpu} was idle (host CPU or driver)")
         }

@@ -320,6 +320,31 @@ fn a_restart_loop_fires_with_its_exit_statuses_and_resolves() {
     assert_eq!(out[1].1[0].reason, Some("no_more_restarts"));
 }
 
+/// Forty jobs of one executable, each finishing (exit 0), or stopped by SIGTERM, or whose status
+/// was not read, one after another: no restart loop. A crash is a non-zero exit or another signal.
+#[test]
+fn finished_jobs_are_no_restart_loop() {
+    use crate::detect::restarts::crashed;
+    assert!(!crashed(Some(0)) && !crashed(Some(15)) && !crashed(Some(2)) && !crashed(None));
+    assert!(crashed(Some(1 << 8)) && crashed(Some(9)) && crashed(Some(11 | 0x80)));
+    let mut d = Det::new(DetectConfig::default(), 1000, 0.0);
+    let id = Identity {
+        exe: Some("/usr/bin/job".into()),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let ends = [Some(0), Some(15), None];
+    for k in 0..40u32 {
+        let pid = 100 + k;
+        d.r.insert(pid, Comm::from("job"), id.clone());
+        close(&mut d, k, &[], &mut out);
+        d.r.live_mut(pid).unwrap().exit_status = ends[k as usize % 3];
+        d.forget(pid, wall(f64::from(k) * 5.0 + 1.0));
+    }
+    close(&mut d, 40, &[], &mut out);
+    assert!(out.is_empty(), "{out:?}");
+}
+
 #[test]
 fn exit_statuses_in_words() {
     use crate::detect::restarts::status_text;

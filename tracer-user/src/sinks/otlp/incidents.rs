@@ -61,6 +61,7 @@ fn attributes(c: &AlertChange) -> Vec<opentelemetry_proto::tonic::common::v1::Ke
         attr("cudatrace.victim.comm", c.victim.comm.clone()),
         attr("cudatrace.aggressors", c.aggressors_label()),
         attr("cudatrace.signal", c.evidence.signal),
+        attr("cudatrace.chain", c.chain_text()),
     ];
     if let Some(w) = &c.victim.workload {
         a.push(attr("cudatrace.victim.workload", w.clone()));

@@ -151,10 +151,24 @@ impl View {
                         .filter(|a| a.victim.pid == pid)
                         .max_by_key(|a| a.state == AlertState::Firing)
                         .map(|a| {
+                            // The first aggressor with its change (before → now), or the
+                            // victim's own grown work.
                             let who = a
                                 .aggressors
                                 .first()
-                                .map(|g| format!("{} (pid {})", g.comm, g.pid))
+                                .map(|g| {
+                                    let c = g
+                                        .change
+                                        .map_or(String::new(), |c| format!(" {}", c.words()));
+                                    format!("{} (pid {}){c}", g.comm, g.pid)
+                                })
+                                .or_else(|| {
+                                    let w = a.evidence.victim_work.as_ref()?;
+                                    Some(format!(
+                                        "its own threads/launch {:.0} → {:.0}",
+                                        w.threads_per_launch.0, w.threads_per_launch.1
+                                    ))
+                                })
                                 .unwrap_or_default();
                             (a.state, a.cause.as_str(), who)
                         }),
