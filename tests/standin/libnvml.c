@@ -6,13 +6,15 @@
  *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT
  *
  * A gpu line applies from `from` seconds after nvmlInit (default 0); the latest that applies
- * wins, so a scenario can change utilization over time. Without the variable, or when the file
- * cannot be read, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a host without a
- * driver. */
+ * wins, so a scenario can change utilization over time. The file is read again whenever it
+ * changes (a test lists processes once it knows their pids). Without the variable, or when the
+ * file cannot be read, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a host without
+ * a driver. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -69,10 +71,13 @@ static const struct gpu_line *current(int index) {
     return best;
 }
 
-EXPORT nvmlReturn_t nvmlInit_v2(void) {
-    const char *path = getenv("NVML_STANDIN_SCENARIO");
+/* Reads the scenario file; 0 when it cannot be read. */
+static struct timespec loaded_mtime;
+static int load(const char *path) {
     FILE *f = path ? fopen(path, "r") : NULL;
-    if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
+    if (!f) return 0;
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0) loaded_mtime = st.st_mtim;
     char line[512];
     ngpus = nprocs = ndevices = 0;
     while (fgets(line, sizeof line, f)) {
@@ -108,17 +113,30 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
     fclose(f);
     if (ndevices > 8) ndevices = 8;
     for (int i = 0; i < ndevices; i++) devices[i].index = i;
+    return 1;
+}
+
+/* Reads the file again when it changed since it was read. */
+static void reload(void) {
+    const char *path = getenv("NVML_STANDIN_SCENARIO");
+    struct stat st;
+    if (!path || stat(path, &st) != 0) return;
+    if (st.st_mtim.tv_sec != loaded_mtime.tv_sec || st.st_mtim.tv_nsec != loaded_mtime.tv_nsec) load(path);
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) {
+    if (!load(getenv("NVML_STANDIN_SCENARIO"))) return NVML_ERROR_DRIVER_NOT_LOADED;
     clock_gettime(CLOCK_MONOTONIC, &started);
     initialized = 1;
     return NVML_SUCCESS;
 }
-
 EXPORT nvmlReturn_t nvmlShutdown(void) { initialized = 0; return NVML_SUCCESS; }
 
 EXPORT const char *nvmlErrorString(nvmlReturn_t r) { return r == NVML_SUCCESS ? "Success" : "stand-in error"; }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    reload();
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     *count = (unsigned)ndevices;
     return NVML_SUCCESS;

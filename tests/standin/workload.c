@@ -177,17 +177,46 @@ static void run_loop(double seconds, unsigned grid, long sync_every, long limit)
         grow_at = start + (uint64_t)(atof(after) * 1e9);
         grown = (unsigned)atol(strchr(after, ':') + 1);
     }
+    /* WORKLOAD_SYNC=event: each wait is cuEventRecord then cuEventSynchronize (vLLM's way),
+     * which closes no batch the tracer knows of. WORKLOAD_IDLE_AFTER=S: from S seconds on it
+     * launches nothing and sleeps until the end (a server without requests). */
+    const char *how = getenv("WORKLOAD_SYNC");
+    int by_event = how && !strcmp(how, "event");
+    PFN_cuEventCreate ecreate = (PFN_cuEventCreate)sym("cuEventCreate", 1);
+    PFN_cuEventRecord erecord = (PFN_cuEventRecord)sym("cuEventRecord", 1);
+    PFN_cuEventSynchronize esync = (PFN_cuEventSynchronize)sym("cuEventSynchronize", 1);
+    CUevent ev = NULL;
+    if (by_event) CHECK(ecreate(&ev, 0));
+    const char *idle = getenv("WORKLOAD_IDLE_AFTER");
+    uint64_t idle_at = idle && *idle ? start + (uint64_t)(atof(idle) * 1e9) : UINT64_MAX;
     long launches = 0, syncs = 0;
     while (now_ns() < end && (limit <= 0 || launches < limit)) {
+        if (now_ns() >= idle_at) {
+            while (now_ns() < end) {
+                struct timespec ts = {0, 100000000};
+                nanosleep(&ts, NULL);
+            }
+            break;
+        }
         unsigned g = now_ns() >= grow_at ? grown : grid;
         CHECK(launch(function, g, 1, 1, 128, 1, 1, 0, s, kernel_params, NULL));
         launches++;
         if (sync_every > 0 && launches % sync_every == 0) {
-            CHECK(ssync(s));
+            if (by_event) {
+                CHECK(erecord(ev, s));
+                CHECK(esync(ev));
+            } else {
+                CHECK(ssync(s));
+            }
             syncs++;
         }
     }
-    CHECK(ssync(s));
+    if (by_event) {
+        CHECK(erecord(ev, s));
+        CHECK(esync(ev));
+    } else {
+        CHECK(ssync(s));
+    }
     syncs++;
     printf("{\"pid\":%d,\"function\":%llu,\"stream\":%llu,\"launches\":%ld,\"syncs\":%ld}\n", getpid(),
            (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)s, launches, syncs);

@@ -27,6 +27,14 @@ fn a_starved_victim_fires_naming_the_holder_and_resolves_after() {
         .vars(&vars)
         .spawn();
     let victim_pid = victim.pid();
+    // A neighbour that waits by events (no batch of its ever closes) and goes idle after 8 s:
+    // its oldest launch is old, but it holds nobody's GPU.
+    let mut ev_vars = vars.to_vec();
+    ev_vars.extend([("WORKLOAD_SYNC", "event"), ("WORKLOAD_IDLE_AFTER", "8")]);
+    let evented = looping(&env, 200.0, 20, 1)
+        .comm("evented")
+        .vars(&ev_vars)
+        .spawn();
     learn(&daemon, victim_pid);
     // One launch of 40,000,000 blocks: 40 s of the simulated GPU, then its wait returns.
     let held_at = Instant::now();
@@ -71,7 +79,7 @@ fn a_starved_victim_fires_naming_the_holder_and_resolves_after() {
     let resolved =
         resolved.unwrap_or_else(|| panic!("not resolved within 60 s: {:?}", hook.received()));
     assert_eq!(resolved["reason"], "back_to_baseline");
-    drop(victim);
+    drop((victim, evented));
     let traced = daemon.stop();
     let received = hook.received();
     assert!(

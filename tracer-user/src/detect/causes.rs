@@ -24,17 +24,19 @@ pub struct Causal<'a> {
     pub victim_cgroup: Option<&'a str>,
 }
 
-/// Parties named with their relative rise (their rise over the measure's total now).
-type Named = Vec<(Party, f64)>;
+/// Parties named with their relative rise (their rise over the measure's total now), and
+/// whether their change is in what they ask per step (they arrived, or each launch, step or
+/// copy of theirs grew) rather than only in their pace.
+type Named = Vec<(Party, f64, bool)>;
 
 /// The parties of `named`, shares made of their relative rises, biggest first (at most five).
 fn ranked(mut named: Named) -> Vec<Party> {
-    let total: f64 = named.iter().map(|(_, r)| r).sum();
+    let total: f64 = named.iter().map(|(_, r, _)| r).sum();
     named.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.pid.cmp(&b.0.pid)));
     named.truncate(5);
     named
         .into_iter()
-        .map(|(mut p, r)| {
+        .map(|(mut p, r, _)| {
             p.share = Some(round3(r / total.max(f64::MIN_POSITIVE)));
             p
         })
@@ -43,6 +45,7 @@ fn ranked(mut named: Named) -> Vec<Party> {
 
 /// Traced processes on the victim's GPU whose `measures` rose: each with its largest change.
 fn risen(
+    signal: Signal,
     victim: &Seen<'_>,
     others: &[(Seen<'_>, GpuSet)],
     vset: &GpuSet,
@@ -73,16 +76,22 @@ fn risen(
                 continue;
             }
             let rel = change.rise() / total.max(f64::MIN_POSITIVE);
-            match named.iter_mut().find(|(p, _)| p.pid == pid) {
+            let per_step = change.arrived
+                || matches!(
+                    (c.reference.steps.get(&pid), c.nows.steps.get(&pid)),
+                    (Some(b), Some(n)) if victim_grew(signal, b, n, limits.rise.ratio)
+                );
+            match named.iter_mut().find(|(p, _, _)| p.pid == pid) {
                 Some(entry) if entry.1 >= rel => {}
                 Some(entry) => {
                     entry.0.change = Some(change);
                     entry.1 = rel;
+                    entry.2 = per_step;
                 }
                 None => {
                     let mut p = Party::of(s.process, None);
                     p.change = Some(change);
-                    named.push((p, rel));
+                    named.push((p, rel, per_step));
                     gpu.get_or_insert_with(|| g.clone());
                 }
             }
@@ -192,23 +201,23 @@ pub fn classify(
         ));
         return verdict(Cause::MemoryPressure, who, gpu, chain);
     }
-    // 3, 4. Contention by the parties whose submitted work rose.
-    if signal == Signal::CopyTime {
-        let (named, gpu) = risen(
-            victim,
-            &others,
-            &vset,
-            &[Measure::CopyBytesPerS],
-            (c, &limits),
-        );
-        if !named.is_empty() {
-            return verdict(Cause::CopyContention, ranked(named), gpu, chain);
-        }
-    }
-    let compute = [Measure::ThreadsPerS, Measure::GraphLaunchesPerS];
-    let (named, gpu) = risen(victim, &others, &vset, &compute, (c, &limits));
-    if !named.is_empty() {
-        return verdict(Cause::ComputeContention, ranked(named), gpu, chain);
+    // 3, 4. Contention by the parties whose submitted work rose: first those who arrived or
+    // ask more per step; a rise in pace alone is weighed after the victim's own change and the
+    // CPU (a closed-loop neighbour speeds up whenever the victim slows for its own reasons).
+    let measures: &[Measure] = if signal == Signal::CopyTime {
+        &[Measure::CopyBytesPerS]
+    } else {
+        &[Measure::ThreadsPerS, Measure::GraphLaunchesPerS]
+    };
+    let cause = if signal == Signal::CopyTime {
+        Cause::CopyContention
+    } else {
+        Cause::ComputeContention
+    };
+    let (named, gpu) = risen(signal, victim, &others, &vset, measures, (c, &limits));
+    let (per_step, paced): (Named, Named) = named.into_iter().partition(|(_, _, s)| *s);
+    if !per_step.is_empty() {
+        return verdict(cause, ranked(per_step), gpu, chain);
     }
     // 5. The victim's own requests changed.
     if victim_grew(
@@ -231,7 +240,11 @@ pub fn classify(
             return verdict(Cause::CpuContention, who, None, chain);
         }
     }
-    // 7. Work on its GPU that nothing traced submitted.
+    // 7. Neighbours that only quickened their pace.
+    if !paced.is_empty() {
+        return verdict(cause, ranked(paced), gpu, chain);
+    }
+    // 8. Work on its GPU that nothing traced submitted.
     let (who, busier) = super::host::untraced(&vset, everyone, gpus, c, &limits);
     if !who.is_empty() || busier {
         if who.is_empty() {

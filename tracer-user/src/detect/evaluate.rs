@@ -126,16 +126,18 @@ impl Detector {
                 let w = &s.window;
                 // Open work is known unfinished only for a process that closes its batches:
                 // one that waits by events or polling never closes one here, and its oldest
-                // launch is no holder of anyone's GPU.
+                // launch is no holder of anyone's GPU. One that closes none but is stuck in a
+                // wait now is waiting for work queued before that wait began.
                 let closes = s
                     .last_close_ns
                     .is_some_and(|t| now_ns - (t as f64) < CLOSES_WITHIN_NS);
+                let waiting = w.stuck[1];
                 let activity = Activity {
                     launches: w.launches,
                     gpu_ns: w.gpu_ns,
                     copy_bytes: w.copy_bytes,
                     memory_bytes: p.memory_bytes,
-                    open_since: p.open_since.filter(|_| closes),
+                    open_since: if closes { p.open_since } else { waiting },
                     stuck_since: w.stuck_since(),
                 };
                 Some(Observed {

@@ -14,8 +14,9 @@ impl Activity {
     }
 }
 
-/// The processes holding `victim`'s GPU while a call of its own is stuck: those on a GPU it
-/// uses whose unfinished work was queued before its own, each weighted by how much earlier.
+/// The process holding `victim`'s GPU while a call of its own is stuck: of those on a GPU it
+/// uses whose unfinished work was queued before its own, the one queued first (others queued
+/// behind it are starved too).
 /// Empty when nothing of the victim's is stuck, or when its own work is the oldest (a long
 /// kernel of its own is no starvation). Also the GPU they share with it.
 pub fn holders(
@@ -32,8 +33,23 @@ pub fn holders(
         .filter(|s| s.process.pid != victim.process.pid && vouched(s.process.pid, gpus))
         .map(|s| (*s, gpus_of(s.process.pid, s.process.identity, gpus)))
         .collect();
-    shares(victim, &vset, &others, |a| match a.open_since {
+    let weight = |a: &Activity| match a.open_since {
         Some(t) if t < queued => (queued - t) as f64,
         _ => 0.0,
+    };
+    // Only the head of the queue holds the GPU: a process whose work waits behind older work
+    // of another is starved too (a co-victim), not a holder.
+    let oldest = others
+        .iter()
+        .filter(|(s, set)| vset.shared_with(set).is_some() && weight(&s.activity) > 0.0)
+        .map(|(s, _)| weight(&s.activity))
+        .fold(0.0, f64::max);
+    shares(victim, &vset, &others, |a| {
+        let w = weight(a);
+        if w > 0.0 && w >= oldest {
+            w
+        } else {
+            0.0
+        }
     })
 }

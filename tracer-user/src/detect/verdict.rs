@@ -129,6 +129,8 @@ pub struct Reference {
     pub since: f64,
     /// Per traced process, its [`TRACED`] measures then (`None`: it was not there).
     pub traced: HashMap<u32, [Option<f64>; 3]>,
+    /// Per traced process, its work per step then.
+    pub steps: HashMap<u32, Steps>,
     /// The victim's work per step then.
     pub victim: Steps,
     /// The victim's run-queue delay then, seconds per second.
@@ -146,6 +148,8 @@ pub struct Reference {
 pub struct Nows {
     /// Per traced process, its [`TRACED`] measures now.
     pub traced: HashMap<u32, [f64; 3]>,
+    /// Per traced process, its work per step now.
+    pub steps: HashMap<u32, Steps>,
     /// The victim's work per step now.
     pub victim: Steps,
     /// The victim's run-queue delay now, seconds per second.
@@ -179,6 +183,14 @@ fn steps_since(h: &WorkHistory, since: f64) -> Steps {
     }
 }
 
+fn steps_before(h: &WorkHistory, since: f64) -> Steps {
+    Steps {
+        threads_per_launch: h.reference(since, |w| Steps::of(w).threads_per_launch),
+        launches_per_step: h.reference(since, |w| Steps::of(w).launches_per_step),
+        bytes_per_copy: h.reference(since, |w| Steps::of(w).bytes_per_copy),
+    }
+}
+
 impl HostHistory {
     /// The reference of a victim (`pid`, in cgroup `cgroup`) whose breach began at `since`.
     pub fn reference(
@@ -199,15 +211,16 @@ impl HostHistory {
                 )
             })
             .collect();
+        let steps: HashMap<u32, Steps> = histories
+            .iter()
+            .map(|(p, h)| (*p, steps_before(h, since)))
+            .collect();
         let mine = histories.get(&pid);
-        let victim = mine.map_or_else(Steps::default, |h| Steps {
-            threads_per_launch: h.reference(since, |w| Steps::of(w).threads_per_launch),
-            launches_per_step: h.reference(since, |w| Steps::of(w).launches_per_step),
-            bytes_per_copy: h.reference(since, |w| Steps::of(w).bytes_per_copy),
-        });
+        let victim = steps.get(&pid).copied().unwrap_or_default();
         Reference {
             since,
             traced,
+            steps,
             victim,
             run_delay: mine
                 .and_then(|h| h.reference(since, run_delay))
@@ -239,12 +252,17 @@ impl HostHistory {
     ) -> Nows {
         let mine = histories.get(&pid);
         let own = cgroup.and_then(|c| self.cgroups.get(c));
+        let steps: HashMap<u32, Steps> = histories
+            .iter()
+            .map(|(p, h)| (*p, steps_since(h, since)))
+            .collect();
         Nows {
             traced: histories
                 .iter()
                 .map(|(p, h)| (*p, TRACED.map(|m| h.since(since, |w| Some(per_s(m, w))))))
                 .collect(),
-            victim: mine.map_or_else(Steps::default, |h| steps_since(h, since)),
+            victim: steps.get(&pid).copied().unwrap_or_default(),
+            steps,
             run_delay: mine
                 .filter(|h| h.windows().any(|w| w.run_delay_ns.is_some()))
                 .map(|h| h.since(since, run_delay))
@@ -276,5 +294,68 @@ pub fn work_of(w: &super::signals::Window, start: f64, len: f64, delay: Option<u
         copies: w.copies,
         waits: w.waits + w.sync_copies,
         run_delay_ns: delay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::GpuProcess;
+
+    fn cg(path: &str, usage_usec: u64, nr_throttled: u64, pressure: u64) -> CgroupCpu {
+        CgroupCpu {
+            path: path.into(),
+            usage_usec,
+            nr_throttled,
+            pressure_usec: Some(pressure),
+            pid: Some(7),
+        }
+    }
+
+    #[test]
+    fn cgroup_rates_and_nvml_utilization_before_and_since() {
+        let mut h = HostHistory::default();
+        // Every 5 s: /hogs idle until 20 s, then a whole CPU; /victim waits 0.3 s/s for a CPU
+        // from then, and its quota throttles it twice a window.
+        for k in 0..8u64 {
+            let t = k as f64 * 5.0;
+            let hot = k > 4;
+            let hogs = if hot { (k - 4) * 5_000_000 } else { 0 };
+            let waited = if hot { (k - 4) * 1_500_000 } else { 0 };
+            let throttled = if hot { (k - 4) * 2 } else { 0 };
+            h.cgroups(
+                vec![cg("/hogs", hogs, 0, 0), cg("/victim", 0, throttled, waited)],
+                t,
+            );
+            let g = GpuSample {
+                index: 0,
+                sm_util: Some(if hot { 90 } else { 30 }),
+                processes: vec![GpuProcess {
+                    pid: 9,
+                    sm_util: Some(if hot { 60 } else { 0 }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            // A sample stands for the window that ends when it is taken.
+            if k > 0 {
+                h.nvml(&[g], t - 5.0);
+            }
+        }
+        let r = h.reference(20.0, (1, Some("/victim")), &HashMap::new());
+        let n = h.nows(20.0, (1, Some("/victim")), &HashMap::new());
+        assert_eq!(r.cgroups.get("/hogs"), Some(&0.0));
+        assert_eq!(n.cgroups.get("/hogs"), Some(&(1.0, Some(7))));
+        // No schedstat here: the victim's own cgroup's CPU pressure stands in.
+        assert_eq!((r.run_delay, n.run_delay), (Some(0.0), Some(0.3)));
+        assert_eq!(n.throttled, 6);
+        assert_eq!((r.gpu.get(&0), n.gpu.get(&0)), (Some(&30.0), Some(&90.0)));
+        assert_eq!((r.sm.get(&9), n.sm.get(&9)), (Some(&0.0), Some(&60.0)));
+        // A cgroup gone from the pass is forgotten.
+        h.cgroups(vec![cg("/victim", 0, 0, 0)], 40.0);
+        assert!(!h
+            .nows(20.0, (1, None), &HashMap::new())
+            .cgroups
+            .contains_key("/hogs"));
     }
 }

@@ -129,7 +129,21 @@ fn a_neighbour_growing_its_grid_is_named_with_before_and_now_and_shares_follow_t
         seen(3, "arrived", &c, act(100)),
     ];
     // Same launches, 5x the threads; another arrives with a rise a third of it.
-    let w = world(&[(1, Some(1e6), 1e6), (2, Some(1e6), 5e6), (3, None, 2e6)]);
+    let mut w = world(&[(1, Some(1e6), 1e6), (2, Some(1e6), 5e6), (3, None, 2e6)]);
+    w.0.steps.insert(
+        2,
+        Steps {
+            threads_per_launch: Some(128.0),
+            ..Steps::default()
+        },
+    );
+    w.1.steps.insert(
+        2,
+        Steps {
+            threads_per_launch: Some(640.0),
+            ..Steps::default()
+        },
+    );
     let got = run(Signal::WaitPerLaunch, &everyone[0], &everyone, &[], &w);
     assert_eq!(got.cause, Cause::ComputeContention);
     assert_eq!(named(&got), vec![(2, Some(0.667)), (3, Some(0.333))]);
