@@ -12,7 +12,7 @@ use super::{
     change::WorkHistory,
     classify::{self, Activity, Seen},
     debounce::Phase,
-    verdict, Detector, ProcessSignals, Processes, Signal,
+    Detector, ProcessSignals, Processes, Signal,
 };
 use crate::{
     alert::{AlertChange, AlertState, Cause, Evidence, Incident, Party, Severity},
@@ -24,22 +24,6 @@ use crate::{
 
 /// A process's open work counts as unfinished only if it closed a batch this recently (ns).
 const CLOSES_WITHIN_NS: f64 = 60e9;
-
-/// Learns the usual launch of each kernel `s` launched this window.
-fn learn_usual(s: &mut ProcessSignals) {
-    for (f, (n, t)) in &s.window.kernels {
-        if *n == 0 || (s.usual.len() >= super::signals::MAX_KERNELS && !s.usual.contains_key(f)) {
-            continue;
-        }
-        s.usual.insert(
-            *f,
-            verdict::Usual {
-                threads_per_launch: *t as f64 / *n as f64,
-                grid: s.grids.get(f).map(|g| g.0),
-            },
-        );
-    }
-}
 
 /// One breaching window of one (process, signal), as `evaluate` found it.
 struct Breach {
@@ -264,25 +248,7 @@ impl Detector {
         }
         // What each process submitted this window joins its history before any verdict.
         let breaching: HashSet<u32> = breached.iter().map(|b| b.pid).collect();
-        for (pid, _, _, slot) in processes.slots_mut() {
-            let Some(s) = slot.as_deref_mut() else {
-                continue;
-            };
-            let delay = s.run_delay.1.take();
-            s.work
-                .push(verdict::work_of(&s.window, start, now - start, delay));
-            if !breaching.contains(&pid) && !s.alerting() {
-                learn_usual(s);
-            }
-        }
-        let histories: HashMap<u32, WorkHistory> = if breached.is_empty() {
-            HashMap::new()
-        } else {
-            processes
-                .tracked()
-                .filter_map(|p| Some((p.pid, p.signals?.work.clone())))
-                .collect()
-        };
+        let histories = super::workload::close_window(processes, &breaching, (start, now));
         // Processes slowed themselves (breaching now, or alerting) are not an incident's cause:
         // two victims of one trainer see each other as small aggressors.
         let mut slowed: Vec<u32> = breached.iter().map(|b| b.pid).collect();

@@ -1,10 +1,57 @@
 //! The victim's own work as a verdict shows it: its work per step before and now, and the
 //! kernel whose launches grew the most (its grid then and now), e.g. `grid 64 → 320`.
+use std::collections::{HashMap, HashSet};
+
 use super::{
-    verdict::{Nows, Reference},
-    Processes,
+    change::WorkHistory,
+    verdict::{self, Nows, Reference},
+    ProcessSignals, Processes,
 };
 use crate::alert::change::VictimChange;
+
+/// Pushes what every process submitted in the window [`start`, `now`) onto its history, and
+/// learns the usual launches of those that breached nothing; returns every process's history
+/// when some process breached (the verdicts read them), else none.
+pub fn close_window(
+    processes: &mut impl Processes,
+    breaching: &HashSet<u32>,
+    (start, now): (f64, f64),
+) -> HashMap<u32, WorkHistory> {
+    for (pid, _, _, slot) in processes.slots_mut() {
+        let Some(s) = slot.as_deref_mut() else {
+            continue;
+        };
+        let delay = s.run_delay.1.take();
+        s.work
+            .push(verdict::work_of(&s.window, start, now - start, delay));
+        if !breaching.contains(&pid) && !s.alerting() {
+            learn_usual(s);
+        }
+    }
+    if breaching.is_empty() {
+        return HashMap::new();
+    }
+    processes
+        .tracked()
+        .filter_map(|p| Some((p.pid, p.signals?.work.clone())))
+        .collect()
+}
+
+/// Learns the usual launch of each kernel `s` launched this window.
+fn learn_usual(s: &mut ProcessSignals) {
+    for (f, (n, t)) in &s.window.kernels {
+        if *n == 0 || (s.usual.len() >= super::signals::MAX_KERNELS && !s.usual.contains_key(f)) {
+            continue;
+        }
+        s.usual.insert(
+            *f,
+            verdict::Usual {
+                threads_per_launch: *t as f64 / *n as f64,
+                grid: s.grids.get(f).map(|g| g.0),
+            },
+        );
+    }
+}
 
 /// The kernel of `pid` whose threads per launch this window grew the most over its usual:
 /// (its name, or its handle in hex; its usual grid; its grid now).

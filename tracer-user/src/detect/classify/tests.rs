@@ -1,6 +1,4 @@
 //! Unit tests of the causal verdicts: a party is named only where its submitted work rose.
-use std::collections::HashMap;
-
 use super::*;
 use crate::{
     alert::Cause,
@@ -303,7 +301,9 @@ fn copies_blame_copiers_whose_bytes_rose_and_nvml_unlisted_processes_are_not_nam
     ];
     let mut w = world(&[(1, Some(1.0), 1.0), (2, Some(1.0), 1.0), (3, None, 1e12)]);
     for (pid, before, now) in [(1, 1e6, 1e6), (2, 1e6, 8e6), (3, 0.0, 1e12)] {
-        w.0.traced.get_mut(&pid).map(|x| x[2] = Some(before));
+        if let Some(x) = w.0.traced.get_mut(&pid) {
+            x[2] = Some(before);
+        }
         w.1.traced.get_mut(&pid).unwrap()[2] = now;
     }
     // NVML lists 1 and 2, not the fake library's caller.
@@ -313,5 +313,4 @@ fn copies_blame_copiers_whose_bytes_rose_and_nvml_unlisted_processes_are_not_nam
     assert_eq!(named(&got), vec![(2, Some(1.0))]);
     assert!(vouched(1, &gpus) && vouched(2, &gpus) && !vouched(3, &gpus));
     assert!(vouched(3, &[]));
-    let _ = HashMap::<u32, u32>::new();
 }
