@@ -113,18 +113,9 @@ pub struct ExplainArgs {
     /// (default, when no archive is named: http://127.0.0.1:9464).
     #[arg(long, value_name = "URL")]
     pub daemon: Option<String>,
-    /// The incident archive to explain resolved incidents from.
-    #[arg(long, value_name = "PATH")]
-    pub archive: Option<PathBuf>,
-    /// The `run` config file whose `[alerts] archive` to read.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Only archived incidents that ended within this long (e.g. 5m, 1h).
-    #[arg(long, value_name = "DURATION", value_parser = parse_since)]
-    pub since: Option<Duration>,
-    /// One JSON object an incident, a line, instead of text.
-    #[arg(long)]
-    pub json: bool,
+    /// The archive, the time range and the output, as `incidents` takes them.
+    #[command(flatten)]
+    pub from: IncidentsArgs,
 }
 
 /// Options of `cudatrace top`.

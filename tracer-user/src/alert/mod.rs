@@ -110,6 +110,29 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause.
+    pub const ALL: [Cause; 14] = [
+        Cause::Starvation,
+        Cause::MemoryLeak,
+        Cause::RestartLoop,
+        Cause::OutOfMemory,
+        Cause::ComputeContention,
+        Cause::CopyContention,
+        Cause::MemoryPressure,
+        Cause::Throttling,
+        Cause::Degradation,
+        Cause::WorkloadChange,
+        Cause::CpuContention,
+        Cause::UntracedContention,
+        Cause::CpuOrDriverContention,
+        Cause::Unexplained,
+    ];
+
+    /// The cause of this JSON name, if any.
+    pub fn from_name(name: &str) -> Option<Cause> {
+        Cause::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
     /// The alert name for this cause.
     pub fn alert_name(self) -> &'static str {
         match self {

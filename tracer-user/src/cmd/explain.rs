@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 
-use crate::{cli::ExplainArgs, config::Config, sinks::archive, text::printable};
+use crate::{cli::ExplainArgs, sinks::archive, text::printable};
 
 /// Largest `/alerts` answer read (a daemon holds at most a few thousand alerts).
 const MAX_BODY: u64 = 16 << 20;
@@ -43,26 +43,7 @@ fn change(p: &Value) -> String {
 
 /// The advice of a cause by its JSON name.
 fn advice(cause: &str) -> &'static str {
-    use crate::alert::Cause::*;
-    [
-        Starvation,
-        ComputeContention,
-        CopyContention,
-        MemoryPressure,
-        OutOfMemory,
-        RestartLoop,
-        MemoryLeak,
-        Throttling,
-        Degradation,
-        WorkloadChange,
-        CpuContention,
-        UntracedContention,
-        CpuOrDriverContention,
-        Unexplained,
-    ]
-    .into_iter()
-    .find(|c| c.as_str() == cause)
-    .map_or("", |c| c.advice())
+    crate::alert::Cause::from_name(cause).map_or("", |c| c.advice())
 }
 
 /// One incident as a screen of text.
@@ -167,11 +148,7 @@ fn live(base: &str) -> Result<Vec<Value>> {
 
 /// Runs `cudatrace explain`.
 pub fn run(args: ExplainArgs) -> Result<()> {
-    let archive_path = match (&args.archive, &args.config) {
-        (Some(p), _) => Some(p.clone()),
-        (None, Some(c)) => Config::load(c)?.alerts.archive,
-        (None, None) => None,
-    };
+    let archive_path = super::incidents::archive_of(&args.from)?;
     let daemon = args.daemon.clone().or_else(|| {
         archive_path
             .is_none()
@@ -180,7 +157,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     if archive_path.is_none() && daemon.is_none() {
         bail!("nothing to explain from: give --daemon URL, --archive PATH or --config FILE");
     }
-    let since = args.since.map(|d| SystemTime::now() - d);
+    let since = args.from.since.map(|d| SystemTime::now() - d);
     let mut incidents: Vec<Value> = Vec::new();
     if let Some(base) = &daemon {
         incidents.extend(live(base)?);
@@ -191,7 +168,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
             .with_context(|| format!("cannot read the incident archive {shown}"))?;
         incidents.extend(read.newest_first());
     }
-    if args.json {
+    if args.from.json {
         for v in &incidents {
             let out = json!({
                 "alert": v["alert"], "state": v["state"].as_str().unwrap_or("resolved"),

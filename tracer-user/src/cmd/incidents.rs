@@ -27,20 +27,26 @@ fn line(v: &Value) -> String {
     )
 }
 
-/// Runs `cudatrace incidents`.
-pub fn run(args: IncidentsArgs) -> Result<()> {
-    let path = match (&args.archive, &args.config) {
-        (Some(p), _) => p.clone(),
+/// The archive `args` name: `--archive`, else the `[alerts] archive` of `--config` (one line
+/// when that sets none), else none.
+pub fn archive_of(args: &IncidentsArgs) -> Result<Option<std::path::PathBuf>> {
+    match (&args.archive, &args.config) {
+        (Some(p), _) => Ok(Some(p.clone())),
         (None, Some(c)) => match Config::load(c)?.alerts.archive {
-            Some(p) => p,
+            Some(p) => Ok(Some(p)),
             None => bail!(
                 "{} sets no [alerts] archive; set one, or give --archive PATH",
                 printable(&c.display().to_string())
             ),
         },
-        (None, None) => {
-            bail!("which archive? give --archive PATH, or --config FILE with [alerts] archive set")
-        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// Runs `cudatrace incidents`.
+pub fn run(args: IncidentsArgs) -> Result<()> {
+    let Some(path) = archive_of(&args)? else {
+        bail!("which archive? give --archive PATH, or --config FILE with [alerts] archive set")
     };
     let shown = printable(&path.display().to_string()).into_owned();
     let since = args.since.map(|d| SystemTime::now() - d);

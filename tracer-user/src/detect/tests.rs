@@ -74,21 +74,25 @@ fn wall(s: f64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs_f64(T0 as f64 + s)
 }
 
+/// A `cuStreamSynchronize` of `pid` on stream 7.
+fn stream_sync(pid: u32) -> Event {
+    Event::of(
+        Api::StreamSynchronize,
+        pid,
+        Detail::Sync {
+            stream: Some(7),
+            event: None,
+        },
+    )
+}
+
 /// One window of a process: `n` launches of 4 µs, each followed by a wait of `wait_ns`.
 fn window(d: &mut Det, pid: u32, id: &Arc<Identity>, n: u64, wait_ns: u64) {
     d.clock += 1;
     for _ in 0..n {
         let l = Event::launch(Api::LaunchKernel, pid, 1, 7).timed(0, 4_000);
         d.observe(&l, id, None);
-        let s = Event::of(
-            Api::StreamSynchronize,
-            pid,
-            Detail::Sync {
-                stream: Some(7),
-                event: None,
-            },
-        )
-        .timed(0, wait_ns);
+        let s = stream_sync(pid).timed(0, wait_ns);
         d.observe(
             &s,
             id,

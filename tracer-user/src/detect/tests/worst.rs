@@ -60,15 +60,7 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                 if k == stuck.start && pid == 2 {
                     // The holder closes its batches (a wait of its returned before it held
                     // the GPU): its open work is known unfinished.
-                    let wait = Event::of(
-                        Api::StreamSynchronize,
-                        pid,
-                        Detail::Sync {
-                            stream: Some(7),
-                            event: None,
-                        },
-                    )
-                    .timed(at - 2_000_000, 1_000_000);
+                    let wait = stream_sync(pid).timed(at - 2_000_000, 1_000_000);
                     let closed = BatchEstimate {
                         launches: 1,
                         gpu_ns_estimate: 1_000_000,
@@ -96,15 +88,7 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                 // The holder's long kernel ends: its wait returns, closing both batches.
                 for pid in [1, 2] {
                     let p = d.r.live_mut(pid).unwrap();
-                    let wait = Event::of(
-                        Api::StreamSynchronize,
-                        pid,
-                        Detail::Sync {
-                            stream: Some(7),
-                            event: None,
-                        },
-                    )
-                    .timed(queued_at, 1_000);
+                    let wait = stream_sync(pid).timed(queued_at, 1_000);
                     p.streams.observe(&wait);
                 }
             }

@@ -224,6 +224,17 @@ async fn index(
     "cudatrace: metrics at /metrics\n".into_response()
 }
 
+/// Asks the loop for a new snapshot. Once tracing has stopped the loop answers no more: the
+/// last snapshot is served.
+async fn refresh(served: &Served) {
+    let (tx, rx) = oneshot::channel();
+    if served.requests.send(tx).await.is_ok() {
+        if let Ok(snapshot) = rx.await {
+            served.cell.store(snapshot);
+        }
+    }
+}
+
 /// The pending and firing alerts as one JSON array (what `cudatrace explain` reads live), behind
 /// the same authentication and bounds as `/metrics`.
 async fn alerts(
@@ -235,12 +246,7 @@ async fn alerts(
         return no;
     }
     let _one_at_a_time = served.encoding.lock().await;
-    let (tx, rx) = oneshot::channel();
-    if served.requests.send(tx).await.is_ok() {
-        if let Ok(snapshot) = rx.await {
-            served.cell.store(snapshot);
-        }
-    }
+    refresh(&served).await;
     let body = serde_json::to_string(&served.cell.load().alerts).unwrap_or_else(|_| "[]".into());
     (
         StatusCode::OK,
@@ -264,13 +270,7 @@ async fn metrics(
         .unwrap_or("");
     let openmetrics = accept.contains("application/openmetrics-text");
     let _one_at_a_time = served.encoding.lock().await;
-    let (tx, rx) = oneshot::channel();
-    // Once tracing has stopped the loop answers no more: the last snapshot is served.
-    if served.requests.send(tx).await.is_ok() {
-        if let Ok(snapshot) = rx.await {
-            served.cell.store(snapshot);
-        }
-    }
+    refresh(&served).await;
     let mut body = String::new();
     let (result, content_type) = if openmetrics {
         (
