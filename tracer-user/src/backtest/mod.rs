@@ -122,6 +122,7 @@ fn processes(matrix: prometheus::Matrix) -> (Vec<Replayed>, usize) {
                 pod: get("pod"),
                 container: get("container"),
                 owner: String::new(),
+                ..Default::default()
             });
             let workload = labels
                 .get("workload")

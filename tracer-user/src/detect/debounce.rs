@@ -68,7 +68,11 @@ impl Track {
     /// A window that did not breach (`Some(false)`) or had too few calls (`None`).
     pub fn settle(&mut self, known: Option<bool>, now: f64, cfg: &DetectConfig) {
         match (self.phase, known) {
-            (Phase::Normal, Some(_)) => self.breaches = 0,
+            (Phase::Normal, Some(_)) => {
+                // A run that ended before it alerted: the next one freezes its own reference.
+                self.breaches = 0;
+                self.reference = None;
+            }
             (Phase::Normal, None) | (Phase::Pending, None) => {}
             (Phase::Pending, Some(_)) => self.end(),
             (Phase::Firing, _) => {

@@ -352,6 +352,9 @@ impl Detector {
         };
         let since = t.since;
         let victim_cgroup = victim.process.identity.cgroup.as_deref();
+        if t.reference.as_ref().is_some_and(|r| r.since != since) {
+            t.reference = None;
+        }
         let reference = t.reference.get_or_insert_with(|| {
             Box::new(self.host.reference(since, (pid, victim_cgroup), histories))
         });

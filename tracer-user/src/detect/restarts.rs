@@ -43,6 +43,10 @@ struct Workload {
     exits: VecDeque<(f64, u32, u64, Option<i32>)>,
     /// When its restarts were seen, within the span.
     restarts: VecDeque<f64>,
+    /// Kubernetes: the container's restart count at its latest process, and how the instances
+    /// before ended, within the span.
+    kube_restarts: Option<u32>,
+    kube_exits: VecDeque<(f64, String)>,
     /// Its latest process (the one started last), as alerts name it, and its start time.
     latest: Option<Party>,
     latest_start: u64,
@@ -149,12 +153,41 @@ impl Detector {
             }
             let key = workload_key(p.identity, p.comm);
             let w = r.workloads.entry(key).or_default();
-            // Another process of it that started earlier (when both start times are known) and
-            // exited within the span: this one replaced it.
             let start = p.identity.start_time;
-            if let Some((_, before, _, status)) = w.exits.iter().rev().find(|(t, x, s, _)| {
-                *x != p.pid && now - t <= span && (*s == 0 || start == 0 || *s < start)
-            }) {
+            let kube = p
+                .identity
+                .kube
+                .as_ref()
+                .filter(|k| !k.container.is_empty())
+                .and_then(|k| Some((k.restarts?, k.last_exit.clone())));
+            if let Some((n, last_exit)) = kube {
+                // Kubernetes counts the container's restarts: that count is the evidence.
+                if let Some(prev) = w.kube_restarts.filter(|prev| n > *prev) {
+                    for _ in 0..(n - prev).min(MAX_EVENTS as u32) {
+                        push_bounded(&mut w.restarts, now);
+                    }
+                    let how = last_exit.unwrap_or_else(|| "unknown".into());
+                    log::info!(
+                        target: "cudatrace::restart",
+                        pid = p.pid;
+                        "restart: pid={} comm={} is its container's restart {n} (Kubernetes; the last ended: {})",
+                        p.pid,
+                        crate::text::printable(p.comm),
+                        crate::text::printable(&how)
+                    );
+                    if w.kube_exits.len() >= MAX_EVENTS {
+                        w.kube_exits.pop_front();
+                    }
+                    w.kube_exits.push_back((now, format!("Kubernetes: {how}")));
+                }
+                w.kube_restarts = Some(n.max(w.kube_restarts.unwrap_or(0)));
+            } else if let Some((_, before, _, status)) =
+                w.exits.iter().rev().find(|(t, x, s, _)| {
+                    // Another process of it that started earlier (when both start times are known)
+                    // and crashed within the span: this one replaced it.
+                    *x != p.pid && now - t <= span && (*s == 0 || start == 0 || *s < start)
+                })
+            {
                 log::info!(
                     target: "cudatrace::restart",
                     pid = p.pid,
@@ -180,6 +213,9 @@ impl Detector {
             while w.restarts.front().is_some_and(|t| now - t > span) {
                 w.restarts.pop_front();
             }
+            while w.kube_exits.front().is_some_and(|(t, _)| now - t > span) {
+                w.kube_exits.pop_front();
+            }
         }
         if r.workloads.len() > MAX_WORKLOADS {
             let mut quiet: Vec<(f64, String)> = r
@@ -199,7 +235,12 @@ impl Detector {
                 continue;
             };
             let evidence = Evidence {
-                exit_statuses: w.exits.iter().map(|(_, _, _, s)| status_text(*s)).collect(),
+                exit_statuses: w
+                    .exits
+                    .iter()
+                    .map(|(_, _, _, s)| status_text(*s))
+                    .chain(w.kube_exits.iter().map(|(_, e)| e.clone()))
+                    .collect(),
                 ..fact::evidence(
                     ("restarts", "restarts"),
                     w.restarts.len() as f64,

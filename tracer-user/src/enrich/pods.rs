@@ -24,7 +24,16 @@ struct PodEntry {
     name: Arc<str>,
     /// Its owner as a workload ("" without a controller).
     owner: Arc<str>,
-    containers: Vec<(String, Arc<str>)>,
+    containers: Vec<Container>,
+}
+
+/// One container of a pod: its id, name, restart count and how its last instance ended.
+#[derive(Debug)]
+struct Container {
+    id: String,
+    name: Arc<str>,
+    restarts: Option<u32>,
+    last_exit: Option<String>,
 }
 
 /// The node's pods by UID, as last fetched.
@@ -194,6 +203,37 @@ struct ContainerStatus {
     name: String,
     #[serde(default, rename = "containerID")]
     container_id: Option<String>,
+    #[serde(default, rename = "restartCount")]
+    restart_count: Option<u32>,
+    #[serde(default, rename = "lastState")]
+    last_state: Option<LastState>,
+}
+
+/// `lastState`: only how the previous instance terminated is read.
+#[derive(Default, Deserialize)]
+struct LastState {
+    #[serde(default)]
+    terminated: Option<Terminated>,
+}
+
+#[derive(Default, Deserialize)]
+struct Terminated {
+    #[serde(default, rename = "exitCode")]
+    exit_code: Option<i32>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl Terminated {
+    /// `OOMKilled (exit 137)`, `Error (exit 1)`, `exit 3`.
+    fn words(&self) -> Option<String> {
+        let code = self.exit_code.map(|c| format!("exit {c}"));
+        match (self.reason.as_deref().map(clean), code) {
+            (Some(r), Some(c)) => Some(format!("{r} ({c})")),
+            (Some(r), None) => Some(r.to_string()),
+            (None, c) => c,
+        }
+    }
 }
 
 /// A name as a label may carry it: printable, at most [`MAX_NAME`] characters.
@@ -230,7 +270,16 @@ impl PodIndex {
                     .rsplit_once("://")
                     .map_or(id.as_str(), |(_, id)| id)
                     .to_owned();
-                Some((id, clean(&c.name)))
+                let last_exit = c
+                    .last_state
+                    .and_then(|s| s.terminated)
+                    .and_then(|t| t.words());
+                Some(Container {
+                    id,
+                    name: clean(&c.name),
+                    restarts: c.restart_count,
+                    last_exit,
+                })
             })
             .take(MAX_CONTAINERS)
             .collect();
@@ -259,14 +308,14 @@ impl PodIndex {
     /// The names of the container `container_id` (when known) of the pod `uid`.
     pub fn names(&self, uid: &str, container_id: Option<&str>) -> Option<PodNames> {
         let pod = self.pods.get(uid)?;
-        let container = container_id
-            .and_then(|id| pod.containers.iter().find(|(cid, _)| cid == id))
-            .map_or_else(String::new, |(_, name)| name.to_string());
+        let c = container_id.and_then(|id| pod.containers.iter().find(|c| c.id == id));
         Some(PodNames {
             namespace: pod.namespace.to_string(),
             pod: pod.name.to_string(),
-            container,
+            container: c.map_or_else(String::new, |c| c.name.to_string()),
             owner: pod.owner.to_string(),
+            restarts: c.and_then(|c| c.restarts),
+            last_exit: c.and_then(|c| c.last_exit.clone()),
         })
     }
 }
@@ -328,6 +377,17 @@ mod tests {
         );
         assert_eq!(&*index.names("u2", None).unwrap().pod, "pending");
         assert!(index.names("nope", None).is_none());
+        // The container's restart count and how its last instance ended.
+        let restarted = r#"{"items":[{"metadata":{"name":"p","namespace":"n","uid":"u"},
+            "status":{"containerStatuses":[{"name":"server","containerID":"containerd://c1",
+            "restartCount":4,"lastState":{"terminated":{"exitCode":137,"reason":"OOMKilled\u001b"}}}]}}]}"#;
+        let (index, _) = PodIndex::parse(restarted.as_bytes()).unwrap();
+        let n = index.names("u", Some("c1")).unwrap();
+        assert_eq!(
+            (n.restarts, n.last_exit.as_deref()),
+            (Some(4), Some("OOMKilled (exit 137)"))
+        );
+        assert_eq!(names.restarts, None);
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub struct ProcessRef<'a> {
 }
 
 /// The Kubernetes names of one process's container.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PodNames {
     /// The pod's namespace.
     pub namespace: String,
@@ -93,4 +93,10 @@ pub struct PodNames {
     /// The pod's owner as a workload: a Deployment's name (its ReplicaSet's, less the pod
     /// template hash), a StatefulSet's, DaemonSet's or Job's ("" when it has no controller).
     pub owner: String,
+    /// The container's restart count, as the pod's status gave it when the process was named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<u32>,
+    /// How its previous instance ended (`lastState.terminated`): `OOMKilled (exit 137)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
 }

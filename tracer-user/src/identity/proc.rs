@@ -328,6 +328,7 @@ mod tests {
             pod: "llm-0".into(),
             container: "server".into(),
             owner: "llm".into(),
+            ..Default::default()
         });
         assert_eq!(
             id.pod_labels(),

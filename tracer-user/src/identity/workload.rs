@@ -99,6 +99,7 @@ mod tests {
                 pod: "llm-7d9f8b6c5d-x2x4z".into(),
                 container: container.into(),
                 owner: owner.into(),
+                ..Default::default()
             }),
             pod_uid: Some("0b1c2d3e".into()),
             exe: Some("/usr/bin/python3".into()),

@@ -329,6 +329,53 @@ fn finished_jobs_are_no_restart_loop() {
     assert!(out.is_empty(), "{out:?}");
 }
 
+/// In Kubernetes the container's restart count is the evidence: each new process of the
+/// container with a higher count is a restart (its statuses from `lastState`), whatever exit
+/// cudatrace saw; more processes of one instance (the same count) are none.
+#[test]
+fn kubernetes_restart_counts_are_the_evidence() {
+    let mut d = Det::new(DetectConfig::default(), 1000, 0.0);
+    let id = |restarts: u32| Identity {
+        pod_uid: Some("0b1c".into()),
+        exe: Some("/usr/bin/python3".into()),
+        kube: Some(crate::identity::PodNames {
+            namespace: "serving".into(),
+            pod: "llm-0".into(),
+            container: "server".into(),
+            owner: "llm".into(),
+            restarts: Some(restarts),
+            last_exit: (restarts > 0).then(|| "OOMKilled (exit 137)".into()),
+        }),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    // Two processes of the first instance (a worker beside the server): no restart.
+    d.r.insert(200, Comm::from("server"), id(0));
+    d.r.insert(201, Comm::from("worker"), id(0));
+    close(&mut d, 0, &[], &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    for (k, pid) in (1..4u32).zip(202..) {
+        // Its exit status was never read (unknown): the count still says it restarted.
+        d.forget(pid - 1, wall(f64::from(k) * 5.0));
+        d.r.insert(pid, Comm::from("server"), id(k));
+        close(&mut d, k, &[], &mut out);
+    }
+    let fired: Vec<&Record> = out.iter().flat_map(|(_, c)| c).collect();
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(
+        (
+            fired[0].alert,
+            fired[0].evidence.samples,
+            fired[0].victim.pid
+        ),
+        ("CudatraceRestartLoop", 3, 204)
+    );
+    assert_eq!(
+        fired[0].evidence.exit_statuses,
+        vec!["Kubernetes: OOMKilled (exit 137)"; 3]
+    );
+}
+
 #[test]
 fn exit_statuses_in_words() {
     use crate::detect::restarts::status_text;
