@@ -11,6 +11,8 @@ pub use crate::alert::change::{Change, Measure};
 /// Windows of submitted work kept per process: the reference a new alert freezes is read from
 /// those before its breach began.
 pub const KEPT_WINDOWS: usize = 64;
+/// Workloads whose last normal window is remembered at most.
+pub const MAX_WORKLOADS: usize = 4096;
 /// Windows before a breach whose median is a process's work before it.
 const REFERENCE_WINDOWS: usize = 12;
 
@@ -35,6 +37,17 @@ pub struct Work {
     pub waits: u64,
     /// Nanoseconds its threads waited for a CPU (run-queue delay), when read.
     pub run_delay_ns: Option<u64>,
+}
+
+/// Keeps at most [`MAX_WORKLOADS`] of `times` (workload → monotonic seconds): the oldest go.
+pub fn bound_times<K: std::hash::Hash + Eq>(times: &mut std::collections::HashMap<K, f64>) {
+    if times.len() <= MAX_WORKLOADS {
+        return;
+    }
+    let mut by_age: Vec<f64> = times.values().copied().collect();
+    by_age.sort_by(f64::total_cmp);
+    let cut = by_age[times.len() - MAX_WORKLOADS];
+    times.retain(|_, t| *t >= cut);
 }
 
 /// `measure`'s value per second of `w` (0 for the measures no traced window holds).
@@ -111,6 +124,9 @@ impl Recent {
 #[derive(Clone, Debug, Default)]
 pub struct WorkHistory {
     windows: VecDeque<Work>,
+    /// When its first window began, kept after that window is dropped: a process older than
+    /// a reference time did not arrive after it, even when its windows of then are gone.
+    first: Option<f64>,
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -129,6 +145,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 impl WorkHistory {
     /// Keeps one more window (the oldest past [`KEPT_WINDOWS`] goes).
     pub fn push(&mut self, w: Work) {
+        self.first.get_or_insert(w.start);
         if self.windows.len() >= KEPT_WINDOWS {
             self.windows.pop_front();
         }
@@ -152,9 +169,20 @@ impl WorkHistory {
         v
     }
 
-    /// `f` of its windows before `since` (their median); `None` when it had none then.
+    /// `f` of its windows before `since` (their median); `None` when it was not there then.
+    /// When it was, but those windows are no longer kept, its oldest kept windows stand in.
     pub fn reference(&self, since: f64, f: impl Fn(&Work) -> Option<f64>) -> Option<f64> {
-        median(self.before(since).into_iter().filter_map(f).collect())
+        let before = self.before(since);
+        if before.is_empty() && self.first.is_some_and(|t| t < since - 1e-6) {
+            return median(
+                self.windows
+                    .iter()
+                    .take(REFERENCE_WINDOWS)
+                    .filter_map(f)
+                    .collect(),
+            );
+        }
+        median(before.into_iter().filter_map(f).collect())
     }
 
     /// `f` of its windows from `since` on (the window now closing is pushed before verdicts
@@ -225,6 +253,18 @@ mod tests {
             h.push(w(100.0 + i as f64 * 5.0, 1));
         }
         assert_eq!(h.windows().count(), KEPT_WINDOWS);
+        // Its windows of 25 s are gone, but it was there: its oldest kept ones stand in.
+        assert_eq!(h.reference(25.0, threads), Some(1.0));
+        // A process that began after a reference time arrived after it.
+        let mut late = WorkHistory::default();
+        late.push(w(50.0, 9));
+        assert_eq!(late.reference(25.0, threads), None);
+        let mut times: std::collections::HashMap<u32, f64> = (0..MAX_WORKLOADS as u32 + 10)
+            .map(|i| (i, f64::from(i)))
+            .collect();
+        bound_times(&mut times);
+        assert_eq!(times.len(), MAX_WORKLOADS);
+        assert!(!times.contains_key(&9) && times.contains_key(&10));
     }
 
     #[test]

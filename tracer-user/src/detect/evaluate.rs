@@ -242,6 +242,9 @@ impl Detector {
                     None => {
                         series.learn(v, wall, &season, keep);
                         t.settle(Some(false), now, &cfg);
+                        if stuck_ns.is_none() {
+                            self.last_normal.insert(workload.clone(), now);
+                        }
                     }
                 }
             }
@@ -276,6 +279,7 @@ impl Detector {
         }
         self.drifts(now_wall, &cfg);
         self.memory.bound();
+        super::change::bound_times(&mut self.last_normal);
         // Records still refer to the window's moments; stamp the changes with the wall clock.
         for s in processes
             .slots_mut()
@@ -355,8 +359,16 @@ impl Detector {
         if t.reference.as_ref().is_some_and(|r| r.since != since) {
             t.reference = None;
         }
+        // The world before: before the breach, or before the workload's last normal window
+        // when that is earlier (a process of it started anew next to its aggressor).
+        let at = self
+            .last_normal
+            .get(victim.process.workload)
+            .map_or(since, |t| t.min(since));
         let reference = t.reference.get_or_insert_with(|| {
-            Box::new(self.host.reference(since, (pid, victim_cgroup), histories))
+            let mut r = self.host.reference(at, (pid, victim_cgroup), histories);
+            r.since = since;
+            Box::new(r)
         });
         let nows = self.host.nows(since, (pid, victim_cgroup), histories);
         let causal = super::causes::Causal {

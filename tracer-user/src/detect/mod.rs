@@ -181,6 +181,9 @@ pub struct Detector {
     restarts: restarts::Restarts,
     /// The host's cgroups' CPU use, NVML's per-process and per-GPU utilization, over time.
     host: verdict::HostHistory,
+    /// Per workload, when (monotonic seconds) its last window within its baseline ended: a
+    /// process of it that starts anew next to an aggressor is compared with the world then.
+    last_normal: std::collections::HashMap<Arc<str>, f64>,
 }
 
 impl Detector {
@@ -196,6 +199,7 @@ impl Detector {
             gone_oom: Vec::new(),
             restarts: restarts::Restarts::default(),
             host: verdict::HostHistory::default(),
+            last_normal: std::collections::HashMap::new(),
         }
     }
 
