@@ -10,15 +10,6 @@ use crate::{
     config::DetectConfig,
 };
 
-/// `x` to 4 significant digits.
-fn round4(x: f64) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
-    (x * scale).round() / scale
-}
-
 impl Detector {
     /// Looks at the drift of every (workload, signal) that closed an hour since the last window.
     pub(super) fn drifts(&mut self, now_wall: SystemTime, cfg: &DetectConfig) {
@@ -45,13 +36,13 @@ impl Detector {
                 let since = *s.drift_since.get_or_insert(t);
                 let signal = Signal::ALL[i];
                 let evidence = Evidence {
-                    baseline: round4(d.from / 1e9),
-                    baseline_p99: round4(d.from / 1e9),
-                    ratio: round4(d.to / d.from),
-                    drift_pct_per_week: Some(round4(d.per_week * 100.0)),
+                    baseline: fact::significant(d.from / 1e9),
+                    baseline_p99: fact::significant(d.from / 1e9),
+                    ratio: fact::significant(d.to / d.from),
+                    drift_pct_per_week: Some(fact::significant(d.per_week * 100.0)),
                     ..fact::evidence(
                         (signal.as_str(), signal.unit()),
-                        round4(d.to / 1e9),
+                        fact::significant(d.to / 1e9),
                         d.hours as u64,
                         window_h * 3600,
                     )

@@ -12,6 +12,7 @@ use super::{
     change::WorkHistory,
     classify::{self, Activity, Seen},
     debounce::Phase,
+    fact::significant,
     Detector, ProcessSignals, Processes, Signal,
 };
 use crate::{
@@ -48,15 +49,6 @@ struct Observed {
     identity: Arc<Identity>,
     workload: Arc<str>,
     activity: Activity,
-}
-
-/// `x` to 4 significant digits: what the evidence can stand for.
-fn significant(x: f64) -> f64 {
-    if x == 0.0 || !x.is_finite() {
-        return x;
-    }
-    let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
-    (x * scale).round() / scale
 }
 
 /// Seconds since the epoch.
@@ -179,6 +171,8 @@ impl Detector {
                         // No normal known yet: a stuck call is not one to learn.
                         continue;
                     }
+                    // A window learned into the baseline is a normal one too.
+                    self.last_normal.insert(workload.clone(), now);
                     if series.learn(v, wall, &season, keep) == Learned::Ready {
                         log::info!(
                             target: "cudatrace::baseline",

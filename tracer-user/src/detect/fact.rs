@@ -8,6 +8,15 @@ use crate::{
     text::rfc3339,
 };
 
+/// `x` to 4 significant digits: what the evidence can stand for.
+pub(super) fn significant(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
 /// Evidence of a fact: `signal` in `unit`, its value `now` from `samples` over `window_s`.
 pub(super) fn evidence(
     (signal, unit): (&'static str, &'static str),
