@@ -172,7 +172,7 @@ impl Detector {
                         continue;
                     }
                     // A window learned into the baseline is a normal one too.
-                    self.last_normal.insert(workload.clone(), now);
+                    self.last_normal.insert((workload.clone(), i), now);
                     if series.learn(v, wall, &season, keep) == Learned::Ready {
                         log::info!(
                             target: "cudatrace::baseline",
@@ -237,7 +237,7 @@ impl Detector {
                         series.learn(v, wall, &season, keep);
                         t.settle(Some(false), now, &cfg);
                         if stuck_ns.is_none() {
-                            self.last_normal.insert(workload.clone(), now);
+                            self.last_normal.insert((workload.clone(), i), now);
                         }
                     }
                 }
@@ -357,7 +357,7 @@ impl Detector {
         // when that is earlier (a process of it started anew next to its aggressor).
         let at = self
             .last_normal
-            .get(victim.process.workload)
+            .get(&(Arc::from(victim.process.workload), i))
             .map_or(since, |t| t.min(since));
         let reference = t.reference.get_or_insert_with(|| {
             let mut r = self.host.reference(at, (pid, victim_cgroup), histories);

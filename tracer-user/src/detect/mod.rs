@@ -181,9 +181,10 @@ pub struct Detector {
     restarts: restarts::Restarts,
     /// The host's cgroups' CPU use, NVML's per-process and per-GPU utilization, over time.
     host: verdict::HostHistory,
-    /// Per workload, when (monotonic seconds) its last window within its baseline ended: a
-    /// process of it that starts anew next to an aggressor is compared with the world then.
-    last_normal: std::collections::HashMap<Arc<str>, f64>,
+    /// Per (workload, signal), when (monotonic seconds) its last window within its baseline
+    /// ended: a process of it that starts anew next to an aggressor is compared with the world
+    /// then.
+    last_normal: std::collections::HashMap<(Arc<str>, usize), f64>,
 }
 
 impl Detector {
