@@ -5,7 +5,7 @@
 //! before and now; an unchanged neighbour is never named, whatever its size.
 use super::{
     change::{Change, Measure},
-    classify::{gpus_of, round3, vouched, GpuSet, Seen, Thresholds, Verdict, THROTTLE_BITS},
+    classify::{gpus_of, vouched, GpuSet, Seen, Thresholds, Verdict, THROTTLE_BITS},
     signals::Signal,
     verdict::{Nows, Reference, Steps, TRACED},
 };
@@ -30,17 +30,8 @@ pub struct Causal<'a> {
 type Named = Vec<(Party, f64, bool)>;
 
 /// The parties of `named`, shares made of their relative rises, biggest first (at most five).
-fn ranked(mut named: Named) -> Vec<Party> {
-    let total: f64 = named.iter().map(|(_, r, _)| r).sum();
-    named.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.pid.cmp(&b.0.pid)));
-    named.truncate(5);
-    named
-        .into_iter()
-        .map(|(mut p, r, _)| {
-            p.share = Some(round3(r / total.max(f64::MIN_POSITIVE)));
-            p
-        })
-        .collect()
+fn ranked(named: Named) -> Vec<Party> {
+    super::host::ranked(named.into_iter().map(|(p, r, _)| (p, r)).collect())
 }
 
 /// Traced processes on the victim's GPU whose `measures` rose: each with its largest change.

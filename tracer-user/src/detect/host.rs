@@ -23,7 +23,9 @@ fn party(pid: u32, change: Change, rel: f64) -> (Party, f64) {
     (p, rel)
 }
 
-fn ranked(mut named: Vec<(Party, f64)>) -> Vec<Party> {
+/// The parties of `named` (each with its rise), shares made of their rises, biggest first (at
+/// most five).
+pub(super) fn ranked(mut named: Vec<(Party, f64)>) -> Vec<Party> {
     let total: f64 = named.iter().map(|(_, r)| r).sum();
     named.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.pid.cmp(&b.0.pid)));
     named.truncate(5);
