@@ -5,6 +5,7 @@
 # instruction of each probed symbol (the kernel emulates push/jmp/call/nop at a uprobe; anything
 # else is single-stepped out of line, several times dearer: the bench measures both cases).
 #   scripts/device-check.sh [LIBCUDA]      (default: the loader's libcuda.so.1)
+# Where PyTorch is installed, also a PyTorch section against torch.profiler (device_check_torch.py).
 # Needs root, a built tree (`cargo xtask build`), and nothing else. Writes results to $OUT when
 # set (the device tool's output folder), else to target/device-check/.
 set -euo pipefail
@@ -43,7 +44,7 @@ kill -INT $daemon; wait $daemon || true
 detached
 run_counted=$(sed -n 's/^summary:.* launches_counted=\([0-9]*\).*/\1/p' "$out/run.err")
 a2=$(ns)
-# The first instruction of each of the 43 probed symbols (objdump falls back to the dynamic
+# The first instruction of each probed symbol (objdump falls back to the dynamic
 # symbols of a stripped library).
 syms=$(grep -o '"cu[A-Za-z0-9_]*"' tracer-common/src/api.rs | tr -d '"' | sort -u | tr '\n' ' ')
 if command -v objdump > /dev/null; then
@@ -63,4 +64,20 @@ fi
   echo "first instructions ($(wc -l < "$out/first-instructions.txt") symbols):"
   sed 's/^/  /' "$out/first-instructions.txt"
 } | tee "$out/result.txt"
-[ "$got_l" = "$launches" ] && [ "$got_c" = "$copies" ] && [ "$run_counted" = "$calls" ]
+# PyTorch, where it is installed: what a serving stack calls, against torch.profiler
+# (scripts/device_check_torch.py), under `cudatrace run` with every kernel named.
+torch_ok=true
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
+  printf 'top_kernels = 2000\nmax_kernels = 2000\nretain_exited_s = 600\n' > "$out/torch.toml"
+  "$bin" run --lib "$lib" --listen 127.0.0.1:9469 --config "$out/torch.toml" > /dev/null 2> "$out/torch-run.err" &
+  daemon=$!
+  for _ in $(seq 600); do grep -q '^ready:' "$out/torch-run.err" && break; sleep 0.1; done
+  timeout 240 python3 scripts/device_check_torch.py "$lib" http://127.0.0.1:9469/metrics "$out" \
+    > "$out/torch.jsonl" 2> "$out/torch.err" || torch_ok=false
+  kill -INT $daemon; wait $daemon || true
+  detached
+  { echo "PyTorch ($(python3 -c 'import torch; print(torch.__version__)')):"; sed 's/^/  /' "$out/torch.jsonl"; } | tee -a "$out/result.txt"
+else
+  echo "PyTorch with CUDA not found: its section was not run" | tee -a "$out/result.txt"
+fi
+[ "$got_l" = "$launches" ] && [ "$got_c" = "$copies" ] && [ "$run_counted" = "$calls" ] && $torch_ok

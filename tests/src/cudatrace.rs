@@ -72,6 +72,27 @@ pub struct Traced {
 }
 
 impl Traced {
+    /// `(batches, batch_span_ns, host_wait_ns)` of the `device time:` line of `pid`'s `stream`.
+    pub fn device_time(&self, pid: u64, stream: u64) -> (u64, u64, u64) {
+        let prefix = format!("device time: pid={pid} stream={stream:#x} ");
+        let line = self
+            .stderr
+            .iter()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no line {prefix:?} in {:?}", self.stderr));
+        let field = |name: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        (
+            field("batches"),
+            field("batch_span_ns"),
+            field("host_wait_ns"),
+        )
+    }
+
     /// Events of one process.
     pub fn of_pid(&self, pid: u64) -> Vec<&Value> {
         self.events

@@ -82,6 +82,11 @@ pub enum Scenario {
         /// How long.
         seconds: f64,
     },
+    /// A scenario by name with numeric arguments: the serving-stack ones of
+    /// `workload_serving.c` (`graph`, `evented`, `join`, `copysync`), `crowd`...
+    Named(&'static str, Vec<u64>),
+    /// `polled ITERS LAUNCHES GRID HOW`, `HOW` being `event` or `stream`.
+    Polled(u64, u64, u64, &'static str),
     /// Synchronous host-to-device copies of `bytes`, `gap_us` apart, for `seconds`.
     Copies {
         /// How long.
@@ -100,6 +105,16 @@ impl Scenario {
                 vec!["basic".into(), launches.to_string(), copies.to_string()]
             }
             Scenario::Each(n) => vec!["each".into(), n.to_string()],
+            Scenario::Named(name, args) => std::iter::once((*name).to_owned())
+                .chain(args.iter().map(u64::to_string))
+                .collect(),
+            Scenario::Polled(iters, launches, grid, how) => vec![
+                "polled".into(),
+                iters.to_string(),
+                launches.to_string(),
+                grid.to_string(),
+                (*how).to_owned(),
+            ],
             Scenario::Loop {
                 seconds,
                 grid,
@@ -170,6 +185,7 @@ pub struct Workload {
     comm: Option<String>,
     cgroup: Option<PathBuf>,
     exit_code: Option<i32>,
+    hold: bool,
 }
 
 impl Workload {
@@ -186,6 +202,7 @@ impl Workload {
             comm: None,
             exit_code: None,
             cgroup: None,
+            hold: false,
         }
     }
 
@@ -243,6 +260,12 @@ impl Workload {
         self
     }
 
+    /// Loads the library, then waits until [`Running::release_and_wait`] before its first call.
+    pub fn hold(mut self) -> Workload {
+        self.hold = true;
+        self
+    }
+
     /// Starts it in this cgroup v2 directory (a shell writes its pid, then execs it).
     pub fn cgroup(mut self, dir: &std::path::Path) -> Workload {
         self.cgroup = Some(dir.to_path_buf());
@@ -292,6 +315,9 @@ impl Workload {
         if let Some(code) = self.exit_code {
             cmd.args(["--exit", &code.to_string()]);
         }
+        if self.hold {
+            cmd.arg("--hold").stdin(Stdio::piped());
+        }
         let child = cmd
             .args(self.scenario.args())
             .envs(self.vars.iter().map(|(k, v)| (k, v)))
@@ -325,6 +351,13 @@ impl Running {
     /// Waits for it; returns its JSON report (the last line it printed).
     pub fn finish(mut self) -> Value {
         report(self.child.take().expect("running"))
+    }
+
+    /// Lets a held workload go on (closes its stdin), waits for it; returns its JSON report.
+    pub fn release_and_wait(mut self) -> Value {
+        let mut child = self.child.take().expect("running");
+        drop(child.stdin.take());
+        report(child)
     }
 
     /// Waits for it, whatever its status; returns the status.

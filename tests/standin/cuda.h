@@ -13,6 +13,7 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraph_st *CUgraph;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 
@@ -21,6 +22,8 @@ typedef struct CUkern_st *CUkernel;
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_ILLEGAL_STATE 401
+#define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_FOUND 500
 
 typedef struct CUlaunchAttribute_st {
@@ -72,6 +75,16 @@ typedef CUresult (*PFN_cuEventSynchronize)(CUevent);
 typedef CUresult (*PFN_cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
 typedef CUresult (*PFN_cuEventCreate)(CUevent *, unsigned int);
 typedef CUresult (*PFN_cuEventRecord)(CUevent, CUstream);
+typedef CUresult (*PFN_cuEventRecordWithFlags)(CUevent, CUstream, unsigned int);
+typedef CUresult (*PFN_cuEventQuery)(CUevent);
+typedef CUresult (*PFN_cuStreamQuery)(CUstream);
+typedef CUresult (*PFN_cuCtxSynchronize_v2)(CUcontext);
+typedef CUresult (*PFN_cuStreamBeginCapture)(CUstream, int);
+typedef CUresult (*PFN_cuStreamEndCapture)(CUstream, CUgraph *);
+typedef CUresult (*PFN_cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*PFN_cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph, void *);
+typedef CUresult (*PFN_cuGraphExecUpdate)(CUgraphExec, CUgraph, void *);
+typedef CUresult (*PFN_cuGetProcAddress)(const char *, void **, int, unsigned long long, int *);
 typedef CUresult (*PFN_cuStreamCreate)(CUstream *, unsigned int);
 typedef CUresult (*PFN_cuMemAlloc)(CUdeviceptr *, size_t);
 typedef CUresult (*PFN_cuMemFree)(CUdeviceptr);

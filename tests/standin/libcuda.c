@@ -20,7 +20,9 @@
  *                                 fails with CUDA_ERROR_OUT_OF_MEMORY (default 0: unlimited)
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -206,8 +208,22 @@ struct CUmod_st { int is_library; };
 struct CUfunc_st { char name[256]; };
 struct CUkern_st { char name[256]; struct CUfunc_st *function; };
 struct CUstream_st { int id; };
-struct CUevent_st { uint64_t done_at; };
-struct CUgraphExec_st { int id; };
+/* A graph: its kernel nodes (libcuda_serving.c). */
+struct graph_node {
+    CUfunction function;
+    uint64_t blocks;
+};
+struct CUgraph_st {
+    struct graph_node *nodes;
+    size_t n, cap;
+};
+struct CUevent_st {
+    uint64_t done_at;
+    struct CUgraph_st *capture; /* recorded on a capturing stream: the capture's graph */
+};
+/* An executable graph: its kernel nodes (NULL for cuGraphInstantiateStandin's, which runs
+ * CUDA_STANDIN_GRAPH_NS). */
+struct CUgraphExec_st { int id; struct CUgraph_st *graph; };
 
 static int initialized;
 static struct CUctx_st the_ctx;
@@ -246,6 +262,12 @@ static struct CUkern_st *kernel_named(const char *name) {
     return k;
 }
 
+/* Stream capture (libcuda_serving.c). */
+static int capture_launch(uintptr_t key, CUfunction f, uint64_t blocks);
+static int is_capturing(uintptr_t key);
+static int capture_join(uintptr_t key, struct CUgraph_st *g);
+static uint64_t graph_ns(const struct CUgraphExec_st *x);
+
 /* ---- shared bodies -------------------------------------------------------------------------- */
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -256,6 +278,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (!f || !gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t key = stream_key(s, per_thread);
     uint64_t blocks = (uint64_t)gx * gy * gz;
+    if (capture_launch(key, f, blocks)) return CUDA_SUCCESS; /* recorded, not run */
     uint64_t done = enqueue(&dev->compute_busy_until, stream_tail(key), blocks * cfg_ns_per_block * factor);
     stream_push(key, done);
     __atomic_add_fetch(&dev->launches, 1, __ATOMIC_RELAXED);
@@ -267,7 +290,13 @@ static CUresult graph_launch(CUgraphExec g, CUstream s, int per_thread) {
     spin(cfg_call_ns);
     if (!g) return CUDA_ERROR_INVALID_HANDLE;
     uintptr_t key = stream_key(s, per_thread);
-    stream_push(key, enqueue(&dev->compute_busy_until, stream_tail(key), cfg_graph_ns));
+    if (is_capturing(key)) {
+        /* A graph launched into a capture: its nodes join the capture's graph. */
+        for (size_t i = 0; g->graph && i < g->graph->n; i++)
+            capture_launch(key, g->graph->nodes[i].function, g->graph->nodes[i].blocks);
+        return CUDA_SUCCESS;
+    }
+    stream_push(key, enqueue(&dev->compute_busy_until, stream_tail(key), graph_ns(g)));
     return CUDA_SUCCESS;
 }
 
@@ -281,6 +310,7 @@ static CUresult copy(size_t bytes, CUstream s, int per_thread, int synchronous) 
     spin(cfg_call_ns);
     if (bytes > MAX_COPY_BYTES) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t key = stream_key(s, per_thread);
+    if (!synchronous && is_capturing(key)) return CUDA_SUCCESS; /* a copy node, not run */
     uint64_t done = enqueue(&dev->copy_busy_until, stream_tail(key), (uint64_t)bytes * 1000 / cfg_bytes_per_us);
     stream_push(key, done);
     if (synchronous) wait_until(done);
@@ -298,7 +328,15 @@ static CUresult stream_wait_event(CUstream s, CUevent e, int per_thread) {
     init();
     spin(cfg_call_ns);
     if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    stream_push(stream_key(s, per_thread), e->done_at);
+    uintptr_t key = stream_key(s, per_thread);
+    if (e->capture) {
+        /* Waiting on an event of a capture: the stream joins it. */
+        pthread_mutex_lock(&objs_lock);
+        int joined = capture_join(key, e->capture);
+        pthread_mutex_unlock(&objs_lock);
+        return joined ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    stream_push(key, e->done_at);
     return CUDA_SUCCESS;
 }
 
@@ -374,11 +412,6 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags) {
     *e = calloc(1, sizeof **e);
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuEventRecord(CUevent e, CUstream s) {
-    if (!e) return CUDA_ERROR_INVALID_HANDLE;
-    e->done_at = stream_tail(stream_key(s, 0));
-    return CUDA_SUCCESS;
-}
 EXPORT CUresult cuGraphInstantiateStandin(CUgraphExec *g) {
     if (!g) return CUDA_ERROR_INVALID_VALUE;
     *g = calloc(1, sizeof **g);
@@ -424,42 +457,6 @@ EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, voi
 EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return graph_launch(g, s, 0); }
 EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return graph_launch(g, s, 1); }
 
-/* ---- copies --------------------------------------------------------------------------------- */
-
-EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { (void)d; (void)h; return copy(n, 0, 0, 1); }
-EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { (void)d; (void)h; return copy(n, 0, 1, 1); }
-EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { (void)d; (void)h; return copy(n, 0, 0, 1); }
-EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { (void)d; (void)h; return copy(n, 0, 1, 1); }
-EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy(n, 0, 0, 1); }
-EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy(n, 0, 1, 1); }
-EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 0, 0); }
-EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 1, 0); }
-EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 0, 0); }
-EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 1, 0); }
-EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 0, 0); }
-EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 1, 0); }
-EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr x, size_t n) { (void)d; (void)x; return copy(n, 0, 0, 1); }
-EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr x, size_t n) { (void)d; (void)x; return copy(n, 0, 1, 1); }
-EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 0, 0); }
-EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 1, 0); }
-EXPORT CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n) {
-    (void)d; (void)dc; (void)x; (void)xc;
-    return copy(n, 0, 0, 1);
-}
-EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n) {
-    (void)d; (void)dc; (void)x; (void)xc;
-    return copy(n, 0, 1, 1);
-}
-EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n, CUstream s) {
-    (void)d; (void)dc; (void)x; (void)xc;
-    return copy(n, s, 0, 0);
-}
-EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n,
-                                       CUstream s) {
-    (void)d; (void)dc; (void)x; (void)xc;
-    return copy(n, s, 1, 0);
-}
-
 /* ---- waits ---------------------------------------------------------------------------------- */
 
 EXPORT CUresult cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
@@ -480,41 +477,7 @@ EXPORT CUresult cuEventSynchronize(CUevent e) {
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 0); }
 EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 1); }
 
-/* ---- kernel names ----------------------------------------------------------------------------- */
+/* ---- copies, memory, names (libcuda_calls.c); serving stacks (libcuda_serving.c) ---------- */
 
-EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
-    init();
-    spin(cfg_call_ns);
-    if (!out || !m || !name) return CUDA_ERROR_INVALID_VALUE;
-    if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
-    if (cfg_fresh_handles) {
-        *out = (CUfunction)(uintptr_t)(0x7e0000000000ull + 16ull * __atomic_add_fetch(&fresh_handles_given, 1, __ATOMIC_RELAXED));
-        return CUDA_SUCCESS;
-    }
-    *out = function_named(name);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-EXPORT CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary l, const char *name) {
-    init();
-    spin(cfg_call_ns);
-    if (!out || !l || !name) return CUDA_ERROR_INVALID_VALUE;
-    if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
-    *out = kernel_named(name);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-EXPORT CUresult cuKernelGetFunction(CUfunction *out, CUkernel k) {
-    init();
-    spin(cfg_call_ns);
-    if (!out || !k) return CUDA_ERROR_INVALID_VALUE;
-    *out = function_named(k->name);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-/* ---- memory ------------------------------------------------------------------------------------ */
-
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return mem_alloc(p, n); }
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return mem_free(p); }
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+#include "libcuda_calls.c"
+#include "libcuda_serving.c"

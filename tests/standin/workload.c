@@ -17,6 +17,7 @@
  *     crowd MAPPINGS SECONDS    no driver at all: MAPPINGS separate mappings, then SECONDS asleep (a
  *                               crowded node's process, for the discovery benchmark)
  *     syscalls N                N getppid() system calls, timed (the cost of a sys_enter hook)
+ *     graph, evented, polled, join: the serving-stack scenarios (workload_serving.c)
  *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
  *     allocs BYTES N HOLD       N cuMemAlloc_v2 of BYTES each (failures go on), then HOLD seconds idle
  *     grow BYTES EVERY_MS SECONDS  a cuMemAlloc_v2 of BYTES every EVERY_MS for SECONDS, none freed
@@ -29,6 +30,7 @@
  *     unpaged-config N          N cuLaunchKernelEx calls whose CUlaunchConfig sits in a file
  *                               mapping not yet paged in (grid N+1 x 2 x 3): a probe cannot read
  *                               it without faulting, the driver's own read faults it in
+ *   WORKLOAD_RESOLVE=procaddress resolves every entry point through cuGetProcAddress_v2.
  *   --settle MS sleeps between dlopen and the first call.
  *   --hold waits, after dlopen, until stdin closes before the first call.
  *   --exit CODE exits with CODE once the scenario is done (a crashing server, for restart loops).
@@ -50,8 +52,23 @@ void *lib;
 int real_driver;
 uint64_t loaded_ns; /* CLOCK_MONOTONIC when dlopen returned */
 
+/* WORKLOAD_RESOLVE=procaddress: every entry point through cuGetProcAddress_v2, as the CUDA
+ * runtime gets them, instead of dlsym. */
 void *sym(const char *name, int required) {
-    void *p = dlsym(lib, name);
+    static PFN_cuGetProcAddress resolve;
+    static int mode = -1;
+    if (mode < 0) {
+        const char *m = getenv("WORKLOAD_RESOLVE");
+        mode = m && !strcmp(m, "procaddress");
+        if (mode) resolve = (PFN_cuGetProcAddress)dlsym(lib, "cuGetProcAddress_v2");
+    }
+    void *p = NULL;
+    if (mode && resolve) {
+        int status = -1;
+        if (resolve(name, &p, 12000, 0, &status) != CUDA_SUCCESS) p = NULL;
+    } else {
+        p = dlsym(lib, name);
+    }
     if (!p && required) {
         fprintf(stderr, "cuda-workload: %s does not export %s\n", "the library", name);
         exit(2);
@@ -162,7 +179,7 @@ static void run_basic(int threads, long launches, long copies) {
 
 /* ---- loop ------------------------------------------------------------------------------------- */
 
-static void run_loop(double seconds, unsigned grid, long sync_every, long limit) {
+void run_loop(double seconds, unsigned grid, long sync_every, long limit) {
     setup(1 << 20);
     CUstream s = new_stream();
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
@@ -384,104 +401,11 @@ static void run_syscalls(long n) {
     printf("{\"pid\":%d,\"calls\":%ld,\"ns_per_call\":%.1f}\n", getpid(), n, ns / (double)n);
 }
 
-/* ---- die-in-call ------------------------------------------------------------------------------ */
-
-static CUstream die_stream;
-static void *die_waiter(void *p) {
-    (void)p;
-    thread_ctx();
-    ((PFN_cuStreamSynchronize)sym("cuStreamSynchronize", 1))(die_stream); /* never returns: exit comes first */
-    return NULL;
-}
-
-/* Queues a long kernel, blocks a second thread in cuStreamSynchronize, and exits the process while
- * that thread is inside the call: its entry state must not outlive it. */
-static void run_die_in_call(void) {
-    setup(4096);
-    die_stream = new_stream();
-    CHECK(((PFN_cuLaunchKernel)sym("cuLaunchKernel", 1))(function, 1, 1, 1, 1, 1, 1, 0, die_stream, kernel_params, NULL));
-    pthread_t t;
-    pthread_create(&t, NULL, die_waiter, NULL);
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    printf("{\"pid\":%d}\n", getpid());
-    fflush(stdout);
-    _exit(0);
-}
-
-static double headless_seconds;
-
-static void *headless_worker(void *unused) {
-    (void)unused;
-    run_loop(headless_seconds, 1, 1, 0);
-    fflush(stdout);
-    exit(0);
-}
-
-/* The main thread leaves (the process's leader becomes a zombie) while a second thread goes on
- * calling the driver: the process still runs and must still be traced. */
-static void run_headless(double seconds) {
-    headless_seconds = seconds;
-    pthread_t t;
-    if (pthread_create(&t, NULL, headless_worker, NULL) != 0) exit(2);
-    pthread_exit(NULL);
-}
-
-static void run_huge_copies(long n) {
-    setup(4096);
-    PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
-    static char host[16];
-    long failed = 0;
-    for (long i = 0; i < n; i++) failed += htod(dev_a, host, (size_t)1 << 63) != CUDA_SUCCESS;
-    printf("{\"pid\":%d,\"copies\":%ld,\"failed\":%ld}\n", getpid(), n, failed);
-}
-
-static void run_lookup(const char *name) {
-    setup(4096);
-    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
-    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
-    CUfunction f;
-    CHECK(getfn(&f, module, name));
-    CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
-    printf("{\"pid\":%d,\"function\":%lu}\n", getpid(), (unsigned long)(uintptr_t)f);
-}
-
-static void run_rename(const char *name, long n) {
-    setup(4096);
-    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
-    for (long i = 0; i < 2 * n; i++) {
-        if (i == n && prctl(PR_SET_NAME, name, 0, 0, 0) != 0) { perror("prctl"); exit(2); }
-        CHECK(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
-    }
-    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), 2 * n);
-}
-
-static void run_unpaged_config(long n) {
-    setup(4096);
-    PFN_cuLaunchKernelEx launch_ex = (PFN_cuLaunchKernelEx)sym("cuLaunchKernelEx", 1);
-    char path[] = "/tmp/cuda-workload-config-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) { perror("mkstemp"); exit(2); }
-    unlink(path);
-    CUlaunchConfig c = {(unsigned)(n + 1), 2, 3, 32, 1, 1, 0, NULL, NULL, 0};
-    if (write(fd, &c, sizeof c) != (ssize_t)sizeof c) { perror("write"); exit(2); }
-    for (long i = 0; i < n; i++) {
-        /* A fresh private mapping each time: its page is in the page cache but not in this
-         * process's page table until something touches it. */
-        void *m = mmap(NULL, sizeof c, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) { perror("mmap"); exit(2); }
-        CHECK(launch_ex((const CUlaunchConfig *)m, function, kernel_params, NULL));
-        munmap(m, sizeof c);
-    }
-    close(fd);
-    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), n);
-}
-
 /* ---- main ------------------------------------------------------------------------------------- */
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] [--exit CODE] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US\n");
     exit(64);
 }
 
@@ -535,7 +459,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "loop") && (i + 3 == argc || i + 4 == argc))
         run_loop(atof(argv[i]), (unsigned)atoi(argv[i + 1]), atol(argv[i + 2]), i + 4 == argc ? atol(argv[i + 3]) : 0);
     else if (!strcmp(scenario, "wait-for-lib") && i + 1 == argc) run_basic(1, atol(argv[i]), 0);
-    else if (!strcmp(scenario, "die-in-call") && i == argc) run_die_in_call();
     else if (!strcmp(scenario, "calls") && (i + 1 == argc || i + 2 == argc))
         run_calls(threads, atol(argv[i]), i + 2 == argc ? atof(argv[i + 1]) : 0, 0);
     else if (!strcmp(scenario, "copy-calls") && (i + 1 == argc || i + 2 == argc))
@@ -545,13 +468,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "lookups") && i + 2 == argc) run_lookups(atol(argv[i]), atof(argv[i + 1]));
     else if (!strcmp(scenario, "grow") && i + 3 == argc) run_grow((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "allocs") && i + 3 == argc) run_allocs((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
-    else if (!strcmp(scenario, "unpaged-config") && i + 1 == argc) run_unpaged_config(atol(argv[i]));
-    else if (!strcmp(scenario, "huge-copies") && i + 1 == argc) run_huge_copies(atol(argv[i]));
-    else if (!strcmp(scenario, "headless") && i + 1 == argc) run_headless(atof(argv[i]));
-    else if (!strcmp(scenario, "lookup") && i + 1 == argc) run_lookup(argv[i]);
-    else if (!strcmp(scenario, "rename") && i + 2 == argc) run_rename(argv[i], atol(argv[i + 1]));
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
-    else usage();
+    else if (!run_serving(scenario, argc - i, argv + i) && !run_misc(scenario, argc - i, argv + i)) usage();
     fflush(stdout);
     return exit_code;
 }

@@ -51,5 +51,13 @@ void setup(size_t buf_bytes);
 CUstream new_stream(void);
 /* The `each` scenario (workload_each.c). */
 void run_each(long n);
+/* A worker thread's context (a real driver's is per thread). */
+void thread_ctx(void);
+/* The serving-stack scenarios (workload_serving.c): 1 when `scenario` was one of them. */
+int run_serving(const char *scenario, int argc, char **argv);
+/* The odd scenarios (workload_misc.c): 1 when `scenario` was one of them. */
+int run_misc(const char *scenario, int argc, char **argv);
+/* The `loop` scenario (workload.c). */
+void run_loop(double seconds, unsigned grid, long sync_every, long limit);
 
 #endif

@@ -10,6 +10,90 @@ static void count(const char *api, long n) {
     first_count = 0;
 }
 
+/* Events, polling, capture and graphs: N calls each, after which the stream is idle. */
+static void each_serving(long n, CUstream s, CUevent e) {
+    static const char *records[] = {"cuEventRecord", "cuEventRecord_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuEventRecord p = (PFN_cuEventRecord)sym(records[v], 0);
+        if (!p) continue;
+        for (long i = v ? 0 : 1; i < n; i++) CHECK(p(e, v ? NULL : s));
+        count(records[v], v ? n : n - 1);
+    }
+    static const char *with_flags[] = {"cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuEventRecordWithFlags p = (PFN_cuEventRecordWithFlags)sym(with_flags[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) CHECK(p(e, v ? NULL : s, 0));
+        count(with_flags[v], n);
+    }
+    /* Everything done first, so that every poll answers success (one event each). */
+    PFN_cuCtxSynchronize_v2 sync2 = (PFN_cuCtxSynchronize_v2)sym("cuCtxSynchronize_v2", 0);
+    if (sync2) {
+        for (long i = 0; i < n; i++) CHECK(sync2(ctx));
+        count("cuCtxSynchronize_v2", n);
+    } else {
+        CHECK(((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))());
+        count("cuCtxSynchronize(settle)", 1);
+    }
+    PFN_cuEventQuery equery = (PFN_cuEventQuery)sym("cuEventQuery", 1);
+    for (long i = 0; i < n; i++) CHECK(equery(e));
+    count("cuEventQuery", n);
+    static const char *queries[] = {"cuStreamQuery", "cuStreamQuery_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuStreamQuery p = (PFN_cuStreamQuery)sym(queries[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) CHECK(p(v ? NULL : s));
+        count(queries[v], n);
+    }
+    /* Captures of nothing: an empty graph each, made executable and updated. */
+    CUstream c = new_stream();
+    CUgraph g = NULL;
+    static const char *captures[][2] = {{"cuStreamBeginCapture_v2", "cuStreamEndCapture"},
+                                        {"cuStreamBeginCapture_v2_ptsz", "cuStreamEndCapture_ptsz"}};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuStreamBeginCapture b = (PFN_cuStreamBeginCapture)sym(captures[v][0], 0);
+        PFN_cuStreamEndCapture en = (PFN_cuStreamEndCapture)sym(captures[v][1], 0);
+        if (!b || !en) continue;
+        for (long i = 0; i < n; i++) {
+            CHECK(b(v ? NULL : c, 0));
+            CHECK(en(v ? NULL : c, &g));
+        }
+        count(captures[v][0], n);
+        count(captures[v][1], n);
+    }
+    if (!g) return;
+    CUgraphExec x = NULL;
+    PFN_cuGraphInstantiateWithFlags wf = (PFN_cuGraphInstantiateWithFlags)sym("cuGraphInstantiateWithFlags", 0);
+    if (wf) {
+        for (long i = 0; i < n; i++) CHECK(wf(&x, g, 0));
+        count("cuGraphInstantiateWithFlags", n);
+    }
+    static const char *with_params[] = {"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz"};
+    for (size_t v = 0; v < 2; v++) {
+        PFN_cuGraphInstantiateWithParams p = (PFN_cuGraphInstantiateWithParams)sym(with_params[v], 0);
+        if (!p) continue;
+        unsigned long long params[4] = {0};
+        for (long i = 0; i < n; i++) CHECK(p(&x, g, params));
+        count(with_params[v], n);
+    }
+    /* Entry points looked up by name, as the CUDA runtime does. */
+    PFN_cuGetProcAddress resolve = (PFN_cuGetProcAddress)sym("cuGetProcAddress_v2", 0);
+    if (resolve) {
+        for (long i = 0; i < n; i++) {
+            void *p = NULL;
+            int status = -1;
+            CHECK(resolve("cuLaunchKernel", &p, 12000, 0, &status));
+        }
+        count("cuGetProcAddress_v2", n);
+    }
+    PFN_cuGraphExecUpdate update = (PFN_cuGraphExecUpdate)sym("cuGraphExecUpdate_v2", 0);
+    if (update && x) {
+        unsigned long long info[4] = {0};
+        for (long i = 0; i < n; i++) CHECK(update(x, g, info));
+        count("cuGraphExecUpdate_v2", n);
+    }
+}
+
 void run_each(long n) {
     setup(1 << 20);
     CUstream s = new_stream();
@@ -108,6 +192,7 @@ void run_each(long n) {
 
     /* Waits. */
     CHECK(((PFN_cuEventRecord)sym("cuEventRecord", 1))(e, s));
+    count("cuEventRecord(first)", 1);
     static const char *stream_waits[] = {"cuStreamSynchronize", "cuStreamSynchronize_ptsz"};
     for (size_t v = 0; v < 2; v++) {
         PFN_cuStreamSynchronize p = (PFN_cuStreamSynchronize)sym(stream_waits[v], 0);
@@ -128,6 +213,8 @@ void run_each(long n) {
         for (long i = 0; i < n; i++) CHECK(p(s, e, 0));
         count(event_waits[v], n);
     }
+
+    each_serving(n, s, e);
 
     /* Memory: allocation i of every variant is 4096 * (i + 1) bytes, freed by the matching free. */
     CUdeviceptr *ptrs = calloc((size_t)n, sizeof *ptrs);

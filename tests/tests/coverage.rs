@@ -23,11 +23,11 @@ fn every_entry_point_exact() {
     // Counts per symbol, exactly as called.
     let mut want: BTreeMap<String, u64> = BTreeMap::new();
     for (api, n) in report["calls"].as_object().unwrap() {
-        *want
-            .entry(api.trim_end_matches("(final)").to_owned())
-            .or_default() += n.as_u64().unwrap();
+        // `name(why)`: more calls of `name`, made for set-up or at the end.
+        let api = api.split('(').next().unwrap_or(api);
+        *want.entry(api.to_owned()).or_default() += n.as_u64().unwrap();
     }
-    assert_eq!(want.len(), 43, "the workload calls every entry point");
+    assert_eq!(want.len(), 60, "the workload calls every entry point");
     let mut got: BTreeMap<String, u64> = BTreeMap::new();
     for e in &events {
         *got.entry(e["api"].as_str().unwrap().to_owned())

@@ -658,7 +658,7 @@ fn absolute_symlinks_in_a_container_never_reach_host_files() {
             .cloned()
             .collect::<Vec<_>>()
     };
-    let attached = lines_with("attached 43 of 43");
+    let attached = lines_with("attached 60 of 60");
     let refused = lines_with(&format!(
         "inode {inside_ino} there, {covered_ino} in its maps"
     ));

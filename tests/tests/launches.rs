@@ -1,5 +1,5 @@
 //! End-to-end: `cudatrace run` counts launches in the kernel and writes only a sample of them
-//! to the ring buffer; the counts stay exact, and the GPU-time estimate works from the batch
+//! to the ring buffer; the counts stay exact, and the device time (batch span) works from the batch
 //! openers and the waits.
 use std::time::{Duration, Instant};
 
@@ -7,26 +7,9 @@ use integration_tests::{
     device_file, env, exposition, guards::TempDir, http, Cudatrace, Scenario, Workload,
 };
 
-/// `(batches, gpu_ns_estimate)` of the `gpu-time estimate:` line of `pid`'s stream `stream`.
-fn stream_line(stderr: &[String], pid: u64, stream: u64) -> (u64, u64) {
-    let prefix = format!("gpu-time estimate: pid={pid} stream={stream:#x} ");
-    let line = stderr
-        .iter()
-        .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no line {prefix:?} in {stderr:?}"));
-    let field = |name: &str| -> u64 {
-        let v = line
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix(&format!("{name}=")))
-            .expect("field");
-        v.parse().expect("number")
-    };
-    (field("batches"), field("gpu_ns_estimate"))
-}
-
 /// 20,000 launches of two threads: every one counted in the metrics (calls, histogram count),
 /// none rate-limited although the record limit is 1,000/s, and only about 1% written as
-/// records; each thread's stream batch is closed by the final wait with a GPU-time estimate.
+/// records; each thread's stream batch is closed by the final wait with a device time (batch span).
 #[test]
 fn launches_are_counted_in_the_kernel_and_sampled() {
     let Some(env) = env() else { return };
@@ -81,11 +64,8 @@ fn launches_are_counted_in_the_kernel_and_sampled() {
         "{samples} samples in {seconds} s"
     );
     for stream in report["streams"].as_array().unwrap() {
-        let (batches, estimate) = stream_line(
-            &traced.stderr,
-            report["pid"].as_u64().unwrap(),
-            stream.as_u64().unwrap(),
-        );
+        let (batches, estimate, _) =
+            traced.device_time(report["pid"].as_u64().unwrap(), stream.as_u64().unwrap());
         assert_eq!(
             batches, 1,
             "one batch per thread's stream, closed by cuCtxSynchronize"
@@ -96,7 +76,7 @@ fn launches_are_counted_in_the_kernel_and_sampled() {
 
 /// With sampling off, the only launches written are those that open a stream batch: a loop
 /// that waits on its stream every 10 launches writes exactly one launch in 10, and every batch
-/// gets its GPU-time estimate.
+/// gets its device time (batch span).
 #[test]
 fn only_batch_openers_are_written_when_sampling_is_off() {
     let Some(env) = env() else { return };
@@ -126,10 +106,10 @@ fn only_batch_openers_are_written_when_sampling_is_off() {
         report["launches"].as_u64().unwrap(),
     );
     let summary = traced.summary();
-    let (batches, estimate) = stream_line(&traced.stderr, pid, report["stream"].as_u64().unwrap());
+    let (batches, estimate, _) = traced.device_time(pid, report["stream"].as_u64().unwrap());
     eprintln!(
         "e2e only_batch_openers_are_written_when_sampling_is_off: launches={launches} syncs={} launches_counted={} \
-         launch_samples={} batches={batches} gpu_ns_estimate={estimate}",
+         launch_samples={} batches={batches} batch_span_ns={estimate}",
         report["syncs"], summary["launches_counted"], summary["launch_samples"]
     );
     assert!(launches >= 100, "{launches} launches in a second");

@@ -81,7 +81,7 @@ fn libraries_mapped_later_are_traced() {
     let probes_line = traced
         .stderr
         .iter()
-        .filter(|l| l.contains("attached 43 of 43"))
+        .filter(|l| l.contains("attached 60 of 60"))
         .count();
     assert_eq!(
         probes_line, 2,

@@ -100,7 +100,7 @@ fn record_holds_one_slice_per_launch() {
         .collect();
     let batches = events
         .iter()
-        .filter(|e| e["cat"] == "gpu_estimate" && e["pid"] == pid)
+        .filter(|e| e["cat"] == "batch_span" && e["pid"] == pid)
         .count();
     let util = events
         .iter()
@@ -142,7 +142,7 @@ fn record_holds_one_slice_per_launch() {
         })
     };
     assert!(
-        track("GPU-time estimate: every stream"),
+        track("batch span: every stream"),
         "the context-wide wait's track"
     );
     assert!(util >= 1);

@@ -20,6 +20,19 @@ pub enum Kind {
     Free,
     /// A kernel-handle lookup by name, or kernel-to-function conversion.
     Lookup,
+    /// An event recorded on a stream (marks the work queued so far).
+    EventRecord,
+    /// A non-blocking poll of an event or a stream (`CUDA_ERROR_NOT_READY` until done).
+    Query,
+    /// A stream made to wait for an event on the device: the host does not block.
+    StreamWait,
+    /// Stream capture begun or ended (launches in between are recorded into a graph).
+    Capture,
+    /// A graph instantiated, or an executable graph updated from one.
+    GraphBuild,
+    /// An entry point looked up by name (`cuGetProcAddress_v2`): how the CUDA runtime reaches
+    /// the driver.
+    Resolve,
 }
 
 impl Kind {
@@ -33,7 +46,18 @@ impl Kind {
             Kind::Alloc => "alloc",
             Kind::Free => "free",
             Kind::Lookup => "lookup",
+            Kind::EventRecord => "event_record",
+            Kind::Query => "query",
+            Kind::StreamWait => "stream_wait",
+            Kind::Capture => "capture",
+            Kind::GraphBuild => "graph_build",
+            Kind::Resolve => "resolve",
         }
+    }
+
+    /// Whether the call waits for device work (blocking, or a poll that can tell it is done).
+    pub const fn waits(self) -> bool {
+        matches!(self, Kind::Sync | Kind::Query)
     }
 }
 
@@ -77,6 +101,22 @@ pub enum Shape {
     LibraryGetKernel,
     /// `(CUfunction *out, CUkernel)`.
     KernelGetFunction,
+    /// `(CUevent, CUstream[, flags])`.
+    EventRecord,
+    /// `(CUevent)`, polled.
+    EventQuery,
+    /// `(CUstream)`, polled.
+    StreamQuery,
+    /// `(CUstream, CUstreamCaptureMode)`.
+    BeginCapture,
+    /// `(CUstream, CUgraph *out)`.
+    EndCapture,
+    /// `(CUgraphExec *out, CUgraph, flags or params)`.
+    Instantiate,
+    /// `(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *)`.
+    ExecUpdate,
+    /// `(const char *symbol, void **pfn, int version, cuuint64_t flags, status *)`.
+    ProcAddress,
 }
 
 /// Direction of a copy.
@@ -121,6 +161,21 @@ pub const COOKIE_CLOSES_ARG_STREAM: u64 = 1 << 20;
 pub const COOKIE_CLOSES_DEFAULT_STREAM: u64 = 1 << 21;
 /// Cookie flag: a successful return closes the batches of every stream of the process.
 pub const COOKIE_CLOSES_ALL: u64 = 1 << 22;
+/// Cookie flag: at return, read the out-parameter the second argument points to.
+pub const COOKIE_READ_OUT_ARG1: u64 = 1 << 23;
+/// Cookie flag: a poll. A `CUDA_ERROR_NOT_READY` answer writes no record (the thread's slot
+/// counts it); a successful one closes the batch it covers, like a wait.
+pub const COOKIE_POLL: u64 = 1 << 24;
+/// Cookie flag: a successful return closes the batch the event in the first argument covers.
+pub const COOKIE_CLOSES_EVENT: u64 = 1 << 25;
+/// Cookie flag: a successful return begins a stream capture in the process.
+pub const COOKIE_CAPTURE_BEGIN: u64 = 1 << 26;
+/// Cookie flag: the return ends a stream capture in the process, whatever its result.
+pub const COOKIE_CAPTURE_END: u64 = 1 << 27;
+/// Cookie flag: the name [`COOKIE_READ_NAME`] reads is the first argument's, not the third's.
+pub const COOKIE_NAME_ARG0: u64 = 1 << 28;
+/// `CUDA_ERROR_NOT_READY`: what a poll answers while the work it asks about runs.
+pub const CUDA_ERROR_NOT_READY: i32 = 600;
 /// Mask of the api id inside a cookie.
 pub const COOKIE_API_MASK: u64 = 0xffff;
 
@@ -228,8 +283,8 @@ apis! {
     StreamSynchronizePtsz = "cuStreamSynchronize_ptsz": Sync, Regs, StreamSync, true, None;
     CtxSynchronize = "cuCtxSynchronize": Sync, Regs, CtxSync, false, None;
     EventSynchronize = "cuEventSynchronize": Sync, Regs, EventSync, false, None;
-    StreamWaitEvent = "cuStreamWaitEvent": Sync, Regs, StreamWaitEvent, true, None;
-    StreamWaitEventPtsz = "cuStreamWaitEvent_ptsz": Sync, Regs, StreamWaitEvent, true, None;
+    StreamWaitEvent = "cuStreamWaitEvent": StreamWait, Regs, StreamWaitEvent, true, None;
+    StreamWaitEventPtsz = "cuStreamWaitEvent_ptsz": StreamWait, Regs, StreamWaitEvent, true, None;
     ModuleGetFunction = "cuModuleGetFunction": Lookup, Regs, ModuleGetFunction, false, None;
     LibraryGetKernel = "cuLibraryGetKernel": Lookup, Regs, LibraryGetKernel, false, None;
     KernelGetFunction = "cuKernelGetFunction": Lookup, Regs, KernelGetFunction, false, None;
@@ -239,6 +294,23 @@ apis! {
     MemAllocAsyncPtsz = "cuMemAllocAsync_ptsz": Alloc, Regs, Alloc, true, None;
     MemFreeAsync = "cuMemFreeAsync": Free, Regs, Free, true, None;
     MemFreeAsyncPtsz = "cuMemFreeAsync_ptsz": Free, Regs, Free, true, None;
+    CtxSynchronizeV2 = "cuCtxSynchronize_v2": Sync, Regs, CtxSync, false, None;
+    EventRecord = "cuEventRecord": EventRecord, Regs, EventRecord, true, None;
+    EventRecordPtsz = "cuEventRecord_ptsz": EventRecord, Regs, EventRecord, true, None;
+    EventRecordWithFlags = "cuEventRecordWithFlags": EventRecord, Regs, EventRecord, true, None;
+    EventRecordWithFlagsPtsz = "cuEventRecordWithFlags_ptsz": EventRecord, Regs, EventRecord, true, None;
+    EventQuery = "cuEventQuery": Query, Regs, EventQuery, false, None;
+    StreamQuery = "cuStreamQuery": Query, Regs, StreamQuery, true, None;
+    StreamQueryPtsz = "cuStreamQuery_ptsz": Query, Regs, StreamQuery, true, None;
+    StreamBeginCapture = "cuStreamBeginCapture_v2": Capture, Regs, BeginCapture, true, None;
+    StreamBeginCapturePtsz = "cuStreamBeginCapture_v2_ptsz": Capture, Regs, BeginCapture, true, None;
+    StreamEndCapture = "cuStreamEndCapture": Capture, Regs, EndCapture, true, None;
+    StreamEndCapturePtsz = "cuStreamEndCapture_ptsz": Capture, Regs, EndCapture, true, None;
+    GraphInstantiateWithFlags = "cuGraphInstantiateWithFlags": GraphBuild, Regs, Instantiate, false, None;
+    GraphInstantiateWithParams = "cuGraphInstantiateWithParams": GraphBuild, Regs, Instantiate, false, None;
+    GraphInstantiateWithParamsPtsz = "cuGraphInstantiateWithParams_ptsz": GraphBuild, Regs, Instantiate, false, None;
+    GraphExecUpdate = "cuGraphExecUpdate_v2": GraphBuild, Regs, ExecUpdate, false, None;
+    GetProcAddress = "cuGetProcAddress_v2": Resolve, Regs, ProcAddress, false, None;
 }
 
 impl Api {
@@ -258,6 +330,13 @@ impl Api {
             }
             Shape::StreamSync => COOKIE_CLOSES_ARG_STREAM,
             Shape::CtxSync => COOKIE_CLOSES_ALL,
+            Shape::EventSync => COOKIE_CLOSES_EVENT,
+            Shape::EventQuery => COOKIE_POLL | COOKIE_CLOSES_EVENT,
+            Shape::StreamQuery => COOKIE_POLL | COOKIE_CLOSES_ARG_STREAM,
+            Shape::BeginCapture => COOKIE_CAPTURE_BEGIN,
+            Shape::EndCapture => COOKIE_CAPTURE_END | COOKIE_READ_OUT_ARG1,
+            Shape::Instantiate => COOKIE_READ_OUT,
+            Shape::ProcAddress => COOKIE_READ_OUT_ARG1 | COOKIE_READ_NAME | COOKIE_NAME_ARG0,
             _ => 0,
         };
         if matches!(info.kind, Kind::Launch) {
@@ -297,7 +376,7 @@ mod tests {
         assert!(Api::LaunchKernelPtsz.info().per_thread);
         assert!(Api::MemcpyHtoDPtds.info().per_thread);
         assert!(!Api::LaunchKernel.info().per_thread);
-        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 18);
+        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 24);
     }
 
     #[test]

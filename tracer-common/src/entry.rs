@@ -18,11 +18,18 @@ pub struct Entry {
     /// Its process's wait epoch then: while it is unchanged, no wait has closed that stream's
     /// batch, so the next launch on it does not open one.
     pub last_epoch: u64,
+    /// `CUDA_ERROR_NOT_READY` answers to this thread's polls since its last written poll (none of
+    /// them is written: the next successful poll's record carries the count).
+    pub polls: u64,
+    /// `bpf_ktime_get_ns` at the return of the thread's last launch (0: none yet): a wait's
+    /// record carries it, so that user space can tell a host gap before the wait.
+    pub last_launch_ns: u64,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<Entry>() == 80 && offset_of!(Entry, last_stream) == 64);
+    assert!(size_of::<Entry>() == 96 && offset_of!(Entry, last_stream) == 64);
+    assert!(offset_of!(Entry, polls) == 80 && offset_of!(Entry, last_launch_ns) == 88);
     assert!(offset_of!(Entry, cookie) == 8 && offset_of!(Entry, args) == 16);
 };
 

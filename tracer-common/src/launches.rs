@@ -137,11 +137,20 @@ pub struct ProcWindow {
     /// opening a batch, and its launch is written. (It starts at the window's first time, so a
     /// remade entry never matches an old one.)
     pub epoch: u64,
+    /// Stream captures begun and not yet ended in the process: while any is, its launches are
+    /// written whole (never counted in `LAUNCHES`), so that user space can tell the captured
+    /// ones, which run nothing, from those that run.
+    pub capturing: u64,
 }
 
 /// Flag of [`crate::CallEvent::flags`]: the call is already counted in `LAUNCHES`; the record
 /// is a sample (or opens a stream batch) and must not be counted again.
 pub const FLAG_COUNTED: u32 = 1;
+/// Flag of [`crate::CallEvent::flags`]: a successful poll that followed `CUDA_ERROR_NOT_READY`
+/// answers on its thread (their count is `flags >> POLLS_SHIFT`): the work finished while polled.
+pub const FLAG_AFTER_NOT_READY: u32 = 2;
+/// Where the count of `CUDA_ERROR_NOT_READY` answers sits in the flags of a poll's record.
+pub const POLLS_SHIFT: u32 = 8;
 
 /// `LaunchKey::bucket` of a process's overflow cell of one launch api: its launches past its
 /// quota of cells (`CONFIG_CELL_QUOTA`), whatever their kernel and latency. Real buckets are
@@ -162,7 +171,7 @@ pub const MAX_SAMPLED_PROCS: u32 = 16_384;
 const _: () = {
     use core::mem::{offset_of, size_of};
     assert!(size_of::<LaunchKey>() == 16 && offset_of!(LaunchKey, function) == 8);
-    assert!(size_of::<LaunchCell>() == 32 && size_of::<ProcWindow>() == 24);
+    assert!(size_of::<LaunchCell>() == 32 && size_of::<ProcWindow>() == 32);
 };
 
 #[cfg(feature = "user")]

@@ -27,8 +27,10 @@ pub const STAT_ORPHAN_RETURNS: u32 = 1;
 pub const STAT_RATE_LIMITED: u32 = 2;
 /// Index of the slot counting libcuda opens the `OPENS` ring buffer had no room for.
 pub const STAT_OPENS_LOST: u32 = 3;
+/// Index of the slot counting `CUDA_ERROR_NOT_READY` answers to polls, filtered in the kernel.
+pub const STAT_POLLS_NOT_READY: u32 = 4;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 4;
+pub const STAT_COUNT: u32 = 5;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;
@@ -100,6 +102,24 @@ pub struct RateWindow {
     /// Records counted in it.
     pub count: u64,
 }
+
+/// One (process, symbol) count of `cudatrace census`: the symbol is its index in the list user
+/// space attached, carried in the attach cookie.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CensusKey {
+    /// Process id.
+    pub pid: u32,
+    /// Index of the symbol.
+    pub symbol: u32,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: plain #[repr(C)] integers without padding.
+unsafe impl aya::Pod for CensusKey {}
+
+/// Capacity of the census map: (process, symbol) pairs counted at most.
+pub const MAX_CENSUS: u32 = 65_536;
 
 /// Capacity of the per-thread entry-state LRU map (threads inside a driver call at once).
 pub const MAX_INFLIGHT: u32 = 16384;

@@ -50,8 +50,13 @@ pub const PROG_OPENED: &str = "cuda_opened";
 /// The raw tracepoint [`PROG_OPENED`] is attached to.
 pub const OPENED_TRACEPOINT: &str = "sys_enter";
 
+/// Calls per (process, exported symbol) counted by `cudatrace census`.
+pub const MAP_CENSUS: &str = "CENSUS";
+/// The count-only entry program of `cudatrace census`.
+pub const PROG_CENSUS: &str = "cuda_census";
+
 /// Every map name.
-pub const MAPS: [&str; 14] = [
+pub const MAPS: [&str; 15] = [
     MAP_EVENTS,
     MAP_ENTRIES,
     MAP_STATS,
@@ -66,9 +71,10 @@ pub const MAPS: [&str; 14] = [
     MAP_OPENS,
     MAP_OPENERS,
     MAP_PROCS,
+    MAP_CENSUS,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 7] = [
+pub const PROGRAMS: [&str; 8] = [
     PROG_LAUNCH,
     PROG_LAUNCH_EX,
     PROG_REGS,
@@ -76,4 +82,5 @@ pub const PROGRAMS: [&str; 7] = [
     PROG_EXIT,
     PROG_RENAME,
     PROG_OPENED,
+    PROG_CENSUS,
 ];

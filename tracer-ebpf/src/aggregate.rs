@@ -151,6 +151,7 @@ fn sample(pid: u32, now: u64) -> (bool, u64) {
                 start_ns: now,
                 count: 1,
                 epoch: now,
+                capturing: 0,
             },
             0,
         );
@@ -182,5 +183,42 @@ pub fn close(pid: u32) {
         // SAFETY: as in `sample`. A change lost to a race with another CPU's wait is made by
         // that wait.
         unsafe { (*w).epoch = (*w).epoch.wrapping_add(1) };
+    }
+}
+
+/// Whether a stream capture is in progress in `pid` (its launches are then written whole).
+#[inline(always)]
+pub fn capturing(pid: u32) -> bool {
+    // SAFETY: a plain read of a map value that stays valid while this program runs.
+    PROCS
+        .get_ptr(&pid)
+        .is_some_and(|w| unsafe { (*w).capturing } != 0)
+}
+
+/// A stream capture began (`begun`) or ended in `pid`. A lost race with another CPU's change
+/// can only leave the count off by one until the process's next capture ends.
+#[inline(always)]
+pub fn capture(pid: u32, now: u64, begun: bool) {
+    if PROCS.get_ptr_mut(&pid).is_none() && begun {
+        let _ = PROCS.insert(
+            &pid,
+            &ProcWindow {
+                start_ns: now,
+                count: 0,
+                epoch: now,
+                capturing: 0,
+            },
+            BPF_NOEXIST,
+        );
+    }
+    if let Some(w) = PROCS.get_ptr_mut(&pid) {
+        // SAFETY: as in `sample`.
+        unsafe {
+            (*w).capturing = if begun {
+                (*w).capturing.saturating_add(1)
+            } else {
+                (*w).capturing.saturating_sub(1)
+            };
+        }
     }
 }

@@ -83,6 +83,8 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
                 args,
                 last_stream: u64::MAX,
                 last_epoch: 0,
+                polls: 0,
+                last_launch_ns: 0,
             };
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };

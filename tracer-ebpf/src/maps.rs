@@ -8,9 +8,9 @@ use aya_ebpf::{
 use tracer_common::{
     launches::{LaunchCell, LaunchKey, ProcWindow, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS},
     opens::{MAX_OPENERS, OPENS_RINGBUF_BYTES},
-    Entry, EventTag, Filter, NameEvent, RateWindow, CONFIG_COUNT, CONFIG_RATE_LIMIT,
-    DEFAULT_RINGBUF_BYTES, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED, STAT_COUNT,
-    STAT_DROPPED, STAT_RATE_LIMITED,
+    CensusKey, Entry, EventTag, Filter, NameEvent, RateWindow, CONFIG_COUNT, CONFIG_RATE_LIMIT,
+    DEFAULT_RINGBUF_BYTES, MAX_CENSUS, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
+    STAT_COUNT, STAT_DROPPED, STAT_RATE_LIMITED,
 };
 
 /// Completed calls, consumed by the cudatrace binary.
@@ -205,3 +205,7 @@ pub fn bump(index: u32) {
         unsafe { *slot += 1 };
     }
 }
+
+/// `cudatrace census`: calls per (process, exported symbol), counted at entry only.
+#[map]
+pub static CENSUS: HashMap<CensusKey, u64> = HashMap::with_max_entries(MAX_CENSUS, 0);

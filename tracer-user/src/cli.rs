@@ -56,6 +56,26 @@ pub enum Command {
     Backtest(BacktestArgs),
     /// Make `[state] dir`'s baselines/ the daemon's own (the chart's init container, CAP_CHOWN).
     PrepareState(PrepareStateArgs),
+    /// Count every exported cu* function a process calls for a while (count-only probes): what
+    /// a workload really calls, and which of it cudatrace does not trace.
+    Census(CensusArgs),
+}
+
+/// Options of `cudatrace census`.
+#[derive(clap::Args)]
+pub struct CensusArgs {
+    /// How long to count (30s, 2m, or seconds).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_span)]
+    pub duration: Duration,
+    /// Count this process only (and probe the libcuda it maps, unless --lib names one).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// The libcuda to probe (repeatable); without it, --pid's, else the host loader's.
+    #[arg(long, value_name = "PATH")]
+    pub lib: Vec<PathBuf>,
+    /// One JSON object a line, per symbol, instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `cudatrace backtest`.
@@ -333,6 +353,17 @@ fn parse_rescan(s: &str) -> Result<u64, String> {
 
 fn parse_since(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|_| format!("{s}: give a duration such as 30m, 1h or 2d"))
+}
+
+/// A duration of up to a day: seconds, or with a unit (30s, 2m).
+fn parse_span(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).or_else(|_| {
+        humantime::parse_duration(s).map_err(|_| format!("{s}: give a duration such as 30s or 2m"))
+    })?;
+    if d.is_zero() || d > Duration::from_secs(86_400) {
+        return Err(format!("{s}: give a duration above 0 and at most a day"));
+    }
+    Ok(d)
 }
 
 fn parse_time(s: &str) -> Result<SystemTime, String> {

@@ -5,7 +5,7 @@ use thiserror::Error;
 use crate::identity::Comm;
 use tracer_common::{
     api::{Direction, Shape},
-    launches::FLAG_COUNTED,
+    launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
     Api, CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent,
 };
 
@@ -45,6 +45,12 @@ pub struct Event {
     /// A launch the kernel counted already (`LAUNCHES`): this record is a sample of it, for
     /// its arguments and stream batch, and is not counted again.
     pub counted: bool,
+    /// For a wait or a poll: when its thread's last launch returned (CLOCK_MONOTONIC ns; 0:
+    /// none seen), which tells a host gap before the wait.
+    pub thread_launch_ns: u64,
+    /// For a successful poll: the `CUDA_ERROR_NOT_READY` answers its thread had before it
+    /// (filtered in the kernel, one count each): the work finished while polled.
+    pub not_ready: u32,
 }
 
 #[cfg(test)]
@@ -62,6 +68,8 @@ impl Event {
             result: 0,
             detail,
             counted: false,
+            thread_launch_ns: 0,
+            not_ready: 0,
         }
     }
 
@@ -153,6 +161,44 @@ pub enum Detail {
         #[serde(skip_serializing_if = "Option::is_none")]
         stream: Option<u64>,
     },
+    /// An event recorded on a stream.
+    Record {
+        /// `CUevent` handle.
+        event: u64,
+        /// `CUstream` handle.
+        stream: u64,
+    },
+    /// A poll of an event or a stream.
+    Poll {
+        /// Stream polled.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stream: Option<u64>,
+        /// Event polled.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        event: Option<u64>,
+    },
+    /// A stream capture begun, or ended with its graph.
+    Capture {
+        /// `CUstream` handle.
+        stream: u64,
+        /// The `CUgraph` an end made (0 on failure or at a begin).
+        graph: u64,
+    },
+    /// A graph instantiated, or an executable graph updated from one.
+    GraphBuild {
+        /// `CUgraphExec` handle (made or updated; 0 on a failed instantiation).
+        graph_exec: u64,
+        /// `CUgraph` it comes from.
+        graph: u64,
+    },
+    /// An entry point looked up by name (`cuGetProcAddress_v2`).
+    Resolve {
+        /// The name asked for.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        symbol: Option<String>,
+        /// The address returned (0 on failure).
+        address: u64,
+    },
     /// A name lookup or kernel-to-function conversion.
     Lookup {
         /// Handle returned (`CUfunction` or `CUkernel`; 0 on failure).
@@ -229,6 +275,19 @@ pub fn decode_record(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
     decode(bytes).map(RingRecord::Call)
 }
 
+/// The threads of a launch of `grid` blocks of `block` threads, capped as the kernel caps them.
+pub fn launch_threads(grid: [u32; 3], block: [u32; 3]) -> u64 {
+    use tracer_common::event::pack;
+    tracer_common::launches::threads(&[
+        0,
+        pack(grid[0], grid[1]),
+        pack(grid[2], block[0]),
+        pack(block[1], block[2]),
+        0,
+        0,
+    ])
+}
+
 /// CLOCK_MONOTONIC now, in ns: the clock of `start_ns`.
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -262,6 +321,12 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         result: call.result,
         detail: detail(api, &call, name),
         counted: call.flags & FLAG_COUNTED != 0,
+        thread_launch_ns: if api.info().kind.waits() { call.out } else { 0 },
+        not_ready: if call.flags & FLAG_AFTER_NOT_READY != 0 {
+            (call.flags >> POLLS_SHIFT).max(1)
+        } else {
+            0
+        },
     })
 }
 
@@ -331,156 +396,40 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             source: a[1],
             name: None,
         },
+        Shape::EventRecord => Detail::Record {
+            event: a[0],
+            stream: a[1],
+        },
+        Shape::EventQuery => Detail::Poll {
+            stream: None,
+            event: Some(a[0]),
+        },
+        Shape::StreamQuery => Detail::Poll {
+            stream: Some(a[0]),
+            event: None,
+        },
+        Shape::BeginCapture => Detail::Capture {
+            stream: a[0],
+            graph: 0,
+        },
+        Shape::EndCapture => Detail::Capture {
+            stream: a[0],
+            graph: c.out,
+        },
+        Shape::Instantiate => Detail::GraphBuild {
+            graph_exec: c.out,
+            graph: a[1],
+        },
+        Shape::ProcAddress => Detail::Resolve {
+            symbol: name,
+            address: c.out,
+        },
+        Shape::ExecUpdate => Detail::GraphBuild {
+            graph_exec: a[0],
+            graph: a[1],
+        },
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use tracer_common::{event::pack, NAME_MAX};
-
-    use super::*;
-
-    fn raw(api: Api, args: [u64; 6], out: u64) -> CallEvent {
-        CallEvent {
-            tag: EventTag::Call as u32,
-            api: api as u32,
-            pid: 7,
-            tid: 8,
-            start_ns: 100,
-            duration_ns: 50,
-            result: 0,
-            flags: 0,
-            args,
-            out,
-        }
-    }
-
-    fn bytes<T>(v: &T) -> &[u8] {
-        // SAFETY: test-only view of a plain record.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast(), size_of::<T>()) }
-    }
-
-    #[test]
-    fn launch_unpacks_dimensions() {
-        let ev = raw(
-            Api::LaunchKernelPtsz,
-            [0xf00, pack(1, 2), pack(3, 4), pack(5, 6), 48, 0x5a],
-            0,
-        );
-        let e = decode(bytes(&ev)).unwrap();
-        assert_eq!((e.api, e.counted), (Api::LaunchKernelPtsz, false));
-        assert_eq!(
-            e.detail,
-            Detail::Launch {
-                function: 0xf00,
-                grid: [1, 2, 3],
-                block: [4, 5, 6],
-                shared_mem_bytes: 48,
-                stream: 0x5a
-            }
-        );
-    }
-
-    #[test]
-    fn copies_know_their_direction_and_stream() {
-        let sync = decode(bytes(&raw(Api::MemcpyDtoH, [1, 2, 4096, 99, 0, 0], 0))).unwrap();
-        assert_eq!(
-            sync.detail,
-            Detail::Copy {
-                dst: 1,
-                src: 2,
-                bytes: 4096,
-                direction: "dtoh",
-                stream: None
-            }
-        );
-        let peer = decode(bytes(&raw(Api::MemcpyPeerAsync, [1, 10, 2, 20, 512, 3], 0))).unwrap();
-        assert_eq!(
-            peer.detail,
-            Detail::Copy {
-                dst: 1,
-                src: 2,
-                bytes: 512,
-                direction: "peer",
-                stream: Some(3)
-            }
-        );
-    }
-
-    #[test]
-    fn lookup_carries_name() {
-        let mut name = [0u8; NAME_MAX];
-        name[..17].copy_from_slice(b"_Z11hidden_gemmPf");
-        let mut call = raw(Api::ModuleGetFunction, [0x10, 0x20, 0x30, 0, 0, 0], 0xabc);
-        call.tag = EventTag::Lookup as u32;
-        let e = decode(bytes(&LookupEvent { call, name })).unwrap();
-        assert_eq!(
-            e.detail,
-            Detail::Lookup {
-                handle: 0xabc,
-                source: 0x20,
-                name: Some("_Z11hidden_gemmPf".into())
-            }
-        );
-    }
-
-    #[test]
-    fn comm_is_held_inline_as_the_kernel_gives_it() {
-        let mut raw = [0u8; 16];
-        raw[..6].copy_from_slice(b"python");
-        raw[7] = b'x'; // after the NUL: not part of the name
-        let c = Comm::from_raw(&raw);
-        assert_eq!((&*c, c.to_string()), ("python", "python".to_owned()));
-        assert_eq!(c, Comm::from("python"));
-        assert_eq!(Comm::from_raw(&[b'a'; 16]).len(), 16);
-        raw[..3].copy_from_slice(&[0xff, b'o', b'k']);
-        assert_eq!(&*Comm::from_raw(&raw), "\u{fffd}okhon");
-        // A longer name is cut at a character boundary within 16 bytes.
-        assert_eq!(&*Comm::from("ééééééééé"), "éééééééé");
-        assert_eq!(serde_json::to_string(&c).unwrap(), "\"python\"");
-    }
-
-    #[test]
-    fn bad_records_are_errors() {
-        assert_eq!(decode(&[1, 0]), Err(DecodeError::Short(2)));
-        assert_eq!(decode(&[9, 0, 0, 0]), Err(DecodeError::Tag(9)));
-        let mut ev = raw(Api::MemFree, [0; 6], 0);
-        ev.api = 999;
-        assert_eq!(decode(bytes(&ev)), Err(DecodeError::Api(999)));
-        let exit = ExitEvent {
-            tag: EventTag::Exit as u32,
-            pid: 42,
-            status: 3 << 8,
-            flags: tracer_common::EXIT_STATUS_KNOWN,
-        };
-        assert_eq!(
-            decode_record(bytes(&exit)),
-            Ok(RingRecord::Exit(42, Some(768)))
-        );
-        let unknown = ExitEvent { flags: 0, ..exit };
-        assert_eq!(
-            decode_record(bytes(&unknown)),
-            Ok(RingRecord::Exit(42, None))
-        );
-        let mut comm = [0u8; 16];
-        comm[..6].copy_from_slice(b"worker");
-        let name = NameEvent {
-            tag: EventTag::Name as u32,
-            pid: 42,
-            tid: 43,
-            renamed: 1,
-            comm,
-        };
-        assert_eq!(
-            decode_record(bytes(&name)),
-            Ok(RingRecord::Name(42, 43, true, Comm::from("worker")))
-        );
-        assert_eq!(
-            decode_record(&bytes(&name)[..20]),
-            Err(DecodeError::Short(20))
-        );
-        let mut sample = raw(Api::LaunchKernel, [0; 6], 0);
-        sample.flags = FLAG_COUNTED;
-        assert!(decode(bytes(&sample)).unwrap().counted);
-    }
-}
+mod tests;

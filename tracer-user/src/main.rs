@@ -24,6 +24,7 @@ fn main() -> ExitCode {
             cli::Command::Run(args) => cmd::run::run(args).await,
             cli::Command::Record(args) => cmd::record::run(args).await,
             cli::Command::Top(args) => cmd::top::run(args).await,
+            cli::Command::Census(args) => cmd::census::run(args).await,
             // Reading the archive needs no privilege and no probe.
             cli::Command::Incidents(args) => cmd::incidents::run(args),
             cli::Command::PrepareState(args) => cmd::prepare_state::run(args),

@@ -126,7 +126,7 @@ fn build_standin(arch: cross::Arch) -> Result<PathBuf> {
             .arg("-o")
             .arg(out.join(file))
             .arg(src.join(format!("{lib}.c")))
-            .arg("-lpthread"))?;
+            .args(["-ldl", "-lpthread"]))?;
     }
     run(Command::new(&cc)
         .args(common)
@@ -134,6 +134,8 @@ fn build_standin(arch: cross::Arch) -> Result<PathBuf> {
         .arg(out.join("cuda-workload"))
         .arg(src.join("workload.c"))
         .arg(src.join("workload_each.c"))
+        .arg(src.join("workload_serving.c"))
+        .arg(src.join("workload_misc.c"))
         .args(["-ldl", "-lpthread"]))?;
     Ok(out)
 }

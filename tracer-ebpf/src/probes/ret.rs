@@ -17,11 +17,14 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, warn};
 use tracer_common::{
     api::{
-        COOKIE_API_MASK, COOKIE_CLOSES_ALL, COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM,
-        COOKIE_LAUNCH, COOKIE_READ_NAME, COOKIE_READ_OUT,
+        COOKIE_API_MASK, COOKIE_CAPTURE_BEGIN, COOKIE_CAPTURE_END, COOKIE_CLOSES_ALL,
+        COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM, COOKIE_CLOSES_EVENT, COOKIE_LAUNCH,
+        COOKIE_NAME_ARG0, COOKIE_POLL, COOKIE_READ_NAME, COOKIE_READ_OUT, COOKIE_READ_OUT_ARG1,
+        CUDA_ERROR_NOT_READY,
     },
-    launches::FLAG_COUNTED,
+    launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
     CallEvent, Entry, EventTag, LookupEvent, CONFIG_AGGREGATE, NAME_MAX, STAT_ORPHAN_RETURNS,
+    STAT_POLLS_NOT_READY,
 };
 
 use crate::{
@@ -32,7 +35,12 @@ use crate::{
 };
 
 /// Cookie flags of the calls that close stream batches.
-const CLOSES: u64 = COOKIE_CLOSES_ALL | COOKIE_CLOSES_ARG_STREAM | COOKIE_CLOSES_DEFAULT_STREAM;
+const CLOSES: u64 = COOKIE_CLOSES_ALL
+    | COOKIE_CLOSES_ARG_STREAM
+    | COOKIE_CLOSES_DEFAULT_STREAM
+    | COOKIE_CLOSES_EVENT;
+/// The most `CUDA_ERROR_NOT_READY` answers one poll's record reports.
+const MAX_POLLS: u64 = (u32::MAX >> POLLS_SHIFT) as u64;
 
 #[uretprobe]
 pub fn cuda_ret(ctx: RetProbeContext) -> u32 {
@@ -72,9 +80,37 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
     let result = ctx.ret::<u64>() as i32;
     let duration = end.wrapping_sub(entry.start_ns);
     let mut flags = 0;
+    if entry.cookie & COOKIE_POLL != 0 {
+        // Polling is filtered here: a NOT_READY answer costs the probe, never a record.
+        if result == CUDA_ERROR_NOT_READY {
+            // SAFETY: the thread's own slot, as above.
+            unsafe { (*slot).polls = (*slot).polls.saturating_add(1) };
+            bump(STAT_POLLS_NOT_READY);
+            return;
+        }
+        if entry.polls != 0 {
+            let polls = if entry.polls > MAX_POLLS {
+                MAX_POLLS
+            } else {
+                entry.polls
+            };
+            flags |= FLAG_AFTER_NOT_READY | ((polls as u32) << POLLS_SHIFT);
+            // SAFETY: as above.
+            unsafe { (*slot).polls = 0 };
+        }
+    }
+    if entry.cookie & (COOKIE_CAPTURE_BEGIN | COOKIE_CAPTURE_END) != 0
+        && (result == 0 || entry.cookie & COOKIE_CAPTURE_END != 0)
+    {
+        aggregate::capture(pid, end, entry.cookie & COOKIE_CAPTURE_BEGIN != 0);
+    }
+    if entry.cookie & COOKIE_LAUNCH != 0 {
+        // SAFETY: as above.
+        unsafe { (*slot).last_launch_ns = end };
+    }
     if entry.cookie & (COOKIE_LAUNCH | CLOSES) != 0 && config(CONFIG_AGGREGATE) == 1 {
         if entry.cookie & COOKIE_LAUNCH != 0 {
-            if aggregate::count(pid, &entry, duration, result) {
+            if !aggregate::capturing(pid) && aggregate::count(pid, &entry, duration, result) {
                 if !aggregate::wanted(pid, slot, &entry, end, duration, result) {
                     return;
                 }
@@ -93,9 +129,20 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
     } else {
         EventTag::Call
     };
-    let call = record(ctx, tag, &entry, id, duration, result, flags);
+    let mut call = record(ctx, tag, &entry, id, duration, result, flags);
+    if entry.cookie & (CLOSES | COOKIE_READ_OUT | COOKIE_READ_OUT_ARG1) == CLOSES {
+        // A wait's record carries when its thread's last launch returned (see `Entry`).
+        call.out = entry.last_launch_ns;
+    }
     match tag {
-        EventTag::Lookup => emit_lookup(ctx, call, entry.args[2]),
+        EventTag::Lookup => {
+            let name = if entry.cookie & COOKIE_NAME_ARG0 != 0 {
+                entry.args[0]
+            } else {
+                entry.args[2]
+            };
+            emit_lookup(ctx, call, name)
+        }
         _ => emit_call(call),
     }
 }
@@ -112,12 +159,20 @@ fn record<C: EbpfContext>(
     flags: u32,
 ) -> CallEvent {
     // Out-parameters hold their value only after a successful return.
-    let out = if entry.cookie & COOKIE_READ_OUT != 0 && result == 0 && entry.args[0] != 0 {
+    let at = if entry.cookie & COOKIE_READ_OUT_ARG1 != 0 {
+        entry.args[1]
+    } else {
+        entry.args[0]
+    };
+    let out = if entry.cookie & (COOKIE_READ_OUT | COOKIE_READ_OUT_ARG1) != 0
+        && result == 0
+        && at != 0
+    {
         // SAFETY: a faulting user read is an error, not a fault; the value is then 0.
-        match unsafe { bpf_probe_read_user(entry.args[0] as *const u64) } {
+        match unsafe { bpf_probe_read_user(at as *const u64) } {
             Ok(v) => v,
             Err(e) => {
-                warn!(ctx, "cannot read the out-parameter at {:x} after a successful call ({}); recorded as 0", entry.args[0], e);
+                warn!(ctx, "cannot read the out-parameter at {:x} after a successful call ({}); recorded as 0", at, e);
                 0
             }
         }

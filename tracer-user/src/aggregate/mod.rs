@@ -55,6 +55,8 @@ pub struct Series {
     pub errors: u64,
     /// Bytes copied (copies only).
     pub bytes: u64,
+    /// Kernel runs (launches only): the successful launches not captured into a graph.
+    pub runs: u64,
     /// Sum of durations, ns.
     pub sum_ns: u64,
     /// Count per bucket of [`BUCKETS`] (not cumulative), plus +Inf last.
@@ -67,6 +69,7 @@ impl Series {
     fn add(&mut self, other: &Series) {
         self.calls += other.calls;
         self.errors += other.errors;
+        self.runs += other.runs;
         // Saturating: a tenant's calls can claim any duration or copy size.
         self.bytes = self.bytes.saturating_add(other.bytes);
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
@@ -88,6 +91,8 @@ pub struct ProcessSeries {
     series: HashMap<(Api, u64), (Arc<str>, Series)>,
     windows: HashMap<Api, Windows>,
     kernels: usize,
+    /// Kernel runs of graph launches, by function handle (`OVERFLOW` past `max_kernels`).
+    graph_runs: HashMap<u64, (Arc<str>, u64)>,
 }
 
 /// Limits on the series kept per process (from the config file).
@@ -161,8 +166,15 @@ impl Aggregator {
     }
 
     /// Counts one call into its process's series (a launch the kernel counted already only
-    /// through [`Aggregator::observe_launches`]).
-    pub fn observe(&mut self, p: &mut ProcessSeries, ev: &Event, kernel: Option<&KernelName>) {
+    /// through [`Aggregator::observe_launches`]); `captured`: made on a capturing stream, so a
+    /// launch is a driver call that ran nothing.
+    pub fn observe(
+        &mut self,
+        p: &mut ProcessSeries,
+        ev: &Event,
+        kernel: Option<&KernelName>,
+        captured: bool,
+    ) {
         if ev.counted && ev.result == 0 {
             return;
         }
@@ -186,6 +198,9 @@ impl Aggregator {
         }
         s.calls += 1;
         s.errors += u64::from(ev.result != 0);
+        if ev.result == 0 && !captured && ev.api.info().kind == Kind::Launch {
+            s.runs += 1;
+        }
         s.sum_ns = s.sum_ns.saturating_add(ev.duration_ns);
         // A failed copy moved nothing, whatever size it asked for (a tenant's 2^63 included).
         if let (0, Detail::Copy { bytes, .. }) = (ev.result, &ev.detail) {
@@ -217,6 +232,7 @@ impl Aggregator {
         let s = self.series_of(p, d.api, d.function, kernel);
         s.calls += d.count;
         s.errors += d.errors;
+        s.runs += d.count.saturating_sub(d.errors);
         s.sum_ns = s.sum_ns.saturating_add(d.sum_ns);
         if d.errors > 0 {
             // The cell's time is not split by outcome: the failures take their share of it.
@@ -233,6 +249,71 @@ impl Aggregator {
             .entry(d.api)
             .or_default()
             .record_n(secs, low + (high - low).div_ceil(2), d.count);
+    }
+
+    /// Counts the kernel runs of one graph launch of known composition; `name` names a handle.
+    pub fn observe_graph(
+        &mut self,
+        p: &mut ProcessSeries,
+        nodes: &[crate::enrich::graphs::Node],
+        name: impl Fn(u64) -> Option<Arc<KernelName>>,
+    ) {
+        for n in nodes {
+            let mut key = n.function;
+            if !p.graph_runs.contains_key(&key) && p.graph_runs.len() >= self.limits.max_kernels {
+                key = OVERFLOW;
+            }
+            let (label, runs) = p.graph_runs.entry(key).or_insert_with(|| {
+                let label: Arc<str> = match (key, name(key)) {
+                    (OVERFLOW, _) => Arc::from(OTHER),
+                    (_, Some(k)) => k.demangled.clone(),
+                    (h, None) => Arc::from(format!("{h:#x}")),
+                };
+                (label, 0)
+            });
+            if key != OVERFLOW && label.starts_with("0x") {
+                if let Some(k) = name(key) {
+                    *label = k.demangled.clone();
+                }
+            }
+            *runs += 1;
+        }
+    }
+
+    /// Kernel runs per (process, kernel): direct launches and graph-expanded runs alike, the
+    /// kernels past the top `top_kernels` of their process (by runs) summed into "other".
+    pub fn kernel_runs<'a>(
+        &self,
+        processes: impl Iterator<Item = (ProcessRef<'a>, &'a ProcessSeries)>,
+    ) -> Vec<(ProcessRef<'a>, Arc<str>, u64)> {
+        let mut out = Vec::new();
+        for (process, p) in processes {
+            let mut by_label: HashMap<Arc<str>, u64> = HashMap::default();
+            let direct = p
+                .series
+                .iter()
+                .filter(|((api, _), _)| api.info().kind == Kind::Launch)
+                .map(|(_, (label, s))| (label, s.runs));
+            for (label, runs) in direct.chain(p.graph_runs.values().map(|(l, r)| (l, *r))) {
+                if runs > 0 {
+                    *by_label.entry(label.clone()).or_default() += runs;
+                }
+            }
+            let mut sorted: Vec<(Arc<str>, u64)> = by_label.into_iter().collect();
+            sorted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut other = 0;
+            for (i, (label, runs)) in sorted.into_iter().enumerate() {
+                if i < self.limits.top_kernels && &*label != OTHER {
+                    out.push((process, label, runs));
+                } else {
+                    other += runs;
+                }
+            }
+            if other > 0 {
+                out.push((process, Arc::from(OTHER), other));
+            }
+        }
+        out
     }
 
     /// The series of (api, kernel handle) of a process, made on first use.
@@ -343,105 +424,4 @@ impl Aggregator {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::{
-        identity::Identity,
-        registry::{Registry, RegistryLimits},
-    };
-
-    fn launch(pid: u32, ns: u64, function: u64) -> Event {
-        Event::launch(Api::LaunchKernel, pid, function, 0).timed(0, ns)
-    }
-
-    fn registry(max_processes: usize) -> Registry {
-        Registry::new(RegistryLimits {
-            max_processes,
-            retain_exited: Duration::from_secs(600),
-        })
-    }
-
-    /// Counts one call the way the daemon does: into the process's entry, made on first sight.
-    fn observe(a: &mut Aggregator, r: &mut Registry, ev: &Event, kernel: Option<&KernelName>) {
-        if r.live_mut(ev.pid).is_none() {
-            r.insert(ev.pid, ev.comm, Identity::default());
-        }
-        a.observe(
-            &mut r.live_mut(ev.pid).expect("inserted").series,
-            ev,
-            kernel,
-        );
-    }
-
-    #[test]
-    fn counts_buckets_and_quantiles() {
-        let mut a = Aggregator::new(SeriesLimits {
-            top_kernels: 10,
-            max_kernels: 100,
-        });
-        let mut r = registry(10);
-        let k = KernelName::new("_Z3addv");
-        for i in 0..1000u64 {
-            // 990 calls of 2 µs, 10 of 800 µs: p99 falls at the boundary, p50 at 2 µs.
-            let ns = if i % 100 == 0 { 800_000 } else { 2_000 };
-            observe(&mut a, &mut r, &launch(1, ns, 0x10), Some(&k));
-        }
-        let series = a.series(r.series());
-        assert_eq!(series.len(), 1);
-        let s = &series[0];
-        assert_eq!((s.series.calls, &*s.kernel), (1000, "add()"));
-        assert_eq!(s.series.buckets[1], 990, "2 µs falls in the 2.5 µs bucket");
-        assert_eq!(s.series.buckets[9], 10, "800 µs falls in the 1 ms bucket");
-        let q = a.quantiles(r.series());
-        let get = |w: &str, q0: f64| {
-            q.iter()
-                .find(|v| v.window == w && v.quantile == q0)
-                .unwrap()
-                .seconds
-        };
-        assert!(
-            (get("1m", 0.5) - 2e-6).abs() < 0.05e-6,
-            "{}",
-            get("1m", 0.5)
-        );
-        assert!((get("all", 0.99) - 2e-6).abs() < 0.05e-6);
-        assert!((get("5m", 0.999_f64.min(0.99)) - 2e-6).abs() < 0.05e-6);
-    }
-
-    #[test]
-    fn kernels_past_the_limits_become_other() {
-        let mut a = Aggregator::new(SeriesLimits {
-            top_kernels: 2,
-            max_kernels: 3,
-        });
-        let mut r = registry(10);
-        // Kernel f spends (f+1) * 1000 ns per call; 5 kernels, the 4th and 5th past max_kernels.
-        for f in 0..5u64 {
-            let name = KernelName::new(&format!("k{f}"));
-            observe(&mut a, &mut r, &launch(7, (f + 1) * 1000, f), Some(&name));
-        }
-        let mut got: Vec<(String, u64)> = a
-            .series(r.series())
-            .iter()
-            .map(|s| (s.kernel.to_string(), s.series.calls))
-            .collect();
-        got.sort();
-        // Top 2 by time among the 3 tracked are k2 and k1; k0 folds into other with k3 and k4.
-        assert_eq!(
-            got,
-            vec![("k1".into(), 1), ("k2".into(), 1), ("other".into(), 3)]
-        );
-        r.exit(7, |_| {});
-        assert_eq!(r.len(), 1, "kept for the retention time");
-        // Past max_processes the exited one goes first.
-        for pid in 100..110 {
-            observe(&mut a, &mut r, &launch(pid, 1000, 1), None);
-        }
-        assert_eq!((r.len(), r.evicted), (10, 1));
-        assert!(r.iter().all(|p| p.pid != 7));
-        r.sweep();
-        assert_eq!(r.len(), 10);
-    }
-}
+mod tests;

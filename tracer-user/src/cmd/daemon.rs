@@ -44,9 +44,20 @@ pub struct Daemon {
 impl Consumer for Daemon {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
         self.aggregator
-            .observe(&mut process.series, ev, e.kernel.as_deref());
-        self.detector
-            .observe(&mut process.signals, ev, e.batch.as_ref());
+            .observe(&mut process.series, ev, e.kernel.as_deref(), e.captured);
+        if let Some(nodes) = e.graph_runs.as_deref() {
+            let kernels = &process.kernels;
+            self.aggregator
+                .observe_graph(&mut process.series, nodes, |f| kernels.name(f));
+        }
+        // A call recorded into a graph ran nothing: no window counts it.
+        if !e.captured {
+            self.detector
+                .observe(&mut process.signals, ev, e.batch.as_ref());
+        }
+        if let Some(nodes) = e.graph_runs.as_deref() {
+            self.detector.observe_graph(&mut process.signals, nodes);
+        }
         if let Some(otlp) = self.otlp.as_mut() {
             let kernel = e.kernel.as_deref().map(|k| &*k.demangled);
             // The GPU NVML lists the process on, when it does.

@@ -1,5 +1,6 @@
 //! One file per command.
 pub mod backtest;
+pub mod census;
 pub mod daemon;
 pub mod explain;
 pub mod incidents;

@@ -35,10 +35,11 @@ struct Recorder {
 
 impl Consumer for Recorder {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
-        self.detector
-            .observe(&mut process.signals, ev, e.batch.as_ref());
-        self.timeline
-            .call(ev, e.kernel.as_deref(), e.batch.as_ref())
+        if !e.captured {
+            self.detector
+                .observe(&mut process.signals, ev, e.batch.as_ref());
+        }
+        self.timeline.call(ev, e)
     }
 
     fn exited(&mut self, process: &mut Process) {

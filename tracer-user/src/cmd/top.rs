@@ -80,10 +80,10 @@ impl Drop for QuietStderr {
     }
 }
 
-/// A process's streams for the detail pane (at most 8, by estimated GPU time).
+/// A process's streams for the detail pane (at most 8, by batch span).
 fn stream_lines(p: &crate::registry::Process) -> Vec<String> {
     let mut streams = p.streams.sorted();
-    streams.sort_by_key(|s| std::cmp::Reverse(s.1.gpu_ns_estimate));
+    streams.sort_by_key(|s| std::cmp::Reverse(s.1.span_ns));
     streams
         .iter()
         .take(8)
@@ -94,9 +94,9 @@ fn stream_lines(p: &crate::registry::Process) -> Vec<String> {
                 String::new()
             };
             format!(
-                "{stream:#x}{thread}: {} batches, {:.3} ms, wait {:.3} ms",
+                "{stream:#x}{thread}: {} batches, span {:.3} ms, wait {:.3} ms",
                 s.batches,
-                s.gpu_ns_estimate as f64 / 1e6,
+                s.span_ns as f64 / 1e6,
                 s.wait_ns as f64 / 1e6
             )
         })

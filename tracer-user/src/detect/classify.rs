@@ -157,7 +157,7 @@ pub struct Thresholds {
 
 /// Others on the victim's GPU with a positive `weight`, with their share of the others' total
 /// weight there, biggest first; and the GPU they share. The victim is left out of the total: its
-/// own work is what its baseline already holds, and under contention its GPU-time estimate also
+/// own work is what its baseline already holds, and under contention its device time also
 /// counts the time its kernels queued behind the others'.
 pub(super) fn shares(
     victim: &Seen<'_>,

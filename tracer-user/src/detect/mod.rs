@@ -266,6 +266,12 @@ impl Detector {
         oom::observe(s, ev);
     }
 
+    /// Counts the kernels a graph launch of known composition ran.
+    pub fn observe_graph(&self, slot: &mut Slot, nodes: &[crate::enrich::graphs::Node]) {
+        let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));
+        s.window.add_graph(nodes);
+    }
+
     /// Its threads' run-queue delay ever, ns, as read now (`None`: unreadable).
     pub fn observe_run_delay(&self, slot: &mut Slot, total_ns: Option<u64>) {
         let s = slot.get_or_insert_with(|| Box::new(ProcessSignals::new()));

@@ -181,19 +181,6 @@ impl Window {
     }
 }
 
-/// The threads of a launch of `grid` blocks of `block` threads, capped as the kernel caps them.
-pub fn launch_threads(grid: [u32; 3], block: [u32; 3]) -> u64 {
-    use tracer_common::event::pack;
-    tracer_common::launches::threads(&[
-        0,
-        pack(grid[0], grid[1]),
-        pack(grid[2], block[0]),
-        pack(block[1], block[2]),
-        0,
-        0,
-    ])
-}
-
 impl Window {
     /// Adds `launches` of kernel `function` asking for `threads` in all.
     fn add_kernel(&mut self, function: u64, launches: u64, threads: u64) {
@@ -206,6 +193,14 @@ impl Window {
         let k = self.kernels.entry(key).or_default();
         k.0 += launches;
         k.1 = k.1.wrapping_add(threads);
+    }
+
+    /// Counts the kernels of one graph launch of known composition: work submitted, not launches
+    /// (a graph's kernels never change the launches `wait_per_launch` divides by).
+    pub fn add_graph(&mut self, nodes: &[crate::enrich::graphs::Node]) {
+        for n in nodes {
+            self.add_kernel(n.function, 1, n.threads);
+        }
     }
 
     /// Counts launches the kernel counted (one cell's gain): the successful ones, at their
@@ -229,7 +224,13 @@ impl Window {
     /// their closed batches.
     pub fn observe(&mut self, ev: &Event, closed: Option<&BatchEstimate>) {
         if let Some(c) = closed {
-            self.gpu_ns = self.gpu_ns.saturating_add(c.gpu_ns_estimate);
+            self.gpu_ns = self.gpu_ns.saturating_add(c.span_ns);
+            // Asynchronous copies completed by this wait: for the user, synchronous copies.
+            if let Some(copies) = c.copies {
+                self.sync_copy_ns = self.sync_copy_ns.saturating_add(copies.ns);
+                self.sync_copy_bytes = self.sync_copy_bytes.saturating_add(copies.bytes);
+                self.sync_copies += copies.copies;
+            }
         }
         // A launch the kernel counted arrives through `add_launches`.
         if ev.result != 0 || ev.counted {
@@ -244,7 +245,7 @@ impl Window {
                         grid,
                         block,
                         ..
-                    } => self.add_kernel(function, 1, launch_threads(grid, block)),
+                    } => self.add_kernel(function, 1, crate::event::launch_threads(grid, block)),
                     _ => self.graph_launches += 1,
                 }
                 let h = self.launch_ns.get_or_insert_with(|| LAUNCH.sketch());

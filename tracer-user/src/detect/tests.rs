@@ -98,7 +98,9 @@ fn window(d: &mut Det, pid: u32, id: &Arc<Identity>, n: u64, wait_ns: u64) {
             id,
             Some(&BatchEstimate {
                 launches: 1,
-                gpu_ns_estimate: wait_ns,
+                span_ns: wait_ns,
+                batches: 1,
+                copies: None,
             }),
         );
     }
@@ -432,4 +434,5 @@ fn quiet_periods_mark_the_changes() {
 }
 
 mod blame;
+mod serving;
 mod worst;

@@ -1,14 +1,18 @@
-//! A GPU-time estimate per stream, from host-side calls alone (an estimate, not a measurement).
+//! Device time per stream, from host-side calls alone, in two measures said for what they are.
 //!
-//! Model: work launched on a stream since its last completed wait forms a batch. When a wait
-//! that covers the stream returns (`cuStreamSynchronize` on it, `cuCtxSynchronize`, or a
-//! synchronous copy on it), the batch is known finished, so the device spent at most
-//! `wait_return - first_launch_of_batch` on it: that upper bound is the estimate. It is exact
-//! when the stream's queue never ran empty between the first launch and the wait's return, and
-//! too high by the idle gaps otherwise. The time the host spent blocked in the wait is measured,
-//! not estimated. Event waits and `cuStreamWaitEvent` do not close a batch (which stream an event
-//! was recorded on is not traced), and the legacy default stream's implicit synchronization with
-//! other streams is not modelled.
+//! Work queued on a stream since its last completed wait forms a batch: launches, graph
+//! launches and asynchronous copies. A batch closes when the host learns it is done: a stream
+//! or context synchronize, a synchronous copy, an event synchronize on an event recorded on the
+//! stream, or a successful poll (`cuEventQuery`, `cuStreamQuery`). Two measures come of it:
+//! - `host_wait`: the time the host spent blocked in waits (measured);
+//! - `batch_span`: from a batch's first submission to its close, except that when the close did
+//!   not wait (the call returned at once and no poll answered `CUDA_ERROR_NOT_READY`), the work
+//!   was done before the host asked, so the host gap before it is left out: the span then ends
+//!   at the stream's last submission plus the call itself.
+//!
+//! Neither is a bound on a shared GPU (another process's work delays the batch's end), and
+//! gaps in the middle of a batch, between two submissions, are not seen. Launches made while
+//! their stream captures a graph run nothing and open no batch (`enrich::graphs`).
 
 use foldhash::HashMap;
 use serde::Serialize;
@@ -20,53 +24,73 @@ use crate::event::{Detail, Event};
 const STREAM_LEGACY: u64 = 1;
 /// `CU_STREAM_PER_THREAD`: what stream 0 means for `_ptsz`/`_ptds` entry points.
 const STREAM_PER_THREAD: u64 = 2;
+/// A blocking wait shorter than this did not wait for device work: the call's own cost.
+pub const BLOCKED_NS: u64 = 20_000;
 
 /// Totals for one stream of one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StreamTime {
-    /// Launches seen on the stream.
+    /// Launches seen on the stream (written one record each).
     pub launches: u64,
-    /// Launches whose batch a wait has closed.
+    /// Launches whose batch a wait or a poll has closed.
     pub launches_completed: u64,
-    /// Sum of the estimates of closed batches (upper bound of device time).
-    pub gpu_ns_estimate: u64,
-    /// Time the host was blocked waiting for this stream (measured).
+    /// Sum of the spans of closed batches (`batch_span`), ns.
+    pub span_ns: u64,
+    /// Time the host was blocked waiting for this stream (`host_wait`, measured), ns.
     pub wait_ns: u64,
-    /// Batches a wait closed.
+    /// Batches closed.
     pub batches: u64,
     #[serde(skip)]
     pending: u64,
     #[serde(skip)]
     batch_start: Option<u64>,
+    /// When the latest submission on the stream returned.
+    #[serde(skip)]
+    last_submit: u64,
+    /// Closes so far: an event recorded under an older generation covers nothing open.
+    #[serde(skip)]
+    generation: u64,
+    /// Asynchronous copies of the open batch: (bytes, first start, copies).
+    #[serde(skip)]
+    copies: Option<(u64, u64, u64)>,
 }
 
-/// What a wait closed, reported on its event.
+/// Asynchronous copies a close completed: for the user, one synchronous copy each batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SyncedCopies {
+    /// Bytes copied.
+    pub bytes: u64,
+    /// From the first copy's call to the close's return, ns.
+    pub ns: u64,
+    /// Copies.
+    pub copies: u64,
+}
+
+/// What a wait or a poll closed, reported on its event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct BatchEstimate {
     /// Launches in the closed batches.
     pub launches: u64,
-    /// Estimated device time of those batches (upper bound).
-    pub gpu_ns_estimate: u64,
+    /// The closed batches' `batch_span`, ns.
+    pub span_ns: u64,
+    /// Batches closed.
+    pub batches: u64,
+    /// Asynchronous copies completed by it, when there were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copies: Option<SyncedCopies>,
 }
 
 /// Streams tracked per process at most; calls on further streams share one overflow entry.
 pub const MAX_STREAMS: usize = 1024;
+/// Events mapped to their stream per process at most; past it, new events are not mapped
+/// (their waits close nothing, and are counted in [`Streams::unmapped_waits`]).
+pub const MAX_EVENTS: usize = 16_384;
 /// The stream key calls past [`MAX_STREAMS`] are accounted under.
 const OVERFLOW_STREAM: (u64, u32) = (u64::MAX, 0);
 
-/// The streams of one process (its registry entry holds them), kept together so that a
-/// context-wide wait and the per-process total touch only that process.
-#[derive(Default)]
-pub struct Streams {
-    /// Calls on streams past [`MAX_STREAMS`], accounted under one entry.
-    pub overflowed: u64,
-    /// By (stream handle, thread for the per-thread default stream).
-    streams: HashMap<(u64, u32), StreamTime>,
-    /// Sum of the streams' `gpu_ns_estimate`.
-    gpu_ns_estimate: u64,
-}
-
-fn key(ev: &Event, stream: u64) -> (u64, u32) {
+/// The key of `stream` as `ev`'s thread names it: (handle, thread for the per-thread default
+/// stream).
+pub fn stream_key(ev: &Event, stream: u64) -> (u64, u32) {
     let per_thread = ev.api.info().per_thread;
     match stream {
         0 if per_thread => (STREAM_PER_THREAD, ev.tid),
@@ -76,73 +100,145 @@ fn key(ev: &Event, stream: u64) -> (u64, u32) {
     }
 }
 
+/// Where a close applies.
+enum Closes {
+    Stream((u64, u32)),
+    Event(u64),
+    All,
+}
+
+/// The streams of one process (its registry entry holds them), kept together so that a
+/// context-wide wait and the per-process total touch only that process.
+#[derive(Default)]
+pub struct Streams {
+    /// Calls on streams past [`MAX_STREAMS`], accounted under one entry.
+    pub overflowed: u64,
+    /// Event waits and polls that closed nothing: the event's record was not seen (recorded
+    /// before tracing began, or past [`MAX_EVENTS`]).
+    pub unmapped_waits: u64,
+    /// By (stream handle, thread for the per-thread default stream).
+    streams: HashMap<(u64, u32), StreamTime>,
+    /// Event to (stream, the stream's generation when it was recorded).
+    events: HashMap<u64, ((u64, u32), u64)>,
+    /// Sum of the streams' `span_ns`.
+    span_ns: u64,
+    /// Sum of the streams' `wait_ns`.
+    wait_ns: u64,
+}
+
 impl Streams {
-    /// Accounts a launch or a wait; returns what a wait closed.
-    pub fn observe(&mut self, ev: &Event) -> Option<BatchEstimate> {
-        if ev.result != 0 {
+    /// Accounts a call (`captured`: made on a stream that captures a graph, so it ran nothing);
+    /// returns what a wait or a poll closed.
+    pub fn observe(&mut self, ev: &Event, captured: bool) -> Option<BatchEstimate> {
+        if ev.result != 0 || captured {
             return None;
         }
+        let info = ev.api.info();
         match ev.detail {
             Detail::Launch { stream, .. } | Detail::Graph { stream, .. } => {
-                let k = self.bounded(key(ev, stream));
-                let s = self.streams.entry(k).or_default();
+                let s = self.stream(stream_key(ev, stream));
                 // A launch the kernel counted is written when it opens a batch (or as a sample):
                 // it marks the batch's start; the launches are counted in-kernel.
                 if !ev.counted {
                     s.launches += 1;
                     s.pending += 1;
                 }
-                s.batch_start.get_or_insert(ev.start_ns);
+                s.submitted(ev);
+                None
+            }
+            Detail::Copy {
+                stream: Some(stream),
+                bytes,
+                ..
+            } => {
+                let s = self.stream(stream_key(ev, stream));
+                s.submitted(ev);
+                let c = s.copies.get_or_insert((0, ev.start_ns, 0));
+                c.0 = c.0.saturating_add(bytes);
+                c.2 += 1;
+                None
+            }
+            Detail::Record { event, stream } => {
+                let k = self.bounded(stream_key(ev, stream));
+                let generation = self.streams.entry(k).or_default().generation;
+                if self.events.len() < MAX_EVENTS || self.events.contains_key(&event) {
+                    self.events.insert(event, (k, generation));
+                }
                 None
             }
             Detail::Sync {
                 stream: Some(stream),
                 event: None,
-            } => Some(self.close(ev, Some(key(ev, stream)))),
+            }
+            | Detail::Poll {
+                stream: Some(stream),
+                event: None,
+            } => Some(self.close(ev, Closes::Stream(stream_key(ev, stream)))),
+            Detail::Sync {
+                stream: None,
+                event: Some(e),
+            }
+            | Detail::Poll {
+                stream: None,
+                event: Some(e),
+            } => Some(self.close(ev, Closes::Event(e))),
             Detail::Sync {
                 stream: None,
                 event: None,
-            } if ev.api.info().shape == Shape::CtxSync => Some(self.close(ev, None)),
-            Detail::Copy { stream: None, .. } if ev.api.info().kind == Kind::Memcpy => {
-                Some(self.close(ev, Some(key(ev, 0))))
+            } if info.shape == Shape::CtxSync => Some(self.close(ev, Closes::All)),
+            Detail::Copy { stream: None, .. } if info.kind == Kind::Memcpy => {
+                Some(self.close(ev, Closes::Stream(stream_key(ev, 0))))
             }
             _ => None,
         }
     }
 
-    /// Closes the batch of one stream, or of every stream of the process when `only` is None.
-    fn close(&mut self, ev: &Event, only: Option<(u64, u32)>) -> BatchEstimate {
-        let end = ev.start_ns.saturating_add(ev.duration_ns);
+    fn stream(&mut self, k: (u64, u32)) -> &mut StreamTime {
+        let k = self.bounded(k);
+        self.streams.entry(k).or_default()
+    }
+
+    /// Closes the batch of one stream, of an event's stream, or of every stream.
+    fn close(&mut self, ev: &Event, which: Closes) -> BatchEstimate {
         let mut closed = BatchEstimate {
             launches: 0,
-            gpu_ns_estimate: 0,
+            span_ns: 0,
+            batches: 0,
+            copies: None,
         };
-        let mut account = |s: &mut StreamTime| {
-            if let Some(start) = s.batch_start.take() {
-                // Saturating: a tenant's calls can claim any start and duration.
-                let est = end.saturating_sub(start);
-                s.gpu_ns_estimate = s.gpu_ns_estimate.saturating_add(est);
-                s.batches += 1;
-                closed.gpu_ns_estimate = closed.gpu_ns_estimate.saturating_add(est);
-            }
-            closed.launches += s.pending;
-            s.launches_completed += s.pending;
-            s.pending = 0;
+        let blocking = matches!(ev.api.info().kind, Kind::Sync | Kind::Memcpy);
+        let waited = if blocking {
+            ev.duration_ns >= BLOCKED_NS
+        } else {
+            ev.not_ready > 0
         };
-        match only {
-            Some(k) => {
-                let k = self.bounded(k);
-                let s = self.streams.entry(k).or_default();
-                s.wait_ns = s.wait_ns.saturating_add(ev.duration_ns);
+        let wait_ns = if blocking { ev.duration_ns } else { 0 };
+        let mut account = |s: &mut StreamTime| s.close(ev, waited, &mut closed);
+        match which {
+            Closes::Stream(k) => {
+                let s = self.stream(k);
+                s.wait_ns = s.wait_ns.saturating_add(wait_ns);
                 account(s);
             }
-            None => self.streams.values_mut().for_each(&mut account),
+            Closes::Event(e) => match self.events.get(&e).copied() {
+                Some((k, generation)) => {
+                    let s = self.streams.entry(k).or_default();
+                    s.wait_ns = s.wait_ns.saturating_add(wait_ns);
+                    // An event recorded before the stream's last close covers nothing open.
+                    if s.generation == generation {
+                        account(s);
+                    }
+                }
+                None => self.unmapped_waits += 1,
+            },
+            Closes::All => self.streams.values_mut().for_each(&mut account),
         }
-        self.gpu_ns_estimate = self.gpu_ns_estimate.saturating_add(closed.gpu_ns_estimate);
+        self.span_ns = self.span_ns.saturating_add(closed.span_ns);
+        self.wait_ns = self.wait_ns.saturating_add(wait_ns);
         closed
     }
 
-    /// When the oldest batch no wait has closed began (its first launch, CLOCK_MONOTONIC ns).
+    /// When the oldest batch nothing has closed began (its first submission, CLOCK_MONOTONIC ns).
     pub fn open_since(&self) -> Option<u64> {
         self.streams.values().filter_map(|s| s.batch_start).min()
     }
@@ -163,30 +259,36 @@ impl Streams {
         OVERFLOW_STREAM
     }
 
-    /// Forgets the streams (the process exited); the total stays.
+    /// Forgets the streams and events (the process exited); the totals stay.
     pub fn release(&mut self) {
         self.streams = HashMap::default();
+        self.events = HashMap::default();
     }
 
-    /// The process's estimated device time over all its streams, ns.
-    pub fn estimate_ns(&self) -> u64 {
-        self.gpu_ns_estimate
+    /// The process's `batch_span` over all its streams, ns.
+    pub fn span_ns(&self) -> u64 {
+        self.span_ns
     }
 
-    /// The `gpu-time estimate:` lines printed when the process exits or tracing stops. Launch
-    /// counts are those written one record each (all of them in `trace`; `run` counts launches
+    /// The process's `host_wait` over all its streams, ns.
+    pub fn wait_ns(&self) -> u64 {
+        self.wait_ns
+    }
+
+    /// The `device time:` lines printed when the process exits or tracing stops. Launch counts
+    /// are those written one record each (all of them in `trace`; `run` counts launches
     /// in-kernel, per kernel, not per stream).
     pub fn lines(&self, pid: u32) -> Vec<String> {
         self.sorted()
             .into_iter()
             .map(|((stream, tid), s)| {
                 format!(
-                    "gpu-time estimate: pid={pid} stream={stream:#x}{} launches={} completed={} batches={} gpu_ns_estimate={} wait_ns={}",
+                    "device time: pid={pid} stream={stream:#x}{} launches={} completed={} batches={} batch_span_ns={} host_wait_ns={}",
                     if tid != 0 { format!(" tid={tid}") } else { String::new() },
                     s.launches,
                     s.launches_completed,
                     s.batches,
-                    s.gpu_ns_estimate,
+                    s.span_ns,
                     s.wait_ns
                 )
             })
@@ -194,127 +296,49 @@ impl Streams {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use tracer_common::Api;
-
-    use super::*;
-
-    fn launch(api: Api, start: u64, stream: u64) -> Event {
-        Event::launch(api, 1, 1, stream).timed(start, 10)
+impl StreamTime {
+    /// A submission (launch, graph launch, asynchronous copy) returned.
+    fn submitted(&mut self, ev: &Event) {
+        self.batch_start.get_or_insert(ev.start_ns);
+        self.last_submit = self
+            .last_submit
+            .max(ev.start_ns.saturating_add(ev.duration_ns));
     }
 
-    #[test]
-    fn stream_sync_closes_its_batch() {
-        let mut g = Streams::default();
-        g.observe(&launch(Api::LaunchKernel, 1_000, 7));
-        g.observe(&launch(Api::LaunchKernel, 2_000, 7));
-        g.observe(&launch(Api::LaunchKernel, 2_500, 8));
-        let sync = Event::of(
-            Api::StreamSynchronize,
-            1,
-            Detail::Sync {
-                stream: Some(7),
-                event: None,
-            },
-        )
-        .timed(3_000, 5_000);
-        assert_eq!(
-            g.observe(&sync),
-            Some(BatchEstimate {
-                launches: 2,
-                gpu_ns_estimate: 7_000
-            })
-        );
-        let s7 = g.sorted().into_iter().find(|(k, _)| k.0 == 7).unwrap().1;
-        assert_eq!(
-            (s7.launches_completed, s7.wait_ns, s7.gpu_ns_estimate),
-            (2, 5_000, 7_000)
-        );
-        // The context wait closes stream 8 too; stream 7 has nothing pending.
-        let ctx = Event::of(
-            Api::CtxSynchronize,
-            1,
-            Detail::Sync {
-                stream: None,
-                event: None,
-            },
-        )
-        .timed(9_000, 1_000);
-        assert_eq!(
-            g.observe(&ctx),
-            Some(BatchEstimate {
-                launches: 1,
-                gpu_ns_estimate: 7_500
-            })
-        );
-        assert_eq!(g.estimate_ns(), 14_500);
-        assert_eq!(g.sorted().len(), 2);
-        assert_eq!(g.lines(1)[0], "gpu-time estimate: pid=1 stream=0x7 launches=2 completed=2 batches=1 gpu_ns_estimate=7000 wait_ns=5000");
-    }
-
-    #[test]
-    fn streams_past_the_cap_share_one_entry() {
-        let mut g = Streams::default();
-        for s in 10..(10 + MAX_STREAMS as u64 + 7) {
-            g.observe(&launch(Api::LaunchKernel, 1, s));
+    /// Closes the open batch by `ev` (`waited`: the call waited for the work, so it ran until
+    /// the call returned).
+    fn close(&mut self, ev: &Event, waited: bool, closed: &mut BatchEstimate) {
+        let end = ev.start_ns.saturating_add(ev.duration_ns);
+        if let Some(start) = self.batch_start.take() {
+            // Saturating: a tenant's calls can claim any start and duration.
+            let span = if waited {
+                end.saturating_sub(start)
+            } else {
+                // Done before the host asked: up to the last submission, plus the call itself.
+                let last = self.last_submit.max(ev.thread_launch_ns).min(ev.start_ns);
+                last.saturating_sub(start).saturating_add(ev.duration_ns)
+            };
+            self.span_ns = self.span_ns.saturating_add(span);
+            self.batches += 1;
+            closed.span_ns = closed.span_ns.saturating_add(span);
+            closed.batches += 1;
         }
-        assert_eq!((g.sorted().len(), g.overflowed), (MAX_STREAMS + 1, 7));
-        let sync = Event::of(
-            Api::CtxSynchronize,
-            1,
-            Detail::Sync {
-                stream: None,
-                event: None,
-            },
-        )
-        .timed(100, 10);
-        assert_eq!(
-            g.observe(&sync).map(|b| b.launches),
-            Some(MAX_STREAMS as u64 + 7),
-            "every launch still closed"
-        );
-    }
-
-    #[test]
-    fn per_thread_default_stream_is_its_own() {
-        let mut g = Streams::default();
-        g.observe(&launch(Api::LaunchKernelPtsz, 100, 0));
-        g.observe(&launch(Api::LaunchKernel, 100, 0));
-        let sync = Event::of(
-            Api::StreamSynchronizePtsz,
-            1,
-            Detail::Sync {
-                stream: Some(0),
-                event: None,
-            },
-        )
-        .timed(200, 50);
-        assert_eq!(
-            g.observe(&sync),
-            Some(BatchEstimate {
-                launches: 1,
-                gpu_ns_estimate: 150
-            })
-        );
-        let copy = Event::of(
-            Api::MemcpyDtoH,
-            1,
-            Detail::Copy {
-                bytes: 1,
-                direction: "dtoh",
-                dst: 0,
-                src: 0,
-                stream: None,
-            },
-        )
-        .timed(300, 50);
-        assert_eq!(
-            g.observe(&copy),
-            Some(BatchEstimate {
-                launches: 1,
-                gpu_ns_estimate: 250
-            })
-        );
+        if let Some((bytes, first, copies)) = self.copies.take() {
+            let c = closed.copies.get_or_insert(SyncedCopies {
+                bytes: 0,
+                ns: 0,
+                copies: 0,
+            });
+            c.bytes = c.bytes.saturating_add(bytes);
+            c.ns = c.ns.saturating_add(end.saturating_sub(first));
+            c.copies += copies;
+        }
+        closed.launches += self.pending;
+        self.launches_completed += self.pending;
+        self.pending = 0;
+        self.generation += 1;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,6 +10,7 @@ mod open;
 mod options;
 mod pace;
 mod rescan;
+pub mod resolve;
 
 pub use drive::{Ending, Pipeline, Stages};
 pub use options::{SessionOptions, Tuning, TRACER_MAX_LIBRARIES, TRACER_MAX_PROCESSES};
@@ -371,6 +372,9 @@ impl Session {
             ),
         };
         ev.comm = process.comm;
+        if matches!(ev.detail, Detail::Resolve { .. }) {
+            resolve::check(&self.probes.libraries, process, &ev);
+        }
         let consumed = consume(process, &ev, consumer);
         if matches!(ev.detail, Detail::Lookup { .. }) {
             self.registry.bound_kernel_names();
@@ -430,9 +434,13 @@ impl Session {
         }
         for p in &live {
             for line in p.streams.lines(p.pid) {
-                log::info!(target: "cudatrace::gpu_time", pid = p.pid; "{line}");
+                log::info!(target: "cudatrace::device_time", pid = p.pid; "{line}");
+            }
+            if let Some(line) = p.graphs.line(p.pid) {
+                log::info!(target: "cudatrace::graphs", pid = p.pid; "{line}");
             }
         }
+        let polls = self.probes.maps.polls_not_ready();
         let c = self.counts;
         let (events, counted, samples) = (c.events, c.launches_counted, c.launch_samples);
         let (ring_full, rate_limited, undecodable) =
@@ -446,6 +454,7 @@ impl Session {
             dropped = ring_full,
             rate_limited = rate_limited,
             orphan_returns = orphans,
+            polls_not_ready = polls,
             undecodable = undecodable,
             probes = probes,
             exits = exits,
@@ -454,7 +463,7 @@ impl Session {
             tracked_processes = tracked;
             "summary: events={events} launches_counted={counted} launch_samples={samples} \
              dropped={ring_full} rate_limited={rate_limited} orphan_returns={orphans} \
-             undecodable={undecodable} probes={probes} exits={exits} live_processes={live} \
+             polls_not_ready={polls} undecodable={undecodable} probes={probes} exits={exits} live_processes={live} \
              inflight_entries={inflight} tracked_processes={tracked}"
         );
         Ok(())
@@ -473,12 +482,15 @@ fn consume(process: &mut Process, ev: &Event, consumer: &mut impl Consumer) -> i
     consumer.call(ev, &enrichment, process)
 }
 
-/// Prints a process's final memory and GPU-time lines.
+/// Prints a process's final memory, device-time and graphs lines.
 fn final_lines(p: &Process) {
     if p.memory.touched() {
         log::info!(target: "cudatrace::memory", pid = p.pid; "{}", p.memory.line(p.pid));
     }
     for line in p.streams.lines(p.pid) {
-        log::info!(target: "cudatrace::gpu_time", pid = p.pid; "{line}");
+        log::info!(target: "cudatrace::device_time", pid = p.pid; "{line}");
+    }
+    if let Some(line) = p.graphs.line(p.pid) {
+        log::info!(target: "cudatrace::graphs", pid = p.pid; "{line}");
     }
 }

@@ -135,7 +135,7 @@ proptest! {
             }
             let process = registry.live_mut(ev.pid).expect("inserted");
             let e = process.enrich(&ev);
-            aggregator.observe(&mut process.series, &ev, e.kernel.as_deref());
+            aggregator.observe(&mut process.series, &ev, e.kernel.as_deref(), e.captured);
             detector.observe(&mut process.signals, &ev, e.batch.as_ref());
             prop_assert!(process.memory.current_bytes <= process.memory.peak_bytes);
         }

@@ -13,7 +13,7 @@ use tracer_common::{
     },
     Entry, Filter, CONFIG_AGGREGATE, CONFIG_CELL_QUOTA, CONFIG_ENABLED, CONFIG_RATE_LIMIT,
     CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED,
-    STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_RATE_LIMITED,
+    STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_POLLS_NOT_READY, STAT_RATE_LIMITED,
 };
 
 use super::loader::take;
@@ -196,8 +196,17 @@ impl Maps {
 
     /// Opens of files named like libcuda the kernel could not report (its ring was full).
     pub fn opens_lost(&self) -> u64 {
+        self.stat(STAT_OPENS_LOST)
+    }
+
+    /// `CUDA_ERROR_NOT_READY` answers to polls, filtered in the kernel (no record each).
+    pub fn polls_not_ready(&self) -> u64 {
+        self.stat(STAT_POLLS_NOT_READY)
+    }
+
+    fn stat(&self, i: u32) -> u64 {
         self.stats
-            .get(&STAT_OPENS_LOST, 0)
+            .get(&i, 0)
             .map(|per_cpu| per_cpu.iter().sum())
             .unwrap_or(0)
     }

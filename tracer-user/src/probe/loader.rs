@@ -37,7 +37,8 @@ use super::{
 };
 
 /// The compiled eBPF programs, embedded at build time.
-static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+pub(crate) static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 /// What was attached in one library.
 #[derive(Debug, Clone)]
 pub struct LibraryProbes {

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod bpf_maps;
 pub mod btf;
 pub mod caps;
+pub mod census;
 pub mod discovery;
 pub mod ebpf_log;
 pub mod error;

@@ -157,53 +157,99 @@ fn map_fd(map: &Map) -> Option<RawFd> {
     }
 }
 
+/// `object`'s maps relocated against those `ebpf` created (which must all still be in it).
+fn relocated(object: &[u8], ebpf: &Ebpf) -> Result<aya_obj::Object, MultiError> {
+    let mut obj = aya_obj::Object::parse(object).map_err(|e| MultiError::Object(e.to_string()))?;
+    let fds: HashMap<&str, RawFd> = ebpf
+        .maps()
+        .filter_map(|(name, map)| Some((name, map_fd(map)?)))
+        .collect();
+    let maps: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
+    let mut with_fds = Vec::new();
+    for (name, map) in &maps {
+        let fd = fds
+            .get(name.as_str())
+            .ok_or_else(|| MultiError::Object(format!("map {name} was not created")))?;
+        with_fds.push((name.as_str(), *fd, map));
+    }
+    let text_sections: HashSet<usize> = obj.functions.keys().map(|(section, _)| *section).collect();
+    obj.relocate_maps(with_fds.into_iter(), &text_sections)
+        .map_err(|e| MultiError::Object(e.to_string()))?;
+    obj.relocate_calls(&text_sections)
+        .map_err(|e| MultiError::Object(e.to_string()))?;
+    Ok(obj)
+}
+
+/// Loads program `name` of a relocated object with the uprobe_multi attach type.
+fn load_one(obj: &aya_obj::Object, name: &'static str) -> Result<OwnedFd, MultiError> {
+    let prog = obj
+        .programs
+        .get(name)
+        .ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
+    let function = &obj.functions[&prog.function_key()];
+    let license: &CString = &prog.license;
+    let mut attr = ProgLoadAttr {
+        prog_type: BPF_PROG_TYPE_KPROBE,
+        insn_cnt: function.instructions.len() as u32,
+        insns: function.instructions.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        expected_attach_type: BPF_TRACE_UPROBE_MULTI,
+        ..Default::default()
+    };
+    let bytes = name.as_bytes();
+    attr.prog_name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
+    bpf(BPF_PROG_LOAD, &mut attr).map_err(|source| MultiError::Load {
+        program: name,
+        source,
+    })
+}
+
+/// Loads one program of `object` for uprobe_multi links, relocated against `ebpf`'s maps.
+pub fn load_program(object: &[u8], ebpf: &Ebpf, name: &'static str) -> Result<OwnedFd, MultiError> {
+    load_one(&relocated(object, ebpf)?, name)
+}
+
+/// One uprobe_multi link of `prog` (named `program` in errors) on `offsets` of the library at
+/// `path` (`shown` names it), a cookie each; a return probe when `ret`; `pid` restricts it.
+#[allow(clippy::too_many_arguments)]
+pub fn link(
+    prog: &OwnedFd,
+    program: &'static str,
+    path: &Path,
+    shown: &Path,
+    offsets: &[u64],
+    cookies: &[u64],
+    ret: bool,
+    pid: Option<u32>,
+) -> Result<OwnedFd, MultiError> {
+    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| MultiError::Object(format!("{} has a NUL byte", path.display())))?;
+    let mut attr = LinkCreateAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        attach_type: BPF_TRACE_UPROBE_MULTI,
+        path: c_path.as_ptr() as u64,
+        offsets: offsets.as_ptr() as u64,
+        cookies: cookies.as_ptr() as u64,
+        cnt: offsets.len() as u32,
+        multi_flags: if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 },
+        pid: pid.unwrap_or(0),
+        ..Default::default()
+    };
+    bpf(BPF_LINK_CREATE, &mut attr).map_err(|source| MultiError::Link {
+        program,
+        path: shown.display().to_string(),
+        source,
+    })
+}
+
 impl MultiPrograms {
     /// Loads the uprobe programs of `object` relocated against `ebpf`'s maps (which must all
     /// still be in it).
     pub fn load(object: &[u8], ebpf: &Ebpf) -> Result<MultiPrograms, MultiError> {
-        let mut obj =
-            aya_obj::Object::parse(object).map_err(|e| MultiError::Object(e.to_string()))?;
-        let fds: HashMap<&str, RawFd> = ebpf
-            .maps()
-            .filter_map(|(name, map)| Some((name, map_fd(map)?)))
-            .collect();
-        let maps: Vec<(String, aya_obj::Map)> = obj.maps.drain().collect();
-        let mut with_fds = Vec::new();
-        for (name, map) in &maps {
-            let fd = fds
-                .get(name.as_str())
-                .ok_or_else(|| MultiError::Object(format!("map {name} was not created")))?;
-            with_fds.push((name.as_str(), *fd, map));
-        }
-        let text_sections: HashSet<usize> =
-            obj.functions.keys().map(|(section, _)| *section).collect();
-        obj.relocate_maps(with_fds.into_iter(), &text_sections)
-            .map_err(|e| MultiError::Object(e.to_string()))?;
-        obj.relocate_calls(&text_sections)
-            .map_err(|e| MultiError::Object(e.to_string()))?;
+        let obj = relocated(object, ebpf)?;
         let mut by_name = HashMap::new();
         for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
-            let prog = obj
-                .programs
-                .get(name)
-                .ok_or_else(|| MultiError::Object(format!("no program {name}")))?;
-            let function = &obj.functions[&prog.function_key()];
-            let license: &CString = &prog.license;
-            let mut attr = ProgLoadAttr {
-                prog_type: BPF_PROG_TYPE_KPROBE,
-                insn_cnt: function.instructions.len() as u32,
-                insns: function.instructions.as_ptr() as u64,
-                license: license.as_ptr() as u64,
-                expected_attach_type: BPF_TRACE_UPROBE_MULTI,
-                ..Default::default()
-            };
-            let bytes = name.as_bytes();
-            attr.prog_name[..bytes.len().min(15)].copy_from_slice(&bytes[..bytes.len().min(15)]);
-            let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|source| MultiError::Load {
-                program: name,
-                source,
-            })?;
-            by_name.insert(name, fd);
+            by_name.insert(name, load_one(&obj, name)?);
         }
         Ok(MultiPrograms { by_name })
     }
@@ -218,8 +264,6 @@ impl MultiPrograms {
         found: &[Resolved],
         pid: Option<u32>,
     ) -> Result<Vec<OwnedFd>, MultiError> {
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| MultiError::Object(format!("{} has a NUL byte", path.display())))?;
         let mut links = Vec::new();
         let groups = [
             (PROG_LAUNCH, Some(Layout::Launch)),
@@ -237,27 +281,16 @@ impl MultiPrograms {
             }
             let offsets: Vec<u64> = chosen.iter().map(|r| r.offset).collect();
             let cookies: Vec<u64> = chosen.iter().map(|r| r.api.cookie()).collect();
-            let mut attr = LinkCreateAttr {
-                prog_fd: self.by_name[program].as_raw_fd() as u32,
-                attach_type: BPF_TRACE_UPROBE_MULTI,
-                path: c_path.as_ptr() as u64,
-                offsets: offsets.as_ptr() as u64,
-                cookies: cookies.as_ptr() as u64,
-                cnt: offsets.len() as u32,
-                multi_flags: if layout.is_none() {
-                    BPF_F_UPROBE_MULTI_RETURN
-                } else {
-                    0
-                },
-                pid: pid.unwrap_or(0),
-                ..Default::default()
-            };
-            let link = bpf(BPF_LINK_CREATE, &mut attr).map_err(|source| MultiError::Link {
+            links.push(link(
+                &self.by_name[program],
                 program,
-                path: shown.display().to_string(),
-                source,
-            })?;
-            links.push(link);
+                path,
+                shown,
+                &offsets,
+                &cookies,
+                layout.is_none(),
+                pid,
+            )?);
         }
         Ok(links)
     }

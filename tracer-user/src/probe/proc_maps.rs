@@ -25,6 +25,8 @@ pub struct Mapping {
     pub path: String,
     /// Whether the file was deleted (or replaced) after it was mapped.
     pub deleted: bool,
+    /// The file offset the mapping begins at.
+    pub offset: u64,
 }
 
 /// Splits off the next field: the text up to the next space, and the rest after the spaces.
@@ -39,7 +41,8 @@ fn field(s: &str) -> Option<(&str, &str)> {
 pub fn parse_line(line: &str) -> Option<Mapping> {
     let (range, rest) = field(line)?;
     let (_perms, rest) = field(rest)?;
-    let (_offset, rest) = field(rest)?;
+    let (offset, rest) = field(rest)?;
+    let offset = u64::from_str_radix(offset, 16).ok()?;
     let (dev, rest) = field(rest)?;
     let (inode, path) = match field(rest) {
         Some(split) => split,
@@ -67,7 +70,34 @@ pub fn parse_line(line: &str) -> Option<Mapping> {
         inode,
         path: path.to_owned(),
         deleted,
+        offset,
     })
+}
+
+/// The file mapping that holds address `addr` in a maps text read from `reader` (at most
+/// [`MAX_MAPS_BYTES`] of it), and `addr`'s offset in that file.
+pub fn file_offset_of(reader: impl std::io::Read, addr: u64) -> Option<(Mapping, u64)> {
+    let lines = BufReader::new(reader.take(MAX_MAPS_BYTES));
+    for line in lines.split(b'\n').map_while(Result::ok) {
+        if line.len() > MAX_LINE {
+            continue;
+        }
+        let Some(m) = parse_line(&String::from_utf8_lossy(&line)) else {
+            continue;
+        };
+        let Some((start, end)) = m.range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
+        if (start..end).contains(&addr) {
+            let offset = m.offset.checked_add(addr - start)?;
+            return Some((m, offset));
+        }
+    }
+    None
 }
 
 /// The libcuda mappings in a maps text read from `reader`, at most [`MAX_MAPS_BYTES`] of it;

@@ -181,6 +181,37 @@ pub fn resolve_bytes(data: &[u8], path: &Path) -> Result<Resolution, SymbolError
     Ok(res)
 }
 
+/// Exported `cu*` functions listed at most (NVIDIA's libcuda exports about 800).
+pub const MAX_EXPORTED: usize = 4096;
+
+/// Every exported function whose name begins with `cu`, with its file offset, in name order;
+/// one name per offset (an alias of an earlier one is left out), at most [`MAX_EXPORTED`].
+pub fn exported_cu(data: &[u8], path: &Path) -> Result<Vec<(String, u64)>, SymbolError> {
+    let file = object::File::parse(data).map_err(|source| SymbolError::Parse {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut by_name: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for sym in file.dynamic_symbols() {
+        if sym.is_undefined() || !sym.is_global() || !matches!(sym.kind(), object::SymbolKind::Text)
+        {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if !name.starts_with("cu") || by_name.len() >= MAX_EXPORTED {
+            continue;
+        }
+        if let Some(offset) = file_offset(&file, &sym) {
+            by_name.entry(name.to_owned()).or_insert(offset);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    Ok(by_name
+        .into_iter()
+        .filter(|(_, offset)| seen.insert(*offset))
+        .collect())
+}
+
 /// Translates a symbol's virtual address into the file offset uprobes are attached by.
 fn file_offset(file: &object::File<'_>, sym: &object::Symbol<'_, '_>) -> Option<u64> {
     let section = file.section_by_index(sym.section_index()?).ok()?;

@@ -1,6 +1,6 @@
 //! The one registry of traced processes. Each entry, keyed by pid and checked against the start
 //! time read from /proc, owns every per-process table: identity, kernel names, device memory,
-//! streams (GPU-time estimate), metric series and the detector's signals. Exit, pid reuse,
+//! streams (device time), CUDA graphs, metric series and the detector's signals. Exit, pid reuse,
 //! retention after exit and the `max_processes` bound therefore happen here, once, for all of
 //! them.
 use std::{
@@ -15,6 +15,7 @@ use crate::{
     detect::{self, Slot, Tracked},
     enrich::{
         gputime::Streams,
+        graphs::Graphs,
         kernels::{KernelNames, NameBytes},
         memory::ProcessMemory,
         pods::PodIndex,
@@ -46,8 +47,10 @@ pub struct Process {
     pub kernels: KernelNames,
     /// Device memory from allocations and frees.
     pub memory: ProcessMemory,
-    /// Streams and the GPU-time estimate.
+    /// Streams and their device time.
     pub streams: Streams,
+    /// Stream captures and what each executable graph runs.
+    pub graphs: Graphs,
     /// Metric series (`cudatrace run`).
     pub series: ProcessSeries,
     /// The contention detector's window and baselines (`cudatrace run`), made on first use.
@@ -62,6 +65,9 @@ pub struct Process {
     pub exit_status: Option<i32>,
     /// Its workload (`identity::workload`), named when it is admitted and when its pod is.
     pub workload: Arc<str>,
+    /// Probed entry points `cuGetProcAddress_v2` handed it elsewhere than their probes
+    /// (`pipeline::resolve`): its calls through them are not traced.
+    pub unprobed: Vec<String>,
 }
 
 impl Process {
@@ -93,9 +99,12 @@ impl Process {
     /// Runs every enrichment of one call against this process's tables.
     pub fn enrich(&mut self, ev: &Event) -> Enrichment {
         self.memory.observe(ev);
+        let graph = self.graphs.observe(ev);
         Enrichment {
             kernel: self.kernels.observe(ev),
-            batch: self.streams.observe(ev),
+            batch: self.streams.observe(ev, graph.captured),
+            captured: graph.captured,
+            graph_runs: graph.runs,
         }
     }
 
@@ -184,12 +193,14 @@ impl Registry {
             kernels: KernelNames::new(self.names.clone()),
             memory: ProcessMemory::default(),
             streams: Streams::default(),
+            graphs: Graphs::default(),
             series: ProcessSeries::default(),
             signals: None,
             last_seen_ns: 0,
             launches_overflowed: 0,
             exited_at: None,
             exit_status: None,
+            unprobed: Vec::new(),
         };
         self.by_pid.insert(pid, process);
         if self.by_pid.len() > self.limits.max_processes {
@@ -256,6 +267,7 @@ impl Registry {
         p.kernels = KernelNames::new(names);
         p.memory.release();
         p.streams.release();
+        p.graphs.release();
         p.signals = None;
         // The released tables' counts are zero now: keep them here.
         p.memory.overflowed = 0;

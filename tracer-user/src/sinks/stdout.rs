@@ -27,7 +27,7 @@ struct JsonEvent<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     kernel_mangled: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    gpu_estimate: Option<&'a BatchEstimate>,
+    closed: Option<&'a BatchEstimate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     process: Option<&'a Identity>,
 }
@@ -70,7 +70,7 @@ impl Printer {
                 detail: &ev.detail,
                 kernel: kernel.map(|k| &*k.demangled),
                 kernel_mangled: kernel.map(|k| k.mangled.as_str()),
-                gpu_estimate: est,
+                closed: est,
                 process,
             };
             serde_json::to_writer(&mut self.out, &line)?;
@@ -130,7 +130,7 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
             Some(st) => format!("{direction} {bytes} bytes stream={st:#x}"),
             None => format!("{direction} {bytes} bytes"),
         },
-        Detail::Sync { stream, event } => {
+        Detail::Sync { stream, event } | Detail::Poll { stream, event } => {
             let mut s = String::new();
             if let Some(st) = stream {
                 s += &format!("stream={st:#x} ");
@@ -142,6 +142,15 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
         }
         Detail::Alloc { dptr, bytes, .. } => format!("{bytes} bytes at {dptr:#x}"),
         Detail::Free { dptr, .. } => format!("{dptr:#x}"),
+        Detail::Record { event, stream } => format!("event={event:#x} stream={stream:#x}"),
+        Detail::Capture { stream, graph: 0 } => format!("stream={stream:#x}"),
+        Detail::Capture { stream, graph } => format!("stream={stream:#x} graph={graph:#x}"),
+        Detail::GraphBuild { graph_exec, graph } => {
+            format!("graph={graph:#x} -> exec={graph_exec:#x}")
+        }
+        Detail::Resolve { symbol, address } => {
+            format!("{} -> {address:#x}", symbol.as_deref().unwrap_or("?"))
+        }
         Detail::Lookup { handle, name, .. } => match kernel.or(None) {
             Some(k) => format!("{} -> {handle:#x}", k.demangled),
             None => format!("{} -> {handle:#x}", name.as_deref().unwrap_or("?")),
@@ -149,9 +158,9 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
     };
     if let Some(e) = est {
         s += &format!(
-            " (estimate: {} launches, {} us on the GPU)",
+            " (closed: {} launches, batch span {} us)",
             e.launches,
-            e.gpu_ns_estimate / 1000
+            e.span_ns / 1000
         );
     }
     s

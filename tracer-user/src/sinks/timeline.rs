@@ -1,6 +1,6 @@
 //! `cudatrace record`'s output: a timeline in the Trace Event format (JSON, optionally gzip),
 //! which ui.perfetto.dev and chrome://tracing open. A track per process and thread with every
-//! traced call as a complete slice (the kernel's name for launches), a GPU-time estimate track
+//! traced call as a complete slice (the kernel's name for launches), a batch-span track
 //! per stream with each closed batch (and one for waits on every stream), counter tracks for NVML utilization and memory, and
 //! instant events for alert state changes. Events are written as they come (memory stays flat);
 //! past `max_events` they are counted, not written, and the file says so at its end.
@@ -15,11 +15,11 @@ use serde_json::{json, Value};
 
 use super::files::{give, open_private, How};
 use crate::{
-    alert::AlertChange, enrich::gputime::BatchEstimate, enrich::kernels::KernelName, event::Detail,
+    alert::AlertChange, enrich::gputime::BatchEstimate, enrich::Enrichment, event::Detail,
     event::Event, nvml::GpuSample,
 };
 
-/// First track id of a process's streams' GPU-time estimates: synthetic tids above any real one
+/// First track id of a process's streams' batch spans: synthetic tids above any real one
 /// (pid_max is at most 2^22), within 32 bits for the viewers. The first is for context-wide
 /// waits (and synchronous copies), then one per stream in order of appearance.
 const ESTIMATE_TID: u64 = 2_000_000_000;
@@ -120,12 +120,8 @@ impl Timeline {
 
     /// One traced call: a slice on its thread's track; a wait that closed batches adds a slice
     /// on its stream's estimate track.
-    pub fn call(
-        &mut self,
-        ev: &Event,
-        kernel: Option<&KernelName>,
-        batch: Option<&BatchEstimate>,
-    ) -> io::Result<()> {
+    pub fn call(&mut self, ev: &Event, e: &Enrichment) -> io::Result<()> {
+        let (kernel, batch) = (e.kernel.as_deref(), e.batch.as_ref());
         let (pid, tid) = (u64::from(ev.pid), u64::from(ev.tid));
         self.name(
             pid,
@@ -141,12 +137,19 @@ impl Timeline {
         if let Value::Object(map) = &mut args {
             map.insert("api".into(), json!(info.symbol));
             map.insert("result".into(), json!(ev.result));
+            // Recorded into a graph: ran nothing now. A graph launch: the kernels it ran.
+            if e.captured {
+                map.insert("captured".into(), json!(true));
+            }
+            if let Some(nodes) = &e.graph_runs {
+                map.insert("kernel_runs".into(), json!(nodes.len()));
+            }
         }
         self.event(&json!({
             "ph": "X", "name": name, "cat": info.kind.as_str(), "pid": pid, "tid": tid,
             "ts": us(ev.start_ns), "dur": us(ev.duration_ns), "args": args,
         }))?;
-        if let Some(b) = batch.filter(|b| b.launches > 0 || b.gpu_ns_estimate > 0) {
+        if let Some(b) = batch.filter(|b| b.launches > 0 || b.span_ns > 0) {
             self.batch(ev, b)?;
         }
         Ok(())
@@ -155,19 +158,19 @@ impl Timeline {
     /// The track of a wait's stream (the context-wide one for waits on every stream).
     fn stream_track(&mut self, pid: u32, stream: Option<u64>) -> (u64, String) {
         let Some(s) = stream else {
-            return (ESTIMATE_TID, "GPU-time estimate: every stream".into());
+            return (ESTIMATE_TID, "batch span: every stream".into());
         };
         if let Some(tid) = self.stream_tids.get(&(pid, s)) {
-            return (*tid, format!("GPU-time estimate: stream {s:#x}"));
+            return (*tid, format!("batch span: stream {s:#x}"));
         }
         let n = self.stream_count.entry(pid).or_default();
         if *n >= MAX_STREAM_TRACKS {
-            return (ESTIMATE_TID, "GPU-time estimate: every stream".into());
+            return (ESTIMATE_TID, "batch span: every stream".into());
         }
         *n += 1;
         let tid = ESTIMATE_TID + *n;
         self.stream_tids.insert((pid, s), tid);
-        (tid, format!("GPU-time estimate: stream {s:#x}"))
+        (tid, format!("batch span: stream {s:#x}"))
     }
 
     /// A closed batch as a slice on its stream's track, from its first launch to the wait's
@@ -177,6 +180,9 @@ impl Timeline {
         let stream = match ev.detail {
             Detail::Sync {
                 stream: Some(s), ..
+            }
+            | Detail::Poll {
+                stream: Some(s), ..
             } => Some(s),
             _ => None,
         };
@@ -184,13 +190,13 @@ impl Timeline {
         let pid = u64::from(ev.pid);
         let end = ev.start_ns.saturating_add(ev.duration_ns);
         let prev = self.estimate_end.get(&(ev.pid, tid)).copied().unwrap_or(0);
-        let start = end.saturating_sub(b.gpu_ns_estimate).max(prev).min(end);
+        let start = end.saturating_sub(b.span_ns).max(prev).min(end);
         self.estimate_end.insert((ev.pid, tid), end);
         self.name(pid, Some((tid, track)), &ev.comm)?;
         self.event(&json!({
-            "ph": "X", "name": format!("batch of {} launches", b.launches), "cat": "gpu_estimate", "pid": pid, "tid": tid,
+            "ph": "X", "name": format!("batch of {} launches", b.launches), "cat": "batch_span", "pid": pid, "tid": tid,
             "ts": us(start), "dur": us(end - start),
-            "args": {"launches": b.launches, "gpu_ns_estimate": b.gpu_ns_estimate, "closed_by": ev.api.info().symbol},
+            "args": {"launches": b.launches, "batch_span_ns": b.span_ns, "closed_by": ev.api.info().symbol},
         }))
     }
 

@@ -173,7 +173,7 @@ fn initramfs(cache: &Path, arch: Arch, standin: &Path) -> Result<PathBuf> {
     Ok(image)
 }
 
-/// How many of the 43 probed entry points of `lib` begin with a branch-protection landing pad,
+/// How many of the probed entry points of `lib` begin with a branch-protection landing pad,
 /// `bti c` or `paciasp` (which is one too, so gcc puts no `bti c` before it), read with the
 /// cross objdump that comes with Debian's cross gcc; and which are `paciasp`.
 fn branch_protected(arch: Arch, lib: &Path) -> Result<(usize, usize)> {

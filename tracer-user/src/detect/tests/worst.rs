@@ -63,12 +63,14 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                     let wait = stream_sync(pid).timed(at - 2_000_000, 1_000_000);
                     let closed = BatchEstimate {
                         launches: 1,
-                        gpu_ns_estimate: 1_000_000,
+                        span_ns: 1_000_000,
+                        batches: 1,
+                        copies: None,
                     };
                     d.d.observe(&mut p.signals, &wait, Some(&closed));
                 }
                 let launch = Event::launch(Api::LaunchKernel, pid, 1, 7).timed(at, 4_000);
-                p.streams.observe(&launch);
+                p.streams.observe(&launch, false);
                 // Its wait entered right after its launch, and has not returned.
                 d.d.observe_stuck(&mut p.signals, tracer_common::Kind::Sync, at + 5_000);
             }
@@ -79,7 +81,7 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                 let p = d.r.live_mut(3).unwrap();
                 let launch =
                     Event::launch(Api::LaunchKernel, 3, 1, 9).timed(now - 100_000_000_000, 4_000);
-                p.streams.observe(&launch);
+                p.streams.observe(&launch, false);
                 d.d.observe(&mut p.signals, &launch, None);
             }
         } else {
@@ -89,7 +91,7 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                 for pid in [1, 2] {
                     let p = d.r.live_mut(pid).unwrap();
                     let wait = stream_sync(pid).timed(queued_at, 1_000);
-                    p.streams.observe(&wait);
+                    p.streams.observe(&wait, false);
                 }
             }
         }

@@ -42,6 +42,22 @@ impl Collector for CallsCollector {
             "Driver calls completed.",
             &calls,
         )?;
+        let runs: Vec<(Labels, f64)> = snap
+            .kernel_runs
+            .iter()
+            .map(|r| {
+                (
+                    with(r.process.labels(), &[("kernel", r.kernel.to_string())]),
+                    r.runs as f64,
+                )
+            })
+            .collect();
+        counter(
+            &mut enc,
+            "cudatrace_kernel_runs",
+            "Kernels run: successful direct launches and the kernels of graph launches of known composition (launches made while their stream captures a graph run nothing).",
+            &runs,
+        )?;
         // Per result: the `CUresult` name (its number when unknown, `other` past the bound);
         // `not_recorded` for failures counted in-kernel whose record was lost.
         let errors: Vec<(Labels, f64)> = snap

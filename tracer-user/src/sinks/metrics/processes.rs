@@ -1,4 +1,5 @@
-//! Per process: device memory (now and peak), the GPU-time estimate, and the GPUs it can use.
+//! Per process: device memory (now and peak), device time (two measures), graph replays, and
+//! the GPUs it can use.
 use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
 
 use super::{
@@ -32,11 +33,58 @@ impl Collector for ProcessesCollector {
             "Highest device memory a process held while traced.",
             &rows(&|p| p.memory_peak_bytes as f64),
         )?;
+        let measures: Vec<(Labels, f64)> = snap
+            .processes
+            .iter()
+            .flat_map(|p| {
+                [("batch_span", p.span_ns), ("host_wait", p.wait_ns)].map(|(m, ns)| {
+                    (
+                        with(p.process.labels(), &[("measure", m.into())]),
+                        ns as f64 / 1e9,
+                    )
+                })
+            })
+            .collect();
         counter(
             &mut enc,
-            "cudatrace_gpu_time_estimate_seconds",
-            "Estimated device time of a process's completed work (upper bound; see README).",
-            &rows(&|p| p.gpu_ns_estimate as f64 / 1e9),
+            "cudatrace_device_time_seconds",
+            "Device time of a process's completed work, by measure: host_wait (time blocked in waits) or batch_span (first submission of a batch to its close, host gaps before a wait that did not block left out). Neither is a bound on a shared GPU (docs/metrics.md).",
+            &measures,
+        )?;
+        let replays: Vec<(Labels, f64)> = snap
+            .processes
+            .iter()
+            .filter(|p| p.graph_replays.0 > 0)
+            .flat_map(|p| {
+                let (all, unknown) = p.graph_replays;
+                [("known", all - unknown.min(all)), ("unknown", unknown)].map(|(c, n)| {
+                    (
+                        with(p.process.labels(), &[("composition", c.into())]),
+                        n as f64,
+                    )
+                })
+            })
+            .collect();
+        counter(
+            &mut enc,
+            "cudatrace_graph_replays",
+            "CUDA graph launches, by whether the graph's kernels are known (captured while traced) or unknown (captured before tracing began, or built node by node: its kernels are not counted in cudatrace_kernel_runs_total).",
+            &replays,
+        )?;
+        let unprobed: Vec<(Labels, f64)> = snap
+            .processes
+            .iter()
+            .flat_map(|p| {
+                p.unprobed
+                    .iter()
+                    .map(|s| (with(p.process.labels(), &[("api", s.clone())]), 1.0))
+            })
+            .collect();
+        gauge(
+            &mut enc,
+            "cudatrace_unprobed_entry_points",
+            "1 for each probed entry point cuGetProcAddress_v2 handed a process elsewhere than its probe: its calls through that address are not traced.",
+            &unprobed,
         )?;
         let on: Vec<(Labels, f64)> = snap
             .processes

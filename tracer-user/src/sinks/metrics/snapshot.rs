@@ -76,6 +76,17 @@ pub struct CallRow {
     pub series: Series,
 }
 
+/// Kernel runs of one (process, kernel): direct launches and graph-expanded runs alike.
+#[derive(Debug)]
+pub struct KernelRunRow {
+    /// Whose.
+    pub process: Arc<ProcessLabels>,
+    /// The kernel label.
+    pub kernel: Arc<str>,
+    /// Runs.
+    pub runs: u64,
+}
+
 /// One latency quantile of one (process, api) over one window.
 #[derive(Debug)]
 pub struct QuantileRow {
@@ -100,8 +111,14 @@ pub struct ProcessRow {
     pub memory_bytes: u64,
     /// Highest device memory held.
     pub memory_peak_bytes: u64,
-    /// GPU-time estimate, ns.
-    pub gpu_ns_estimate: u64,
+    /// Device time as `batch_span`, ns (see `enrich::gputime`).
+    pub span_ns: u64,
+    /// Device time as `host_wait`, ns.
+    pub wait_ns: u64,
+    /// Graph launches, and of them those of unknown composition.
+    pub graph_replays: (u64, u64),
+    /// Probed entry points it reaches elsewhere than their probes (`cuGetProcAddress_v2`).
+    pub unprobed: Vec<String>,
     /// The GPUs it can use: NVML's, else its `CUDA_VISIBLE_DEVICES`, else every GPU NVML
     /// lists ("all" without NVML).
     pub gpus: Vec<String>,
@@ -127,6 +144,8 @@ pub struct SignalRow {
 pub struct Snapshot {
     /// Per (process, api, kernel).
     pub calls: Vec<CallRow>,
+    /// Per (process, kernel).
+    pub kernel_runs: Vec<KernelRunRow>,
     /// Latency quantiles.
     pub quantiles: Vec<QuantileRow>,
     /// Per process.
@@ -225,6 +244,16 @@ impl Snapshot {
                 series: v.series,
             })
             .collect();
+        let kernel_runs = s
+            .aggregator
+            .kernel_runs(s.registry.series())
+            .into_iter()
+            .map(|(process, kernel, runs)| KernelRunRow {
+                process: of(process),
+                kernel,
+                runs,
+            })
+            .collect();
         let quantiles = s
             .aggregator
             .quantiles(s.registry.series())
@@ -244,7 +273,10 @@ impl Snapshot {
                 process: of(p.view()),
                 memory_bytes: p.memory.current_bytes,
                 memory_peak_bytes: p.memory.peak_bytes,
-                gpu_ns_estimate: p.streams.estimate_ns(),
+                span_ns: p.streams.span_ns(),
+                wait_ns: p.streams.wait_ns(),
+                graph_replays: (p.graphs.replays, p.graphs.unknown_replays),
+                unprobed: p.unprobed.clone(),
                 gpus: match crate::detect::classify::gpus_of(p.pid, &p.identity, s.gpus) {
                     GpuSet::Only(v) => v,
                     GpuSet::All if s.gpus.is_empty() => vec!["all".into()],
@@ -265,6 +297,7 @@ impl Snapshot {
             .collect();
         Snapshot {
             calls,
+            kernel_runs,
             quantiles,
             processes,
             events: s.events,

@@ -183,6 +183,17 @@ fn details(d: &Detail, kernel: Option<&str>, out: &mut Vec<KeyValue>) {
             stream(out, *s);
         }
         Detail::Free { stream: s, .. } => stream(out, *s),
-        Detail::Lookup { .. } => {}
+        Detail::Record { event, stream: s } => {
+            stream(out, Some(*s));
+            out.push(attr("cuda.event", format!("{event:#x}")));
+        }
+        Detail::Poll { stream: s, event } => {
+            stream(out, *s);
+            if let Some(e) = event {
+                out.push(attr("cuda.event", format!("{e:#x}")));
+            }
+        }
+        Detail::Capture { stream: s, .. } => stream(out, Some(*s)),
+        Detail::GraphBuild { .. } | Detail::Lookup { .. } | Detail::Resolve { .. } => {}
     }
 }

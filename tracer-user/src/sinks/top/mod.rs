@@ -51,7 +51,7 @@ pub struct Row {
     pub copy_bytes_per_s: f64,
     /// Device memory its traced allocations hold, bytes.
     pub memory_bytes: u64,
-    /// Its share of the estimated GPU time over the interval, 0 to 1.
+    /// Its share of the device time (batch span) over the interval, 0 to 1.
     pub gpu_share: f64,
     /// Its alert: state, cause and the first aggressor (`comm (pid N)`), when pending or firing.
     pub alert: Option<(AlertState, &'static str, String)>,
@@ -83,15 +83,17 @@ struct Totals {
 fn totals(s: &Snapshot) -> HashMap<u32, Totals> {
     let mut t: HashMap<u32, Totals> = HashMap::new();
     for c in &s.calls {
-        let e = t.entry(c.process.pid).or_default();
-        match c.api.info().kind {
-            Kind::Launch | Kind::GraphLaunch => e.launches += c.series.calls,
-            Kind::Memcpy => e.copy_bytes = e.copy_bytes.saturating_add(c.series.bytes),
-            _ => {}
+        if c.api.info().kind == Kind::Memcpy {
+            let e = t.entry(c.process.pid).or_default();
+            e.copy_bytes = e.copy_bytes.saturating_add(c.series.bytes);
         }
     }
+    // Kernel runs: direct launches and the kernels of graph launches alike.
+    for r in &s.kernel_runs {
+        t.entry(r.process.pid).or_default().launches += r.runs;
+    }
     for p in &s.processes {
-        t.entry(p.process.pid).or_default().gpu_ns = p.gpu_ns_estimate;
+        t.entry(p.process.pid).or_default().gpu_ns = p.span_ns;
     }
     t
 }

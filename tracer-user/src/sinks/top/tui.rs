@@ -330,9 +330,7 @@ impl State {
                 p99_bound(&c.series),
             )));
         }
-        lines.push(Line::from(
-            "streams: batches, GPU-time estimate ms, host wait ms",
-        ));
+        lines.push(Line::from("streams: batches, batch span ms, host wait ms"));
         for l in &self.streams {
             lines.push(Line::from(format!("  {l}")));
         }

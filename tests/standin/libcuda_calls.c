@@ -1,0 +1,77 @@
+/* The stand-in libcuda's copy, memory and kernel-name entry points, over the static helpers of
+ * libcuda.c (which includes this file: one translation unit). */
+
+/* ---- copies --------------------------------------------------------------------------------- */
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) { (void)d; (void)h; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *h, size_t n) { (void)d; (void)h; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) { (void)d; (void)h; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *h, CUdeviceptr d, size_t n) { (void)d; (void)h; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *h, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *h, CUdeviceptr d, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *h, CUdeviceptr d, size_t n, CUstream s) { (void)d; (void)h; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr x, size_t n) { (void)d; (void)x; return copy(n, 0, 0, 1); }
+EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr x, size_t n) { (void)d; (void)x; return copy(n, 0, 1, 1); }
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 0, 0); }
+EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr x, size_t n, CUstream s) { (void)d; (void)x; return copy(n, s, 1, 0); }
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, 0, 0, 1);
+}
+EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, 0, 1, 1);
+}
+EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n, CUstream s) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, s, 0, 0);
+}
+EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr x, CUcontext xc, size_t n,
+                                       CUstream s) {
+    (void)d; (void)dc; (void)x; (void)xc;
+    return copy(n, s, 1, 0);
+}
+
+/* ---- memory ------------------------------------------------------------------------------------ */
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return mem_alloc(p, n); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return mem_free(p); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+
+/* ---- kernel names ----------------------------------------------------------------------------- */
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
+    init();
+    spin(cfg_call_ns);
+    if (!out || !m || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
+    if (cfg_fresh_handles) {
+        *out = (CUfunction)(uintptr_t)(0x7e0000000000ull + 16ull * __atomic_add_fetch(&fresh_handles_given, 1, __ATOMIC_RELAXED));
+        return CUDA_SUCCESS;
+    }
+    *out = function_named(name);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary l, const char *name) {
+    init();
+    spin(cfg_call_ns);
+    if (!out || !l || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (strstr(name, "missing")) return CUDA_ERROR_NOT_FOUND;
+    *out = kernel_named(name);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuKernelGetFunction(CUfunction *out, CUkernel k) {
+    init();
+    spin(cfg_call_ns);
+    if (!out || !k) return CUDA_ERROR_INVALID_VALUE;
+    *out = function_named(k->name);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}

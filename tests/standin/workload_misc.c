@@ -1,0 +1,109 @@
+/* cuda-workload's odd scenarios: a process dying inside a call, a headless process, refused
+ * copies, tenant-chosen names, a rename, and launch configurations not yet paged in (see
+ * workload.c for what each does). */
+#include "workload.h"
+
+/* ---- die-in-call ------------------------------------------------------------------------------ */
+
+static CUstream die_stream;
+static void *die_waiter(void *p) {
+    (void)p;
+    thread_ctx();
+    ((PFN_cuStreamSynchronize)sym("cuStreamSynchronize", 1))(die_stream); /* never returns: exit comes first */
+    return NULL;
+}
+
+/* Queues a long kernel, blocks a second thread in cuStreamSynchronize, and exits the process while
+ * that thread is inside the call: its entry state must not outlive it. */
+static void run_die_in_call(void) {
+    setup(4096);
+    die_stream = new_stream();
+    CHECK(((PFN_cuLaunchKernel)sym("cuLaunchKernel", 1))(function, 1, 1, 1, 1, 1, 1, 0, die_stream, kernel_params, NULL));
+    pthread_t t;
+    pthread_create(&t, NULL, die_waiter, NULL);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    printf("{\"pid\":%d}\n", getpid());
+    fflush(stdout);
+    _exit(0);
+}
+
+static double headless_seconds;
+
+static void *headless_worker(void *unused) {
+    (void)unused;
+    run_loop(headless_seconds, 1, 1, 0);
+    fflush(stdout);
+    exit(0);
+}
+
+/* The main thread leaves (the process's leader becomes a zombie) while a second thread goes on
+ * calling the driver: the process still runs and must still be traced. */
+static void run_headless(double seconds) {
+    headless_seconds = seconds;
+    pthread_t t;
+    if (pthread_create(&t, NULL, headless_worker, NULL) != 0) exit(2);
+    pthread_exit(NULL);
+}
+
+static void run_huge_copies(long n) {
+    setup(4096);
+    PFN_cuMemcpyHtoD htod = (PFN_cuMemcpyHtoD)sym("cuMemcpyHtoD_v2", 1);
+    static char host[16];
+    long failed = 0;
+    for (long i = 0; i < n; i++) failed += htod(dev_a, host, (size_t)1 << 63) != CUDA_SUCCESS;
+    printf("{\"pid\":%d,\"copies\":%ld,\"failed\":%ld}\n", getpid(), n, failed);
+}
+
+static void run_lookup(const char *name) {
+    setup(4096);
+    PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    CUfunction f;
+    CHECK(getfn(&f, module, name));
+    CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+    printf("{\"pid\":%d,\"function\":%lu}\n", getpid(), (unsigned long)(uintptr_t)f);
+}
+
+static void run_rename(const char *name, long n) {
+    setup(4096);
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    for (long i = 0; i < 2 * n; i++) {
+        if (i == n && prctl(PR_SET_NAME, name, 0, 0, 0) != 0) { perror("prctl"); exit(2); }
+        CHECK(launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+    }
+    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), 2 * n);
+}
+
+static void run_unpaged_config(long n) {
+    setup(4096);
+    PFN_cuLaunchKernelEx launch_ex = (PFN_cuLaunchKernelEx)sym("cuLaunchKernelEx", 1);
+    char path[] = "/tmp/cuda-workload-config-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { perror("mkstemp"); exit(2); }
+    unlink(path);
+    CUlaunchConfig c = {(unsigned)(n + 1), 2, 3, 32, 1, 1, 0, NULL, NULL, 0};
+    if (write(fd, &c, sizeof c) != (ssize_t)sizeof c) { perror("write"); exit(2); }
+    for (long i = 0; i < n; i++) {
+        /* A fresh private mapping each time: its page is in the page cache but not in this
+         * process's page table until something touches it. */
+        void *m = mmap(NULL, sizeof c, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) { perror("mmap"); exit(2); }
+        CHECK(launch_ex((const CUlaunchConfig *)m, function, kernel_params, NULL));
+        munmap(m, sizeof c);
+    }
+    close(fd);
+    printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), n);
+}
+
+/* Runs one of these scenarios; 0 when `scenario` is none of them. */
+int run_misc(const char *scenario, int argc, char **argv) {
+    if (!strcmp(scenario, "die-in-call") && argc == 0) run_die_in_call();
+    else if (!strcmp(scenario, "unpaged-config") && argc == 1) run_unpaged_config(atol(argv[0]));
+    else if (!strcmp(scenario, "huge-copies") && argc == 1) run_huge_copies(atol(argv[0]));
+    else if (!strcmp(scenario, "headless") && argc == 1) run_headless(atof(argv[0]));
+    else if (!strcmp(scenario, "lookup") && argc == 1) run_lookup(argv[0]);
+    else if (!strcmp(scenario, "rename") && argc == 2) run_rename(argv[0], atol(argv[1]));
+    else return 0;
+    return 1;
+}

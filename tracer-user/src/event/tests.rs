@@ -1,0 +1,147 @@
+use tracer_common::{event::pack, NAME_MAX};
+
+use super::*;
+
+fn raw(api: Api, args: [u64; 6], out: u64) -> CallEvent {
+    CallEvent {
+        tag: EventTag::Call as u32,
+        api: api as u32,
+        pid: 7,
+        tid: 8,
+        start_ns: 100,
+        duration_ns: 50,
+        result: 0,
+        flags: 0,
+        args,
+        out,
+    }
+}
+
+fn bytes<T>(v: &T) -> &[u8] {
+    // SAFETY: test-only view of a plain record.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast(), size_of::<T>()) }
+}
+
+#[test]
+fn launch_unpacks_dimensions() {
+    let ev = raw(
+        Api::LaunchKernelPtsz,
+        [0xf00, pack(1, 2), pack(3, 4), pack(5, 6), 48, 0x5a],
+        0,
+    );
+    let e = decode(bytes(&ev)).unwrap();
+    assert_eq!((e.api, e.counted), (Api::LaunchKernelPtsz, false));
+    assert_eq!(
+        e.detail,
+        Detail::Launch {
+            function: 0xf00,
+            grid: [1, 2, 3],
+            block: [4, 5, 6],
+            shared_mem_bytes: 48,
+            stream: 0x5a
+        }
+    );
+}
+
+#[test]
+fn copies_know_their_direction_and_stream() {
+    let sync = decode(bytes(&raw(Api::MemcpyDtoH, [1, 2, 4096, 99, 0, 0], 0))).unwrap();
+    assert_eq!(
+        sync.detail,
+        Detail::Copy {
+            dst: 1,
+            src: 2,
+            bytes: 4096,
+            direction: "dtoh",
+            stream: None
+        }
+    );
+    let peer = decode(bytes(&raw(Api::MemcpyPeerAsync, [1, 10, 2, 20, 512, 3], 0))).unwrap();
+    assert_eq!(
+        peer.detail,
+        Detail::Copy {
+            dst: 1,
+            src: 2,
+            bytes: 512,
+            direction: "peer",
+            stream: Some(3)
+        }
+    );
+}
+
+#[test]
+fn lookup_carries_name() {
+    let mut name = [0u8; NAME_MAX];
+    name[..17].copy_from_slice(b"_Z11hidden_gemmPf");
+    let mut call = raw(Api::ModuleGetFunction, [0x10, 0x20, 0x30, 0, 0, 0], 0xabc);
+    call.tag = EventTag::Lookup as u32;
+    let e = decode(bytes(&LookupEvent { call, name })).unwrap();
+    assert_eq!(
+        e.detail,
+        Detail::Lookup {
+            handle: 0xabc,
+            source: 0x20,
+            name: Some("_Z11hidden_gemmPf".into())
+        }
+    );
+}
+
+#[test]
+fn comm_is_held_inline_as_the_kernel_gives_it() {
+    let mut raw = [0u8; 16];
+    raw[..6].copy_from_slice(b"python");
+    raw[7] = b'x'; // after the NUL: not part of the name
+    let c = Comm::from_raw(&raw);
+    assert_eq!((&*c, c.to_string()), ("python", "python".to_owned()));
+    assert_eq!(c, Comm::from("python"));
+    assert_eq!(Comm::from_raw(&[b'a'; 16]).len(), 16);
+    raw[..3].copy_from_slice(&[0xff, b'o', b'k']);
+    assert_eq!(&*Comm::from_raw(&raw), "\u{fffd}okhon");
+    // A longer name is cut at a character boundary within 16 bytes.
+    assert_eq!(&*Comm::from("ééééééééé"), "éééééééé");
+    assert_eq!(serde_json::to_string(&c).unwrap(), "\"python\"");
+}
+
+#[test]
+fn bad_records_are_errors() {
+    assert_eq!(decode(&[1, 0]), Err(DecodeError::Short(2)));
+    assert_eq!(decode(&[9, 0, 0, 0]), Err(DecodeError::Tag(9)));
+    let mut ev = raw(Api::MemFree, [0; 6], 0);
+    ev.api = 999;
+    assert_eq!(decode(bytes(&ev)), Err(DecodeError::Api(999)));
+    let exit = ExitEvent {
+        tag: EventTag::Exit as u32,
+        pid: 42,
+        status: 3 << 8,
+        flags: tracer_common::EXIT_STATUS_KNOWN,
+    };
+    assert_eq!(
+        decode_record(bytes(&exit)),
+        Ok(RingRecord::Exit(42, Some(768)))
+    );
+    let unknown = ExitEvent { flags: 0, ..exit };
+    assert_eq!(
+        decode_record(bytes(&unknown)),
+        Ok(RingRecord::Exit(42, None))
+    );
+    let mut comm = [0u8; 16];
+    comm[..6].copy_from_slice(b"worker");
+    let name = NameEvent {
+        tag: EventTag::Name as u32,
+        pid: 42,
+        tid: 43,
+        renamed: 1,
+        comm,
+    };
+    assert_eq!(
+        decode_record(bytes(&name)),
+        Ok(RingRecord::Name(42, 43, true, Comm::from("worker")))
+    );
+    assert_eq!(
+        decode_record(&bytes(&name)[..20]),
+        Err(DecodeError::Short(20))
+    );
+    let mut sample = raw(Api::LaunchKernel, [0; 6], 0);
+    sample.flags = FLAG_COUNTED;
+    assert!(decode(bytes(&sample)).unwrap().counted);
+}
