@@ -16,7 +16,8 @@ torch.profiler's ground truth, on a machine with an NVIDIA GPU.
      synchronize;
    - cpu: `.cpu()` copies (an asynchronous copy, then a wait on its stream).
    Checked: kernel runs and copies within 1% of the profiler's counts, kernel names matched for
-   at least 95% of runs, batch_span between 0.8 and 1.3 of the profiler's kernel (and copy) time.
+   at least 95% of runs, batch_span between 0.8 and 1.3 of the profiler's kernel (and copy) time;
+   NVML's per-process SM utilization (as cudatrace samples it) reported beside them.
 Prints one JSON object per check and writes OUT_DIR/torch.json; exits 1 when a check fails.
 """
 import ctypes
@@ -70,7 +71,7 @@ def proc_address_check(lib):
 def scrape(url, pid):
     """Sums per metric (with a few labels kept) of process `pid`."""
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    out = {"runs": {}, "calls": {}, "span": 0.0, "wait": 0.0, "replays": {}}
+    out = {"runs": {}, "calls": {}, "span": 0.0, "wait": 0.0, "replays": {}, "nvml_sm": None}
     for line in text.splitlines():
         m = LINE.match(line)
         if not m:
@@ -87,6 +88,8 @@ def scrape(url, pid):
             out["span" if labels["measure"] == "batch_span" else "wait"] += value
         elif name == "cudatrace_graph_replays_total":
             out["replays"][labels["composition"]] = value
+        elif name == "cudatrace_gpu_process_sm_utilization_ratio":
+            out["nvml_sm"] = max(out["nvml_sm"] or 0.0, value)
     return out
 
 
@@ -95,7 +98,8 @@ def minus(after, before):
     return {"runs": {k: v for k, v in runs.items() if v > 0},
             "calls": {k: v - before["calls"].get(k, 0) for k, v in after["calls"].items()},
             "span": after["span"] - before["span"], "wait": after["wait"] - before["wait"],
-            "replays": {k: v - before["replays"].get(k, 0) for k, v in after["replays"].items()}}
+            "replays": {k: v - before["replays"].get(k, 0) for k, v in after["replays"].items()},
+            "nvml_sm": after["nvml_sm"]}
 
 
 def norm(name):
@@ -198,9 +202,11 @@ def run_one(kind, url):
         "names matched for 95% of runs": runs > 0 and matched >= 0.95 * runs,
         "batch_span 0.8 to 1.3 of the profiler's time": 0.8 <= ratio <= 1.3,
     }
+    # NVML's per-process SM utilization at the end of the phase, as an anchor beside the two
+    # measures (reported, not judged: NVML samples, and averages over its own period).
     return {"check": kind, "pid": p.pid, "cudatrace": {"kernel_runs": runs, "copies": copies,
             "batch_span_s": got["span"], "host_wait_s": got["wait"], "replays": got["replays"],
-            "named_runs": matched},
+            "named_runs": matched, "nvml_process_sm_utilization": got["nvml_sm"]},
             "profiler": {k: v for k, v in truth.items() if k != "names"},
             "batch_span_over_profiler": ratio, "checks": checks, "ok": all(checks.values())}
 

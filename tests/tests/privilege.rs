@@ -262,7 +262,7 @@ fn classic_uprobes_still_trace_exactly() {
         traced
             .stderr
             .iter()
-            .any(|l| l == "ready: 86 probes attached"),
+            .any(|l| l == "ready: 120 probes attached"),
         "{:?}",
         traced.stderr
     );

@@ -174,6 +174,9 @@ pub const COOKIE_CAPTURE_BEGIN: u64 = 1 << 26;
 pub const COOKIE_CAPTURE_END: u64 = 1 << 27;
 /// Cookie flag: the name [`COOKIE_READ_NAME`] reads is the first argument's, not the third's.
 pub const COOKIE_NAME_ARG0: u64 = 1 << 28;
+/// `CUDA_ERROR_ILLEGAL_STATE`: what `cuStreamEndCapture` answers on a stream that was not
+/// capturing (no capture ended).
+pub const CUDA_ERROR_ILLEGAL_STATE: i32 = 401;
 /// `CUDA_ERROR_NOT_READY`: what a poll answers while the work it asks about runs.
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
 /// Mask of the api id inside a cookie.

@@ -20,7 +20,7 @@ use tracer_common::{
         COOKIE_API_MASK, COOKIE_CAPTURE_BEGIN, COOKIE_CAPTURE_END, COOKIE_CLOSES_ALL,
         COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM, COOKIE_CLOSES_EVENT, COOKIE_LAUNCH,
         COOKIE_NAME_ARG0, COOKIE_POLL, COOKIE_READ_NAME, COOKIE_READ_OUT, COOKIE_READ_OUT_ARG1,
-        CUDA_ERROR_NOT_READY,
+        CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_NOT_READY,
     },
     launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
     CallEvent, Entry, EventTag, LookupEvent, CONFIG_AGGREGATE, NAME_MAX, STAT_ORPHAN_RETURNS,
@@ -99,8 +99,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
             unsafe { (*slot).polls = 0 };
         }
     }
+    // A begin counts when it succeeded; an end whatever its result (an invalidated capture
+    // ends too), except on a stream that was not capturing.
     if entry.cookie & (COOKIE_CAPTURE_BEGIN | COOKIE_CAPTURE_END) != 0
-        && (result == 0 || entry.cookie & COOKIE_CAPTURE_END != 0)
+        && (result == 0
+            || (entry.cookie & COOKIE_CAPTURE_END != 0 && result != CUDA_ERROR_ILLEGAL_STATE))
     {
         aggregate::capture(pid, end, entry.cookie & COOKIE_CAPTURE_BEGIN != 0);
     }
