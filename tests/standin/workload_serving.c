@@ -14,6 +14,8 @@
  *                              record) or cuStreamQuery until it answers success
  *   join ITERS LAUNCHES        launches on two streams joined by cuStreamWaitEvent, never a
  *                              host wait until the very end
+ *   resolve N MAPPINGS         a tenant's flood: MAPPINGS one-page mappings (a long /proc/PID/maps),
+ *                              then N cuGetProcAddress_v2 of cuLaunchKernel, then 5 s alive
  *   copysync SECONDS BYTES GAP_US
  *                              PyTorch's .cpu(): an asynchronous host-to-device copy of BYTES,
  *                              then cuStreamSynchronize of its stream, GAP_US apart
@@ -189,6 +191,25 @@ static void run_copysync(double seconds, size_t bytes, long gap_us) {
     }
 }
 
+static void run_resolve(long n, long mappings) {
+    long page = sysconf(_SC_PAGESIZE);
+    char *base = mmap(NULL, (size_t)(page * mappings), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) { perror("mmap"); exit(2); }
+    for (long i = 0; i < mappings; i += 2) mprotect(base + i * page, (size_t)page, PROT_READ | PROT_WRITE);
+    PFN_cuGetProcAddress resolve = (PFN_cuGetProcAddress)dlsym(lib, "cuGetProcAddress_v2");
+    if (!resolve) exit(2);
+    uint64_t start = now_ns();
+    for (long i = 0; i < n; i++) {
+        void *p = NULL;
+        int status = -1;
+        CHECK(resolve("cuLaunchKernel", &p, 12000, 0, &status));
+    }
+    printf("{\"pid\":%d,\"lookups\":%ld,\"mappings\":%ld,\"seconds\":%.3f}\n", getpid(), n, mappings,
+           (double)(now_ns() - start) / 1e9);
+    fflush(stdout);
+    sleep(5);
+}
+
 /* Runs a serving scenario; 0 when `scenario` is none of them. */
 int run_serving(const char *scenario, int argc, char **argv) {
     if (!strcmp(scenario, "graph") && argc == 3) run_graph(atol(argv[0]), atol(argv[1]), atol(argv[2]));
@@ -197,6 +218,7 @@ int run_serving(const char *scenario, int argc, char **argv) {
     else if (!strcmp(scenario, "polled") && argc == 4)
         run_polled(atol(argv[0]), atol(argv[1]), (unsigned)atoi(argv[2]), argv[3]);
     else if (!strcmp(scenario, "join") && argc == 2) run_join(atol(argv[0]), atol(argv[1]));
+    else if (!strcmp(scenario, "resolve") && argc == 2) run_resolve(atol(argv[0]), atol(argv[1]));
     else if (!strcmp(scenario, "copysync") && argc == 3)
         run_copysync(atof(argv[0]), (size_t)atoll(argv[1]), atol(argv[2]));
     else return 0;

@@ -19,6 +19,10 @@ use crate::event::{launch_threads, Detail, Event};
 pub const MAX_GRAPHS: usize = 4096;
 /// Kernel nodes recorded per capture at most; a larger capture's composition is unknown.
 pub const MAX_NODES: usize = 65_536;
+/// Kernel nodes recorded per process over its life at most (4 MiB of nodes): a tenant that
+/// captures graph after graph cannot grow the agent; past it, new captures have an unknown
+/// composition.
+pub const MAX_RECORDED_NODES: usize = 262_144;
 /// Captures in progress per process at most.
 const MAX_CAPTURES: usize = 256;
 
@@ -59,6 +63,8 @@ pub struct Graphs {
     /// Events recorded on capturing streams, to their capture (a wait on one joins it).
     capture_events: HashMap<u64, u64>,
     next_capture: u64,
+    /// Kernel nodes recorded so far (see [`MAX_RECORDED_NODES`]).
+    recorded: usize,
     /// `CUgraph` to its composition (`None`: unknown).
     graphs: HashMap<u64, Option<Composition>>,
     /// `CUgraphExec` to its composition (`None`: unknown).
@@ -186,11 +192,13 @@ impl Graphs {
         if let Some(slot) = self.captures.get_mut(&id) {
             let full = slot
                 .as_ref()
-                .is_some_and(|v| v.len().saturating_add(nodes.len()) > MAX_NODES);
+                .is_some_and(|v| v.len().saturating_add(nodes.len()) > MAX_NODES)
+                || self.recorded.saturating_add(nodes.len()) > MAX_RECORDED_NODES;
             if full {
                 *slot = None;
             } else if let Some(v) = slot {
                 v.extend_from_slice(nodes);
+                self.recorded += nodes.len();
             }
         }
     }

@@ -2,6 +2,8 @@
 //! runtime calls the driver through the addresses it returns, so an address that is not a
 //! probed symbol's first instruction (a driver that hands out internal entry points) means
 //! calls that no probe sees. Said once per process and entry point, and kept on the process.
+//! Each name is checked once per process: the maps of a process that asks in a loop are read
+//! at most `2 * MAX_UNPROBED` times over its life.
 use tracer_common::Api;
 
 use crate::{
@@ -37,26 +39,30 @@ pub fn check(libraries: &[LibraryProbes], process: &mut Process, ev: &Event) {
     if ev.result != 0 || *address == 0 || !probed_name(symbol) {
         return;
     }
-    if process.unprobed.iter().any(|s| s == symbol) || process.unprobed.len() >= MAX_UNPROBED {
+    // Each name once (a probed name and its per-thread forms are fewer than MAX_UNPROBED * 2).
+    if process.resolves_checked.iter().any(|s| s == symbol)
+        || process.resolves_checked.len() >= 2 * MAX_UNPROBED
+        || process.unprobed.len() >= MAX_UNPROBED
+    {
         return;
     }
+    process.resolves_checked.push(symbol.clone());
     let Ok(maps) = std::fs::File::open(format!("/proc/{}/maps", ev.pid)) else {
         return;
     };
-    let at = proc_maps::file_offset_of(maps, *address);
-    let probed = at.as_ref().is_some_and(|(m, offset)| {
-        libraries
-            .iter()
-            .filter(|l| l.file == (m.dev, m.inode))
-            .any(|l| l.resolution.found.iter().any(|r| r.offset == *offset))
-    });
+    // No file mapping holds it (the process exited meanwhile, its maps read empty): nothing
+    // can be said.
+    let Some((m, offset)) = proc_maps::file_offset_of(maps, *address) else {
+        return;
+    };
+    let probed = libraries
+        .iter()
+        .filter(|l| l.file == (m.dev, m.inode))
+        .any(|l| l.resolution.found.iter().any(|r| r.offset == offset));
     if probed {
         return;
     }
-    let place = match &at {
-        Some((m, offset)) => format!("{} at offset {offset:#x}", printable(&m.path)),
-        None => "no file mapping".to_owned(),
-    };
+    let place = format!("{} at offset {offset:#x}", printable(&m.path));
     log::warn!(
         target: "cudatrace::unprobed",
         pid = ev.pid,

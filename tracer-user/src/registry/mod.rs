@@ -68,6 +68,9 @@ pub struct Process {
     /// Probed entry points `cuGetProcAddress_v2` handed it elsewhere than their probes
     /// (`pipeline::resolve`): its calls through them are not traced.
     pub unprobed: Vec<String>,
+    /// Probed entry points whose `cuGetProcAddress_v2` answer was checked: each once, so that
+    /// a process asking in a loop costs one read of its maps per name, not one per call.
+    pub resolves_checked: Vec<String>,
 }
 
 impl Process {
@@ -201,6 +204,7 @@ impl Registry {
             exited_at: None,
             exit_status: None,
             unprobed: Vec::new(),
+            resolves_checked: Vec::new(),
         };
         self.by_pid.insert(pid, process);
         if self.by_pid.len() > self.limits.max_processes {

@@ -171,3 +171,27 @@ fn captures_and_graphs_are_bounded() {
     );
     assert_eq!(g.unknown_replays, 1);
 }
+
+#[test]
+fn the_nodes_a_process_records_over_its_life_are_bounded() {
+    let mut g = Graphs::default();
+    let per = MAX_NODES as u64;
+    let graphs = (MAX_RECORDED_NODES / MAX_NODES) as u64;
+    for i in 0..=graphs {
+        g.observe(&begin(7));
+        for f in 0..per {
+            g.observe(&launch(f, 7, 1));
+        }
+        g.observe(&end(7, 0x100 + i));
+        g.observe(&build(Api::GraphInstantiateWithFlags, 0xe00 + i, 0x100 + i));
+    }
+    assert!(
+        g.observe(&replay(0xe00, 7)).runs.is_some(),
+        "within the budget"
+    );
+    assert!(
+        g.observe(&replay(0xe00 + graphs, 7)).runs.is_none(),
+        "past the budget: unknown"
+    );
+    assert_eq!(g.recorded, MAX_RECORDED_NODES);
+}
