@@ -118,13 +118,14 @@ fn stream_of(cookie: u64, stream: u64) -> u64 {
 #[inline(always)]
 pub fn wanted(
     pid: u32,
+    window: Option<*mut ProcWindow>,
     slot: *mut Entry,
     entry: &Entry,
     end: u64,
     duration_ns: u64,
     result: i32,
 ) -> bool {
-    let (sampled, epoch) = sample(pid, end);
+    let (sampled, epoch) = sample(pid, window, end);
     if result != 0 {
         return true;
     }
@@ -143,8 +144,8 @@ pub fn wanted(
 
 /// Counts a launch in its process's one-second window: (whether it is sampled, the epoch).
 #[inline(always)]
-fn sample(pid: u32, now: u64) -> (bool, u64) {
-    let Some(w) = PROCS.get_ptr_mut(&pid) else {
+fn sample(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (bool, u64) {
+    let Some(w) = window else {
         let _ = PROCS.insert(
             &pid,
             &ProcWindow {
@@ -186,13 +187,18 @@ pub fn close(pid: u32) {
     }
 }
 
-/// Whether a stream capture is in progress in `pid` (its launches are then written whole).
+/// `pid`'s sampling window (`PROCS`), when it has one: looked up once per launch.
 #[inline(always)]
-pub fn capturing(pid: u32) -> bool {
+pub fn window(pid: u32) -> Option<*mut ProcWindow> {
+    PROCS.get_ptr_mut(&pid)
+}
+
+/// Whether a stream capture is in progress in the process of `window` (its launches are then
+/// written whole).
+#[inline(always)]
+pub fn capturing(window: Option<*mut ProcWindow>) -> bool {
     // SAFETY: a plain read of a map value that stays valid while this program runs.
-    PROCS
-        .get_ptr(&pid)
-        .is_some_and(|w| unsafe { (*w).capturing } != 0)
+    window.is_some_and(|w| unsafe { (*w).capturing } != 0)
 }
 
 /// A stream capture began (`begun`) or ended in `pid`. A lost race with another CPU's change

@@ -113,8 +113,10 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
     }
     if entry.cookie & (COOKIE_LAUNCH | CLOSES) != 0 && config(CONFIG_AGGREGATE) == 1 {
         if entry.cookie & COOKIE_LAUNCH != 0 {
-            if !aggregate::capturing(pid) && aggregate::count(pid, &entry, duration, result) {
-                if !aggregate::wanted(pid, slot, &entry, end, duration, result) {
+            // One lookup of the process's window serves the capture check and the sampling.
+            let window = aggregate::window(pid);
+            if !aggregate::capturing(window) && aggregate::count(pid, &entry, duration, result) {
+                if !aggregate::wanted(pid, window, slot, &entry, end, duration, result) {
                     return;
                 }
                 flags = FLAG_COUNTED;
