@@ -124,3 +124,34 @@ fn census_of_a_process_without_libcuda_says_what_to_do() {
         )
     );
 }
+
+/// A wrong `--lib` (missing, not ELF, not a libcuda) gets one line that says what to do, and
+/// exit 1.
+#[test]
+fn census_of_a_wrong_library_says_what_to_do() {
+    let Some(env) = env() else { return };
+    let dir = integration_tests::guards::TempDir::new("census-lib");
+    let text = dir.write("libcuda.so.1", "not an ELF file\n");
+    let nvml = env.libcuda().with_file_name("libnvidia-ml.so.1");
+    for (lib, want) in [
+        (
+            "/nonexistent/libcuda.so.1".to_owned(),
+            "cudatrace: cannot read /nonexistent/libcuda.so.1: No such file or directory (os error 2): name the libcuda to count with --lib PATH".to_owned(),
+        ),
+        (
+            text.display().to_string(),
+            format!("cudatrace: {} is not an ELF shared library: Unknown file magic: name the libcuda to count with --lib PATH", text.display()),
+        ),
+        (
+            nvml.display().to_string(),
+            format!("cudatrace: {} exports none of the driver's entry points cudatrace traces (it is no libcuda): name the libcuda to count with --lib PATH", nvml.display()),
+        ),
+    ] {
+        let traced = Cudatrace::try_start_command(&env, "census", &["--duration", "1", "--lib", &lib], &[])
+            .err()
+            .expect("census refuses");
+        eprintln!("e2e census_of_a_wrong_library_says_what_to_do: {lib}: exit {:?}, {:?}", traced.code, traced.stderr);
+        assert_eq!(traced.code, Some(1));
+        assert_eq!(traced.stderr, vec![want]);
+    }
+}

@@ -60,13 +60,24 @@ impl Census {
         let traced: std::collections::HashSet<&str> = Api::ALL.iter().map(|a| a.symbol()).collect();
         let mut symbols = Vec::new();
         let mut targets = Vec::new();
+        // One line each, saying what to do (the errors' own sources are in their messages).
+        let what_to_do = |e: &dyn std::fmt::Display| {
+            anyhow::anyhow!("{e}: name the libcuda to count with --lib PATH")
+        };
         for lib in libs {
-            let (mut file, _) = symbols::open(lib)?;
+            let (mut file, _) = symbols::open(lib).map_err(|e| what_to_do(&e))?;
             let mut data = Vec::new();
             (&mut file)
                 .take(symbols::MAX_LIBRARY_BYTES)
-                .read_to_end(&mut data)?;
-            let found = symbols::exported_cu(&data, lib)?;
+                .read_to_end(&mut data)
+                .map_err(|e| what_to_do(&e))?;
+            let found = symbols::exported_cu(&data, lib).map_err(|e| what_to_do(&e))?;
+            if !found.iter().any(|(name, _)| traced.contains(name.as_str())) {
+                return Err(what_to_do(&format!(
+                    "{} exports none of the driver's entry points cudatrace traces (it is no libcuda)",
+                    shown(lib)
+                )));
+            }
             let first = symbols.len() as u64;
             symbols.extend(found.iter().map(|(name, _)| Symbol {
                 name: name.clone(),
