@@ -48,6 +48,8 @@ fn libraries(args: &CensusArgs) -> Result<Vec<PathBuf>> {
 /// Runs the command.
 pub async fn run(args: CensusArgs) -> Result<()> {
     let libs = libraries(&args)?;
+    // SIGTERM (a pod's stop, `timeout`) ends the count like Ctrl-C: what was counted is printed.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let census = Census::attach(&libs, args.pid)?;
     let shown: Vec<String> = libs
         .iter()
@@ -66,6 +68,7 @@ pub async fn run(args: CensusArgs) -> Result<()> {
     tokio::select! {
         _ = tokio::time::sleep(args.duration) => {}
         _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
     let mut by_symbol: BTreeMap<usize, (u64, std::collections::BTreeSet<u32>)> = BTreeMap::new();
     for c in census.counts()? {

@@ -149,6 +149,10 @@ pub struct Session {
     full_at: Instant,
     /// When the ring buffer is drained (see `pace`).
     pace: pace::Pace,
+    /// How long one read of the ring buffer may go on while recording (`None` once recording
+    /// stopped: the last drain reads everything). Under a flood a slow consumer would otherwise
+    /// never come back to the loop, and a signal would wait for the flood to end.
+    read_budget: Option<std::time::Duration>,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
     sigint: Signal,
@@ -295,7 +299,12 @@ impl Session {
     /// Hands every record now in the ring buffer to `consumer`; returns how many there were.
     fn read_ring(&mut self, consumer: &mut impl Consumer) -> io::Result<u64> {
         let mut records = 0;
+        let began = Instant::now();
         loop {
+            // The clock is read once every 1,024 records: a few µs of them.
+            if records % 1024 == 1023 && self.read_budget.is_some_and(|b| began.elapsed() >= b) {
+                return Ok(records);
+            }
             let record = match self.ring.get_mut().next() {
                 Some(item) => event::decode_record(&item),
                 None => return Ok(records),
@@ -416,8 +425,10 @@ impl Session {
     /// Stops recording, drains what the programs had already written (unless the output is
     /// closed) and prints the summary. Then [`Session::detach`].
     pub fn finish(&mut self, consumer: &mut impl Consumer, ending: Ending) -> Result<()> {
-        // Stop recording first so that nothing new arrives, then read what was written.
+        // Stop recording first so that nothing new arrives, then read what was written: all of
+        // it, however long that takes (nothing new comes in now).
         self.probes.maps.set_enabled(false)?;
+        self.read_budget = None;
         if ending != Ending::OutputClosed {
             let _ = self.drain(consumer);
         }

@@ -187,6 +187,7 @@ impl Session {
             asked_full: (0, 0),
             full_at: std::time::Instant::now(),
             pace: Pace::new(opts.ringbuf_bytes / 8),
+            read_budget: Some(std::time::Duration::from_millis(100)),
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
             sigint: signal(SignalKind::interrupt())?,
