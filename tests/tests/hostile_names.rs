@@ -60,7 +60,10 @@ fn made_up_kernel_names_stay_within_the_memory_bound() {
     // one short name) costs less: a table the trims never reached still holds it, so up to
     // nine handles more than 64 MiB of long names fit.
     let per_handle = 64 + 2 * 254;
-    let (most, least) = ((64 << 20) / per_handle + 9, (64 << 20) / 100 * 90 / per_handle);
+    let (most, least) = (
+        (64 << 20) / per_handle + 9,
+        (64 << 20) / 100 * 90 / per_handle,
+    );
     assert!(
         (lookups - most..=lookups - least).contains(&forgotten),
         "{forgotten} forgotten of {lookups}"
