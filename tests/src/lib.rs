@@ -14,6 +14,7 @@ pub mod http;
 pub mod kube;
 pub mod otlp;
 pub mod servers;
+pub mod sites;
 pub mod tls;
 mod workload;
 

@@ -61,6 +61,12 @@ static uint64_t now_ns(void) {
 /* CUDA_STANDIN_FRESH_HANDLES=1: cuModuleGetFunction answers every lookup with a new made-up
  * handle, remembering nothing (a tenant's own library, growing the tracer's name tables). */
 static uint64_t cfg_fresh_handles;
+static int cfg_fault;
+/* Read at load, so that cuCtxSynchronize can test it before anything else. */
+__attribute__((constructor)) static void read_fault(void) {
+    const char *v = getenv("CUDA_STANDIN_FAULT");
+    cfg_fault = v && *v && strcmp(v, "0") != 0;
+}
 static uint64_t fresh_handles_given;
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
@@ -462,6 +468,14 @@ EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return graph_lau
 EXPORT CUresult cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
 EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync(s, 1); }
 EXPORT CUresult cuCtxSynchronize(void) {
+    /* CUDA_STANDIN_FAULT=1: an illegal instruction a few instructions past the entry, where a
+     * probe that resumed at the wrong place would fault (the harm breaker's test). In assembly,
+     * so that the compiler cannot move it out of line. */
+#if defined(__x86_64__)
+    __asm__ volatile("cmpl $0, %0\n\tje 1f\n\tud2\n1:" ::"m"(cfg_fault));
+#elif defined(__aarch64__)
+    __asm__ volatile("ldr w9, %0\n\tcbz w9, 1f\n\tudf #0\n1:" ::"m"(cfg_fault) : "x9");
+#endif
     init();
     spin(cfg_call_ns);
     wait_until(all_tail());

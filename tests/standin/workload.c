@@ -49,6 +49,7 @@ const char *PTX =
     ".visible .entry _Z11hidden_gemmPfS_i(.param .u64 a, .param .u64 b, .param .u32 n) { ret; }\n";
 
 void *lib;
+const char *lib_path = "libcuda.so.1";
 int real_driver;
 uint64_t loaded_ns; /* CLOCK_MONOTONIC when dlopen returned */
 
@@ -405,7 +406,7 @@ static void run_syscalls(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] [--exit CODE] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US | harm SECONDS | fault-in-call | fault-own\n");
     exit(64);
 }
 
@@ -439,6 +440,7 @@ int main(int argc, char **argv) {
         run_syscalls(atol(argv[i]));
         return 0;
     }
+    lib_path = path;
     lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         fprintf(stderr, "cuda-workload: cannot load %s: %s\n", path, dlerror());
@@ -469,7 +471,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "grow") && i + 3 == argc) run_grow((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "allocs") && i + 3 == argc) run_allocs((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
-    else if (!run_serving(scenario, argc - i, argv + i) && !run_misc(scenario, argc - i, argv + i)) usage();
+    else if (!run_serving(scenario, argc - i, argv + i) && !run_misc(scenario, argc - i, argv + i) &&
+             !run_harm_scenarios(scenario, threads, argc - i, argv + i))
+        usage();
     fflush(stdout);
     return exit_code;
 }

@@ -31,6 +31,7 @@ extern const char *MANGLED;
 extern const char *LIB_KERNEL;
 extern const char *PTX;
 extern void *lib;
+extern const char *lib_path;
 extern int real_driver;
 extern uint64_t loaded_ns;
 extern CUcontext ctx;
@@ -57,6 +58,7 @@ void thread_ctx(void);
 int run_serving(const char *scenario, int argc, char **argv);
 /* The odd scenarios (workload_misc.c): 1 when `scenario` was one of them. */
 int run_misc(const char *scenario, int argc, char **argv);
+int run_harm_scenarios(const char *scenario, int threads, int argc, char **argv);
 /* The `loop` scenario (workload.c). */
 void run_loop(double seconds, unsigned grid, long sync_every, long limit);
 

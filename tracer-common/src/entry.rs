@@ -24,11 +24,16 @@ pub struct Entry {
     /// `bpf_ktime_get_ns` at the return of the thread's last launch (0: none yet): a wait's
     /// record carries it, so that user space can tell a host gap before the wait.
     pub last_launch_ns: u64,
+    /// The probed address of the thread's last call (its entry point), for the harm check.
+    pub entry_ip: u64,
+    /// `bpf_ktime_get_ns` at the return of the thread's last call (0: none returned yet).
+    pub ended_ns: u64,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<Entry>() == 96 && offset_of!(Entry, last_stream) == 64);
+    assert!(size_of::<Entry>() == 112 && offset_of!(Entry, last_stream) == 64);
+    assert!(offset_of!(Entry, entry_ip) == 96 && offset_of!(Entry, ended_ns) == 104);
     assert!(offset_of!(Entry, polls) == 80 && offset_of!(Entry, last_launch_ns) == 88);
     assert!(offset_of!(Entry, cookie) == 8 && offset_of!(Entry, args) == 16);
 };

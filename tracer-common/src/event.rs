@@ -16,6 +16,37 @@ pub enum EventTag {
     Exit = 3,
     /// A [`NameEvent`].
     Name = 4,
+    /// A [`FaultEvent`].
+    Fault = 5,
+}
+
+/// A synchronous fault signal (SIGSEGV, SIGILL, SIGBUS, SIGTRAP) generated for a thread that
+/// has hit a probe: where it faulted, and the thread's last probe hit, for the harm check.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultEvent {
+    /// [`EventTag::Fault`].
+    pub tag: u32,
+    /// The signal.
+    pub sig: u32,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `si_code` (SEGV_MAPERR, ILL_ILLOPC, ...).
+    pub code: i32,
+    /// 1 while the thread was inside a probed call (between entry and return).
+    pub in_call: u32,
+    /// The user program counter at the fault.
+    pub pc: u64,
+    /// `si_addr`: the faulting address.
+    pub addr: u64,
+    /// The probed entry address of the thread's last call.
+    pub entry_ip: u64,
+    /// The attach cookie of the thread's last call (its api).
+    pub cookie: u64,
+    /// Nanoseconds since the thread's last probe hit (its entry, or its return).
+    pub since_hit_ns: u64,
 }
 
 /// A thread's name: written at a thread's first traced call (before that call's record), and
@@ -129,6 +160,8 @@ const _: () = {
     assert!(size_of::<ExitEvent>() == 16 && offset_of!(ExitEvent, pid) == 4);
     assert!(offset_of!(ExitEvent, status) == 8 && offset_of!(ExitEvent, flags) == 12);
     assert!(size_of::<CallEvent>() == 96 && size_of::<NameEvent>() == 32);
+    assert!(size_of::<FaultEvent>() == 64 && offset_of!(FaultEvent, pc) == 24);
+    assert!(offset_of!(FaultEvent, cookie) == 48 && offset_of!(FaultEvent, since_hit_ns) == 56);
     assert!(
         offset_of!(CallEvent, api) == 4
             && offset_of!(CallEvent, pid) == 8
@@ -151,4 +184,6 @@ mod pod {
     unsafe impl aya::Pod for super::ExitEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::NameEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::FaultEvent {}
 }

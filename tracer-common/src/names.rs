@@ -50,6 +50,8 @@ pub const PROG_OPENED: &str = "cuda_opened";
 /// The raw tracepoint [`PROG_OPENED`] is attached to.
 pub const OPENED_TRACEPOINT: &str = "sys_enter";
 
+/// The `signal_generate` raw tracepoint program: synchronous faults of probed threads.
+pub const PROG_FAULT: &str = "cuda_fault";
 /// Calls per (process, exported symbol) counted by `cudatrace census`.
 pub const MAP_CENSUS: &str = "CENSUS";
 /// The count-only entry program of `cudatrace census`.
@@ -74,7 +76,8 @@ pub const MAPS: [&str; 15] = [
     MAP_CENSUS,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 8] = [
+pub const PROGRAMS: [&str; 9] = [
+    PROG_FAULT,
     PROG_LAUNCH,
     PROG_LAUNCH_EX,
     PROG_REGS,

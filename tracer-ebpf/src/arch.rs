@@ -22,3 +22,24 @@ pub fn stack_pointer(ctx: &ProbeContext) -> u64 {
     let sp = unsafe { (*ctx.regs).sp };
     sp
 }
+
+/// The probed address: the instruction pointer when the entry probe fires (uprobes report the
+/// breakpoint's address).
+#[inline(always)]
+pub fn entry_ip(ctx: &ProbeContext) -> u64 {
+    // SAFETY: as in `stack_pointer`.
+    #[cfg(bpf_target_arch = "x86_64")]
+    let ip = unsafe { (*ctx.regs).rip };
+    // SAFETY: as above.
+    #[cfg(bpf_target_arch = "aarch64")]
+    let ip = unsafe { (*ctx.regs).pc };
+    ip
+}
+
+/// Offset of the program counter in the kernel's `struct pt_regs` of a user thread: `ip` after
+/// fifteen registers and `orig_ax` on x86-64; `pc` after `regs[31]` and `sp` on arm64.
+#[cfg(bpf_target_arch = "x86_64")]
+pub const PT_REGS_PC: usize = 16 * 8;
+/// Offset of the program counter in the kernel's `struct pt_regs` of a user thread.
+#[cfg(bpf_target_arch = "aarch64")]
+pub const PT_REGS_PC: usize = 32 * 8;

@@ -11,7 +11,10 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
 
-use crate::maps::{emit_name, enabled, ENTRIES, FILTER};
+use crate::{
+    arch::entry_ip,
+    maps::{emit_name, enabled, ENTRIES, FILTER},
+};
 
 /// Register argument `n` as a raw 64-bit value (0 when out of range).
 #[inline(always)]
@@ -67,6 +70,7 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             }
             (*slot).cookie = cookie;
             (*slot).args = args;
+            (*slot).entry_ip = entry_ip(ctx);
             (*slot).start_ns = bpf_ktime_get_ns();
         },
         None => {
@@ -85,6 +89,8 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
                 last_epoch: 0,
                 polls: 0,
                 last_launch_ns: 0,
+                entry_ip: entry_ip(ctx),
+                ended_ns: 0,
             };
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };

@@ -59,6 +59,39 @@ pub enum Command {
     /// Count every exported cu* function a process calls for a while (count-only probes): what
     /// a workload really calls, and which of it cudatrace does not trace.
     Census(CensusArgs),
+    /// A dry run for a new node: every probe site of each libcuda, how this kernel would run it
+    /// (emulated, stepped out of line, refused) and the known-bad kernel rows that apply.
+    Sites(SitesArgs),
+    /// List the probe-harm breakers kept in `[state] dir`, or clear one after a fix.
+    Breaker(BreakerArgs),
+}
+
+/// Options of `cudatrace breaker`.
+#[derive(clap::Args)]
+pub struct BreakerArgs {
+    /// The `run` config whose `[state] dir` holds the breakers.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Close the breaker of this library (its path as the breaker lists it).
+    #[arg(long, value_name = "LIBRARY", conflicts_with = "clear_all")]
+    pub clear: Option<String>,
+    /// Close every breaker.
+    #[arg(long)]
+    pub clear_all: bool,
+}
+
+/// Options of `cudatrace sites`.
+#[derive(clap::Args)]
+pub struct SitesArgs {
+    /// The libcuda to read (repeatable); without it, the host loader's.
+    #[arg(long, value_name = "PATH")]
+    pub lib: Vec<PathBuf>,
+    /// Classify as `run` would with --allow-stepped-probes.
+    #[arg(long = "allow-stepped-probes")]
+    pub allow_stepped_probes: bool,
+    /// One JSON object a line, per site, instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `cudatrace census`.
@@ -269,6 +302,10 @@ pub struct Selection {
     /// and inode: e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.* locks a node to the driver's own.
     #[arg(long = "lib-allow", value_name = "GLOB")]
     pub lib_allow: Vec<String>,
+    /// Attach probe sites the kernel single-steps out of line even on a kernel known to harm
+    /// a process that way (see docs/security.md, "Do no harm").
+    #[arg(long = "allow-stepped-probes")]
+    pub allow_stepped_probes: bool,
     /// How libraries mapped later are found, without --lib: events (the kernel names the
     /// process that opened a libcuda; polling where it cannot) or poll (every process's maps
     /// every --rescan-ms).
@@ -308,6 +345,8 @@ impl Selection {
             cmdline: t.cmdline,
             max_libraries: t.max_libraries,
             lib_allow,
+            allow_stepped_probes: self.allow_stepped_probes,
+            state_dir: t.state_dir,
             sampling: t.sampling,
             run_as: if self.keep_uid {
                 None

@@ -253,6 +253,8 @@ pub enum RingRecord {
     /// A thread's name: (pid, tid, renamed, name), at its first call or when a tracked
     /// process's leader is renamed.
     Name(u32, u32, bool, Comm),
+    /// A synchronous fault of a thread that hit a probe (the harm check's evidence).
+    Fault(tracer_common::FaultEvent),
 }
 
 /// Decodes one ring-buffer record.
@@ -262,6 +264,9 @@ pub fn decode_record(bytes: &[u8]) -> Result<RingRecord, DecodeError> {
         let e = read::<ExitEvent>(bytes)?;
         let status = (e.flags & tracer_common::EXIT_STATUS_KNOWN != 0).then_some(e.status);
         return Ok(RingRecord::Exit(e.pid, status));
+    }
+    if tag == EventTag::Fault as u32 {
+        return Ok(RingRecord::Fault(read::<tracer_common::FaultEvent>(bytes)?));
     }
     if tag == EventTag::Name as u32 {
         let n = read::<NameEvent>(bytes)?;

@@ -44,7 +44,8 @@ mod tests {
         let text = source("workload.c")
             + &source("workload_each.c")
             + &source("workload_serving.c")
-            + &source("workload_misc.c");
+            + &source("workload_misc.c")
+            + &source("workload_harm.c");
         text.split('"')
             .skip(1)
             .step_by(2)

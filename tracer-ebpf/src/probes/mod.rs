@@ -1,10 +1,11 @@
 //! The hooks, one file per family: an entry program per argument layout (`launch`, `launch_ex`,
 //! `registers`), the one return program (`ret`), the process-exit hook (`exit`) and the
-//! process-rename hook (`rename`), the open hook of discovery (`opened`), and the count-only entry
+//! process-rename hook (`rename`), the open hook of discovery (`opened`), the fault hook of the harm check (`fault`), and the count-only entry
 //! program of `cudatrace census` (`census`). Each hook is a thin wrapper over a `try_*` function that does
 //! the work.
 pub mod census;
 pub mod exit;
+pub mod fault;
 pub mod launch;
 pub mod launch_ex;
 pub mod opened;

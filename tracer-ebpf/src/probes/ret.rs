@@ -60,6 +60,7 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
         unsafe {
             let e = *slot;
             (*slot).start_ns = 0;
+            (*slot).ended_ns = end;
             (slot, e)
         },
         _ => {

@@ -107,11 +107,14 @@ pub enum Cause {
     CpuOrDriverContention,
     /// None of the above is seen.
     Unexplained,
+    /// cudatrace's own probe harmed the process (a fault at or just past a probed entry, in the
+    /// XOL page, or at a corrupted return, right after a probe hit): cudatrace is the culprit.
+    ProbeHarm,
 }
 
 impl Cause {
     /// Every cause.
-    pub const ALL: [Cause; 14] = [
+    pub const ALL: [Cause; 15] = [
         Cause::Starvation,
         Cause::MemoryLeak,
         Cause::RestartLoop,
@@ -126,6 +129,7 @@ impl Cause {
         Cause::UntracedContention,
         Cause::CpuOrDriverContention,
         Cause::Unexplained,
+        Cause::ProbeHarm,
     ];
 
     /// The cause of this JSON name, if any.
@@ -150,6 +154,7 @@ impl Cause {
             Cause::UntracedContention => "CudatraceUntracedContention",
             Cause::CpuOrDriverContention => "CudatraceLaunchLatencyHigh",
             Cause::Unexplained => "CudatraceSlowdown",
+            Cause::ProbeHarm => "CudatraceProbeHarm",
         }
     }
 
@@ -170,6 +175,7 @@ impl Cause {
             Cause::UntracedContention => "work cudatrace does not trace shares the GPU: find the named process (nvidia-smi), or trace the library it loads",
             Cause::CpuOrDriverContention => "launches are slower with an idle GPU and no CPU wait: look at the driver (persistence mode, MPS server) and the host",
             Cause::Unexplained => "nothing traced explains it: compare the process's own request sizes and look at what else runs on the host",
+            Cause::ProbeHarm => "cudatrace's probe harmed this process, not its own code: the library's probes are detached on this node (breaker open); send the evidence to the cudatrace maintainers, check the kernel against docs/security.md, and `cudatrace breaker --clear LIBRARY` only once it is fixed",
         }
     }
 
@@ -190,6 +196,7 @@ impl Cause {
             Cause::UntracedContention => "untraced_contention",
             Cause::CpuOrDriverContention => "cpu_or_driver_contention",
             Cause::Unexplained => "unexplained",
+            Cause::ProbeHarm => "probe_harm",
         }
     }
 }
@@ -438,6 +445,13 @@ impl AlertChange {
                 self.evidence.now,
                 self.gpu,
                 self.evidence.time_to_full_s.unwrap_or(f64::NAN)
+            );
+        }
+        if self.cause == Cause::ProbeHarm {
+            return format!(
+                "cudatrace's probe harmed {}: {}",
+                who(&self.victim),
+                self.evidence.chain.join("; ")
             );
         }
         if self.cause == Cause::RestartLoop {

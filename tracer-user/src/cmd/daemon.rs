@@ -33,6 +33,8 @@ pub struct Daemon {
     pub nvml_up: bool,
     /// Probe rows of the attached libraries.
     pub probes: Vec<ProbeRow>,
+    /// Their sites by path.
+    pub sites: crate::probe::sites::SiteCounts,
     /// Records the kernel did not write, by reason.
     pub dropped: Drops,
     /// The detection window: a call in the driver this long is stuck.
@@ -80,9 +82,28 @@ impl Consumer for Daemon {
     }
 
     fn exited(&mut self, process: &mut Process) {
-        // Its alerts resolve; its series stay for `retain_exited_s`.
+        // Its alerts resolve; its series stay for `retain_exited_s`. A death a probe caused
+        // is not counted as the workload's restart.
+        let harmed = process.probe_harmed;
         let (who, at_exit, slot) = process.at_exit();
-        self.detector.exited(who, at_exit, slot, SystemTime::now());
+        if harmed {
+            self.detector
+                .exited_after_harm(who, at_exit.0, slot, SystemTime::now());
+        } else {
+            self.detector.exited(who, at_exit, slot, SystemTime::now());
+        }
+    }
+
+    fn harm(&mut self, h: &crate::probe::harm::Harm, process: Option<&mut Process>) {
+        let victim = match process {
+            Some(p) => crate::alert::Party::of(p.view(), None),
+            None => crate::alert::Party {
+                pid: h.pid,
+                workload: None,
+                ..crate::alert::Party::workload("")
+            },
+        };
+        self.detector.probe_harm(victim, h, SystemTime::now());
     }
 }
 
@@ -99,6 +120,7 @@ impl Daemon {
             gpus: Vec::new(),
             nvml_up: sampler.up(),
             probes: session.probe_rows(),
+            sites: session.site_counts(),
             dropped: Drops::default(),
             window: std::time::Duration::from_secs(cfg.detect.window_s),
             otlp: None,
@@ -170,7 +192,15 @@ impl Daemon {
             detector: &self.detector,
             events: session.counts.events,
             dropped: self.dropped,
-            probes: &self.probes,
+            // Read again: a breaker may have detached a library since start.
+            probes: &session.probe_rows(),
+            sites: session.site_counts(),
+            harms: session
+                .harms()
+                .iter()
+                .map(|((l, s, g), n)| (l.clone(), *s, *g, *n))
+                .collect(),
+            breakers: session.breakers(),
             nvml_up: self.nvml_up,
             gpus: &self.gpus,
             otlp: self.otlp.as_ref().map(|o| {
@@ -212,6 +242,14 @@ macro_rules! consume_through_daemon {
 
             fn exited(&mut self, process: &mut $crate::registry::Process) {
                 $crate::pipeline::Consumer::exited(&mut self.daemon, process);
+            }
+
+            fn harm(
+                &mut self,
+                h: &$crate::probe::harm::Harm,
+                process: Option<&mut $crate::registry::Process>,
+            ) {
+                $crate::pipeline::Consumer::harm(&mut self.daemon, h, process);
             }
         }
     };

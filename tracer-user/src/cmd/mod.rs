@@ -1,5 +1,6 @@
 //! One file per command.
 pub mod backtest;
+pub mod breaker;
 pub mod census;
 pub mod daemon;
 pub mod explain;
@@ -7,6 +8,7 @@ pub mod incidents;
 pub mod prepare_state;
 pub mod record;
 pub mod run;
+pub mod sites;
 pub mod top;
 pub mod trace;
 

@@ -148,6 +148,7 @@ impl Stages for Daemonized {
 
     fn attached(&mut self, session: &Session) {
         self.daemon.probes = session.probe_rows();
+        self.daemon.sites = session.site_counts();
     }
 
     fn finished(&mut self, _session: &mut Session) -> Result<()> {

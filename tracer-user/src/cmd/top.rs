@@ -240,6 +240,7 @@ impl Stages for Shown {
 
     fn attached(&mut self, session: &Session) {
         self.daemon.probes = session.probe_rows();
+        self.daemon.sites = session.site_counts();
     }
 
     fn ended(&mut self, _ending: Ending) {

@@ -14,6 +14,7 @@ pub mod classify;
 pub mod debounce;
 mod drift;
 mod fact;
+mod harm;
 pub mod history;
 mod host;
 pub mod leak;
@@ -324,6 +325,17 @@ impl Detector {
         now_wall: SystemTime,
     ) {
         self.restart_exited(who, status);
+        self.release(who, memory_bytes, slot, now_wall);
+    }
+
+    /// A process exited: its alerts resolve (an out-of-memory one kept its usual time).
+    fn release(
+        &mut self,
+        who: ProcessRef<'_>,
+        memory_bytes: u64,
+        slot: &mut Slot,
+        now_wall: SystemTime,
+    ) {
         let Some(s) = slot.take() else {
             return;
         };

@@ -4,6 +4,7 @@
 //! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
 //! timers of that flow; each command owns the rest of its loop.
 mod drive;
+mod harm;
 mod headless;
 pub mod launches;
 mod open;
@@ -63,6 +64,8 @@ pub trait Consumer {
     fn launches(&mut self, _delta: &LaunchDelta, _process: &mut Process) {}
     /// A process exited; its per-call tables are released after this.
     fn exited(&mut self, _process: &mut Process) {}
+    /// A probe harmed a process (`pipeline::harm`); its entry, while it is known.
+    fn harm(&mut self, _harm: &crate::probe::harm::Harm, _process: Option<&mut Process>) {}
     /// After each drained batch.
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -107,6 +110,8 @@ pub struct Counts {
     pub launches_counted: u64,
     /// Records of those (samples, batch openers, slow or failed ones).
     pub launch_samples: u64,
+    /// Synchronous faults of probed threads that were not a probe's harm (the workload's own).
+    pub own_faults: u64,
 }
 
 /// Lost opens (a tenant flooding them) ask for a pass over every process at most this often.
@@ -153,6 +158,8 @@ pub struct Session {
     /// stopped: the last drain reads everything). Under a flood a slow consumer would otherwise
     /// never come back to the loop, and a signal would wait for the flood to end.
     read_budget: Option<std::time::Duration>,
+    /// Probe harms by (library, symbol, signal).
+    harms: harm::HarmCounts,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
     sigint: Signal,
@@ -174,6 +181,11 @@ impl Session {
     /// Every entry point of every attached library.
     pub fn probe_rows(&self) -> Vec<ProbeRow> {
         self.probes.rows()
+    }
+
+    /// The probe sites of every attached library, by how the kernel runs them.
+    pub fn site_counts(&self) -> crate::probe::sites::SiteCounts {
+        self.probes.site_counts()
     }
 
     /// Records not written per process and reason.
@@ -337,6 +349,10 @@ impl Session {
                 if !self.leaving.contains(&pid) {
                     self.leaving.push(pid);
                 }
+                return Ok(());
+            }
+            Ok(RingRecord::Fault(f)) => {
+                self.fault(f, consumer);
                 return Ok(());
             }
             Ok(RingRecord::Name(pid, _tid, renamed, comm)) => {

@@ -12,10 +12,12 @@ use tokio::{
 use super::{launches::Harvest, pace::Pace, Counts, Session, SessionOptions};
 use crate::{
     probe::allow::AllowList,
+    probe::breaker::Breaker,
     probe::caps,
     probe::discovery::{self, Discovery},
     probe::error::AttachError,
     probe::filter,
+    probe::guard::Guard,
     probe::loader,
     probe::loader::Probes,
     probe::run_as,
@@ -79,6 +81,8 @@ impl Session {
         )?;
         probes.maps.set_filter(filter)?;
         probes.set_allow(allow);
+        probes.set_guard(Guard::running(opts.allow_stepped_probes));
+        probes.breaker = Breaker::load(opts.state_dir.as_deref());
         // The libraries named with --lib, or the host's own in the loader's directories: the
         // operator's files, not a tenant's. With one library its error is the run's error,
         // printed once below (before leaving uid 0, so that a command can still undo what it
@@ -188,6 +192,7 @@ impl Session {
             full_at: std::time::Instant::now(),
             pace: Pace::new(opts.ringbuf_bytes / 8),
             read_budget: Some(std::time::Duration::from_millis(100)),
+            harms: Default::default(),
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
             sigint: signal(SignalKind::interrupt())?,

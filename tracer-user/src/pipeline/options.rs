@@ -32,6 +32,10 @@ pub struct SessionOptions {
     pub max_libraries: usize,
     /// `--lib-allow` globs: only the host's files they name are attached (none: any).
     pub lib_allow: Vec<String>,
+    /// `--allow-stepped-probes`: attach stepped sites on a known-bad kernel too.
+    pub allow_stepped_probes: bool,
+    /// `[state] dir`, where the probe-harm breaker is kept.
+    pub state_dir: Option<PathBuf>,
     /// Launches counted in-kernel, and which are written (`run`); `None`: every launch is
     /// written (`trace`).
     pub sampling: Option<Sampling>,
@@ -66,6 +70,8 @@ pub struct Tuning {
     pub sampling: Option<Sampling>,
     /// The ids to leave uid 0 for (`None`: stay).
     pub run_as: Option<RunAs>,
+    /// `[state] dir`, where the probe-harm breaker is kept (`None`: in memory only).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Tuning {
@@ -87,6 +93,7 @@ impl Tuning {
                 uid: cfg.run_as,
                 gid: cfg.run_as_gid.unwrap_or(cfg.run_as),
             }),
+            state_dir: cfg.state.dir.clone(),
         }
     }
 
@@ -106,6 +113,7 @@ impl Tuning {
             lib_allow: Vec::new(),
             sampling: None,
             run_as: Some(RunAs::default()),
+            state_dir: None,
         }
     }
 }

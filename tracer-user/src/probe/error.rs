@@ -44,6 +44,24 @@ pub enum AttachError {
         /// The library.
         path: String,
     },
+    /// The probe-harm breaker of this file is open.
+    #[error("{path}: not attached: the probe-harm breaker is open for this file since {since} ({evidence}); after a fix, `cudatrace breaker --clear {path}` closes it")]
+    BreakerOpen {
+        /// The library.
+        path: String,
+        /// When it opened.
+        since: String,
+        /// What opened it.
+        evidence: String,
+    },
+    /// Every entry point's site was refused (see the lines before this one).
+    #[error("{path}: not attached: every probe site was refused ({why})")]
+    AllRefused {
+        /// The library.
+        path: String,
+        /// What refused the last one.
+        why: String,
+    },
     /// The file could not be used (not regular, too large, unreadable, not ELF).
     #[error(transparent)]
     Symbols(#[from] SymbolError),

@@ -19,8 +19,8 @@ use aya::{
 };
 use tracer_common::{
     names::{
-        MAP_EVENTS, MAP_OPENS, OPENED_TRACEPOINT, PROG_EXIT, PROG_LAUNCH, PROG_LAUNCH_EX,
-        PROG_OPENED, PROG_REGS, PROG_RENAME, PROG_RETURN,
+        MAP_EVENTS, MAP_OPENS, OPENED_TRACEPOINT, PROG_EXIT, PROG_FAULT, PROG_LAUNCH,
+        PROG_LAUNCH_EX, PROG_OPENED, PROG_REGS, PROG_RENAME, PROG_RETURN,
     },
     Api, Layout,
 };
@@ -28,10 +28,13 @@ use tracer_common::{
 pub use super::bpf_maps::{Drops, Maps, ProcessDrops, DROP_REASONS};
 use super::{
     allow::AllowList,
+    breaker::Breaker,
     discovery::{FileKey, Prepared},
     ebpf_log::{LogLevel, StderrLog},
     error::{open_library, AttachError},
+    guard::Guard,
     multi::{MultiError, MultiPrograms},
+    sites::SiteCounts,
     slots::Slots,
     symbols::{self, Resolution},
 };
@@ -48,14 +51,17 @@ pub struct LibraryProbes {
     pub resolution: Resolution,
     /// The file probed: device and inode.
     pub file: FileKey,
+    /// Its probe sites by how the kernel runs them.
+    pub sites: SiteCounts,
 }
 
 impl LibraryProbes {
-    fn new(path: &Path, resolution: Resolution, file: FileKey) -> LibraryProbes {
+    fn new(path: &Path, resolution: Resolution, file: FileKey, sites: SiteCounts) -> LibraryProbes {
         LibraryProbes {
             path: path.to_path_buf(),
             resolution,
             file,
+            sites,
         }
     }
 }
@@ -90,6 +96,10 @@ pub struct Probes {
     slots: Slots,
     /// Reader of the programs' aya-log records (none with `--log-level off`).
     log: Option<aya_log::EbpfLogger<StderrLog>>,
+    /// Which probe sites may be attached on this kernel.
+    guard: Guard,
+    /// Libraries whose probes harmed a process: never attached again until cleared.
+    pub breaker: Breaker,
 }
 
 pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -135,6 +145,14 @@ pub fn load(
     rename
         .attach("task_rename")
         .context("cannot attach to task_rename")?;
+    // The harm check's fault hook: a kernel that refuses it (no BTF task helpers) traces on,
+    // without it, and says so.
+    let fault_hook = attach_fault_hook(&mut ebpf);
+    if let Err(e) = &fault_hook {
+        log::warn!(
+            "cudatrace: the probe-harm check is off: {e:#} (faults of traced threads are not examined)"
+        );
+    }
     // uprobe_multi unless asked for classic uprobes (CUDATRACE_ATTACH=classic, which the tests
     // use to keep the fallback exercised); the programs are loaded while every map is in `ebpf`.
     let attach = if std::env::var("CUDATRACE_ATTACH").is_ok_and(|v| v == "classic") {
@@ -171,7 +189,24 @@ pub fn load(
         scope,
         slots: Slots::new(max_libraries),
         log,
+        guard: Guard::running(false),
+        breaker: Breaker::default(),
     })
+}
+
+/// Loads and attaches the `signal_generate` program of the harm check.
+fn attach_fault_hook(ebpf: &mut Ebpf) -> Result<()> {
+    let fault: &mut RawTracePoint = ebpf
+        .program_mut(PROG_FAULT)
+        .context("eBPF object lacks program cuda_fault")?
+        .try_into()?;
+    fault
+        .load()
+        .context("the kernel refused eBPF program cuda_fault")?;
+    fault
+        .attach("signal_generate")
+        .context("cannot attach to signal_generate")?;
+    Ok(())
 }
 
 /// Loads aya's uprobe programs for classic perf-event uprobes.
@@ -257,20 +292,79 @@ impl Probes {
         gone
     }
 
+    /// Detaches every probe of the library `key` (its breaker opened); `false` when it is not
+    /// attached or its probes are classic uprobes, which stay until cudatrace exits (the
+    /// programs then record nothing of it: its calls are dropped in user space).
+    pub fn detach_library(&mut self, key: FileKey) -> bool {
+        let Attach::Multi { links, .. } = &mut self.attach else {
+            return false;
+        };
+        let Some(i) = self.libraries.iter().position(|l| l.file == key) else {
+            return false;
+        };
+        drop(links.remove(i));
+        self.libraries.remove(i);
+        true
+    }
+
     /// Attaches the entry points `resolution` found in the open `file`.
     fn attach_resolved(
         &mut self,
         path: &Path,
         file: &std::fs::File,
-        resolution: Resolution,
+        mut resolution: Resolution,
     ) -> Result<Option<&LibraryProbes>, AttachError> {
         if resolution.found.is_empty() {
             return Err(AttachError::NotLibcuda {
                 path: path.display().to_string(),
             });
         }
-        self.attach_entry_points(path, file, resolution)
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            let meta = file.metadata().map_err(|e| AttachError::Kernel(e.into()))?;
+            if let Some(open) = self.breaker.of((meta.dev(), meta.ino())) {
+                return Err(AttachError::BreakerOpen {
+                    path: path.display().to_string(),
+                    since: open.opened_at.clone(),
+                    evidence: open.evidence.clone(),
+                });
+            }
+        }
+        let sites = self.guard.apply(path, file, &mut resolution);
+        if resolution.found.is_empty() {
+            return Err(AttachError::AllRefused {
+                path: path.display().to_string(),
+                why: format!(
+                    "{} sites refused on kernel {}",
+                    sites.refused, self.guard.kernel.release
+                ),
+            });
+        }
+        self.attach_entry_points(path, file, resolution, sites)
             .map_err(AttachError::Kernel)
+    }
+
+    /// Sets which sites may be attached (from `--allow-stepped-probes`) and says the known-bad
+    /// rows that apply; before the first library is attached.
+    pub fn set_guard(&mut self, guard: Guard) {
+        guard.say_rows();
+        self.guard = guard;
+    }
+
+    /// The running kernel's release.
+    pub fn kernel_release(&self) -> &str {
+        &self.guard.kernel.release
+    }
+
+    /// Probe sites of every attached library, by path.
+    pub fn site_counts(&self) -> SiteCounts {
+        let mut all = SiteCounts::default();
+        for l in &self.libraries {
+            all.emulated += l.sites.emulated;
+            all.stepped += l.sites.stepped;
+            all.refused += l.sites.refused;
+        }
+        all
     }
 
     /// [`Probes::attach_resolved`] once the library is known to export entry points; what fails
@@ -280,6 +374,7 @@ impl Probes {
         path: &Path,
         file: &std::fs::File,
         resolution: Resolution,
+        sites: SiteCounts,
     ) -> Result<Option<&LibraryProbes>> {
         use std::os::unix::fs::MetadataExt as _;
         let meta = file.metadata()?;
@@ -296,7 +391,7 @@ impl Probes {
                 Ok(new) => {
                     links.push(new);
                     self.libraries
-                        .push(LibraryProbes::new(path, resolution, key));
+                        .push(LibraryProbes::new(path, resolution, key, sites));
                     return Ok(self.libraries.last());
                 }
                 // A kernel that loads the programs but has no uprobe_multi links (before 6.6).
@@ -333,7 +428,7 @@ impl Probes {
             }
         }
         self.libraries
-            .push(LibraryProbes::new(path, resolution, key));
+            .push(LibraryProbes::new(path, resolution, key, sites));
         Ok(self.libraries.last())
     }
 
@@ -431,6 +526,7 @@ impl Probes {
             rows.extend(r.found.iter().map(|f| row(f.api.symbol(), true)));
             rows.extend(r.aliases.iter().map(|(a, _)| row(a.symbol(), true)));
             rows.extend(r.missing.iter().map(|a| row(a.symbol(), false)));
+            rows.extend(r.refused.iter().map(|a| row(a.symbol(), false)));
         }
         rows
     }
@@ -460,6 +556,17 @@ pub fn report(lib: &LibraryProbes) -> String {
         let missing: Vec<&str> = r.missing.iter().map(|a| a.symbol()).collect();
         let _ = write!(s, "; not exported: {}", missing.join(" "));
     }
+    if !r.refused.is_empty() {
+        let refused: Vec<&str> = r.refused.iter().map(|a| a.symbol()).collect();
+        let _ = write!(s, "; refused sites: {}", refused.join(" "));
+    }
+    let _ = write!(
+        s,
+        "; sites: {} emulated, {} stepped out of line ({})",
+        lib.sites.emulated,
+        lib.sites.stepped,
+        super::kernels::Arch::HOST.name()
+    );
     s
 }
 

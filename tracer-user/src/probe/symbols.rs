@@ -85,6 +85,8 @@ pub struct Resolution {
     pub missing: Vec<Api>,
     /// Apis exported at the same offset as an earlier one: `(alias, attached_as)`.
     pub aliases: Vec<(Api, Api)>,
+    /// Apis exported but not attached: their site was refused (`guard`).
+    pub refused: Vec<Api>,
 }
 
 /// Opens a library to read and probe it: without blocking (a FIFO put at a library's path

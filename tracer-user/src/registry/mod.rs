@@ -71,6 +71,8 @@ pub struct Process {
     /// Probed entry points whose `cuGetProcAddress_v2` answer was checked: each once, so that
     /// a process asking in a loop costs one read of its maps per name, not one per call.
     pub resolves_checked: Vec<String>,
+    /// A probe harmed it (`probe::harm`): its death is not its own crash or restart.
+    pub probe_harmed: bool,
 }
 
 impl Process {
@@ -205,6 +207,7 @@ impl Registry {
             exit_status: None,
             unprobed: Vec::new(),
             resolves_checked: Vec::new(),
+            probe_harmed: false,
         };
         self.by_pid.insert(pid, process);
         if self.by_pid.len() > self.limits.max_processes {

@@ -100,6 +100,56 @@ impl Collector for ProbesCollector {
             "1 when the symbol's probes are attached in the library, 0 when it is not exported.",
             &probes,
         )?;
+        let arch = crate::probe::kernels::Arch::HOST.name();
+        let sites: Vec<(Labels, f64)> = [
+            ("emulated", snap.sites.emulated),
+            ("stepped", snap.sites.stepped),
+        ]
+        .into_iter()
+        .map(|(path, n)| {
+            (
+                vec![("arch", arch.to_owned()), ("path", path.to_owned())],
+                n as f64,
+            )
+        })
+        .collect();
+        gauge(
+            &mut enc,
+            "cudatrace_probe_sites",
+            "Probe sites attached, by how the kernel runs their instruction: emulated (no single step) or stepped (single-stepped out of line, the path a kernel bug can harm).",
+            &sites,
+        )?;
+        let harms: Vec<(Labels, f64)> = snap
+            .harms
+            .iter()
+            .map(|(library, symbol, signal, n)| {
+                (
+                    vec![
+                        ("library", library.clone()),
+                        ("symbol", (*symbol).to_owned()),
+                        ("signal", (*signal).to_owned()),
+                    ],
+                    *n as f64,
+                )
+            })
+            .collect();
+        counter(
+            &mut enc,
+            "cudatrace_probe_harm",
+            "Faults of traced threads judged cudatrace's own probe's harm (at or just past a probed entry, in the XOL page, or at a corrupted return, right after a probe hit).",
+            &harms,
+        )?;
+        let breakers: Vec<(Labels, f64)> = snap
+            .breakers
+            .iter()
+            .map(|l| (vec![("library", l.clone())], 1.0))
+            .collect();
+        gauge(
+            &mut enc,
+            "cudatrace_probe_breaker_open",
+            "1 for a library whose probes harmed a process: detached on this node until `cudatrace breaker --clear`.",
+            &breakers,
+        )?;
         gauge(
             &mut enc,
             "cudatrace_nvml_up",

@@ -16,6 +16,7 @@ use crate::{
     identity::ProcessRef,
     nvml::GpuSample,
     probe::loader::{Drops, ProbeRow, ProcessDrops},
+    probe::sites::SiteCounts,
     registry::Registry,
 };
 
@@ -166,6 +167,12 @@ pub struct Snapshot {
     pub drops_by_process: Vec<(ProcessDrops, String)>,
     /// Every entry point of every library.
     pub probes: Vec<ProbeRow>,
+    /// Their sites by how the kernel runs them.
+    pub sites: SiteCounts,
+    /// Probe harms by (library, symbol, signal).
+    pub harms: Vec<(String, &'static str, &'static str, u64)>,
+    /// Libraries whose probe-harm breaker is open.
+    pub breakers: Vec<String>,
     /// Pending and firing alerts.
     pub alerts: Vec<AlertChange>,
     /// Detector signals with a ready baseline.
@@ -215,6 +222,12 @@ pub struct Sources<'a> {
     pub drops_by_process: &'a [ProcessDrops],
     /// Probe rows.
     pub probes: &'a [ProbeRow],
+    /// Their sites by path.
+    pub sites: SiteCounts,
+    /// Probe harms by (library, symbol, signal).
+    pub harms: Vec<(String, &'static str, &'static str, u64)>,
+    /// Libraries whose probe-harm breaker is open.
+    pub breakers: Vec<String>,
     /// Whether NVML answers.
     pub nvml_up: bool,
     /// Latest NVML sample.
@@ -322,6 +335,9 @@ impl Snapshot {
                 })
                 .collect(),
             probes: s.probes.to_vec(),
+            sites: s.sites,
+            harms: s.harms.clone(),
+            breakers: s.breakers.clone(),
             alerts: s.detector.active(s.registry).cloned().collect(),
             signals,
             nvml_up: s.nvml_up,
