@@ -79,3 +79,42 @@ pub fn altered_sites(pid: u64, lib: &Path, offsets: &[(&'static str, u64)]) -> O
     }
     Some(altered)
 }
+
+/// `(emulated, stepped)` sites of `lib`'s probed entry points as objdump's disassembly names
+/// their first instruction (x86-64: a push of a register, a call, a jump or a one-byte nop
+/// is emulated; anything else stepped): independent of cudatrace's own decoder.
+pub fn objdump_paths(lib: &Path) -> (u64, u64) {
+    let out = std::process::Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(lib)
+        .output()
+        .expect("objdump (binutils) is needed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let probed: Vec<&str> = Api::ALL.iter().map(|a| a.symbol()).collect();
+    let mut seen = std::collections::HashSet::new();
+    let (mut emulated, mut stepped) = (0, 0);
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        // "0000000000003a00 <cuLaunchKernel>:" then the first instruction's line.
+        let Some((addr, rest)) = l.split_once(" <") else {
+            continue;
+        };
+        let Some(name) = rest.strip_suffix(">:") else {
+            continue;
+        };
+        if !probed.contains(&name) || !seen.insert(addr.to_owned()) {
+            continue;
+        }
+        let first = lines.next().unwrap_or("");
+        let insn = first.split('\t').nth(1).unwrap_or("").trim();
+        let mnemonic = insn.split_whitespace().next().unwrap_or("");
+        let register_push = mnemonic == "push" && insn.contains('%');
+        let branch = mnemonic == "call" || mnemonic.starts_with('j');
+        if register_push || branch || insn == "nop" {
+            emulated += 1;
+        } else {
+            stepped += 1;
+        }
+    }
+    (emulated, stepped)
+}

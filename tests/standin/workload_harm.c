@@ -4,13 +4,16 @@
  *                       checks the callee-saved registers and the FP control register after each
  *                       call) and check each result; SIGPROF at 1 kHz of CPU time; a fork every
  *                       200 ms whose child makes 2,000 checked calls; every second the library is
- *                       closed (unmapped) and opened again. Prints one JSON line of counts.
+ *                       closed (unmapped) and opened again; SIGUSR2 compares the library's code in
+ *                       memory with its file (after a detach). Prints one JSON line of counts.
  *     fault-in-call     with CUDA_STANDIN_FAULT=1 in the environment, cuCtxSynchronize faults a
  *                       few instructions past its entry (SIGILL): a probe's harm, as seen.
  *     fault-own         a few probed calls, then a SIGSEGV in the workload's own code.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <link.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -134,6 +137,42 @@ static void on_prof(int sig) {
     profs = profs + 1 + (long)(x < 0);
 }
 
+/* 1: SIGUSR2 (after a detach: nothing may differ); 2: SIGWINCH (while attached: the control,
+ * where the breakpoints must show). */
+static volatile int check_asked;
+
+static void on_usr2(int sig) {
+    check_asked = sig == SIGWINCH ? 2 : 1;
+}
+
+struct code_check {
+    const char *base;
+    long differ, compared;
+};
+
+/* The library's executable segments in memory against its file: bytes that differ (a
+ * breakpoint left behind by a detached probe). */
+static int check_segments(struct dl_phdr_info *info, size_t size, void *p) {
+    (void)size;
+    struct code_check *c = p;
+    if (!info->dlpi_name || !strstr(info->dlpi_name, c->base)) return 0;
+    int fd = open(info->dlpi_name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        char *file = malloc(ph->p_filesz);
+        if (file && pread(fd, file, ph->p_filesz, (off_t)ph->p_offset) == (ssize_t)ph->p_filesz) {
+            const char *mem = (const char *)(info->dlpi_addr + ph->p_vaddr);
+            for (size_t k = 0; k < ph->p_filesz; k++) c->differ += mem[k] != file[k];
+            c->compared += (long)ph->p_filesz;
+        }
+        free(file);
+    }
+    close(fd);
+    return 1;
+}
+
 static void on_usr1(int sig) {
     (void)sig;
     stop = 1;
@@ -198,9 +237,27 @@ static void run_harm(int threads, double seconds) {
     uint64_t next_remap = start + 1000000000ull;
     long children = 0, abnormal = 0, remaps = 0, unmapped = 0, child_calls = 0;
     signal(SIGUSR1, on_usr1); /* stop early: the test is done attaching */
+    signal(SIGUSR2, on_usr2); /* compare the library's code with its file (after a detach) */
+    signal(SIGWINCH, on_usr2);  /* the same while attached: the check's control */
+    long code_checks = 0, code_differ = 0, control_differ = -1;
     while (now_ns() < deadline && !stop) {
         sleep_ms(200);
         pthread_rwlock_wrlock(&quiet);
+        if (check_asked) {
+            int control = check_asked == 2;
+            check_asked = 0;
+            const char *b = strrchr(lib_path, '/');
+            struct code_check c = {b ? b + 1 : lib_path, 0, 0};
+            dl_iterate_phdr(check_segments, &c);
+            if (control) {
+                control_differ = c.differ;
+            } else {
+                code_checks++;
+                code_differ += c.differ;
+            }
+            fprintf(stderr, "cuda-workload: harm: code check %ld: %ld of %ld bytes differ from the file\n", code_checks,
+                    c.differ, c.compared);
+        }
         pid_t c = fork();
         if (c == 0) {
             struct tstate ct = main_t;
@@ -246,9 +303,10 @@ static void run_harm(int threads, double seconds) {
     timer_delete(timer);
     double secs = (double)(now_ns() - start) / 1e9;
     printf("{\"pid\":%d,\"threads\":%d,\"calls\":%ld,\"child_calls\":%ld,\"mismatches\":%ld,\"bad_results\":%ld,"
-           "\"children\":%ld,\"abnormal\":%ld,\"remaps\":%ld,\"unmapped\":%ld,\"signals\":%ld,\"seconds\":%.3f}\n",
+           "\"children\":%ld,\"abnormal\":%ld,\"remaps\":%ld,\"unmapped\":%ld,\"signals\":%ld,\"code_checks\":%ld,"
+           "\"code_differ\":%ld,\"control_differ\":%ld,\"seconds\":%.3f}\n",
            getpid(), threads, calls, child_calls, mismatches, bad_results, children, abnormal, remaps, unmapped, profs,
-           secs);
+           code_checks, code_differ, control_differ, secs);
     fflush(stdout);
     free(w);
 }

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    env,
-    sites::{altered_sites, probed_offsets},
+    env, exposition, http,
+    sites::{altered_sites, objdump_paths, probed_offsets},
     Cudatrace, Scenario, Workload,
 };
 
@@ -51,7 +51,30 @@ fn a_traced_process_is_unharmed_through_attaches_forks_signals_and_remaps() {
     let began = Instant::now();
     let mut hits_per_cycle = Vec::new();
     for cycle in 0..CYCLES {
-        let (daemon, _) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+        let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
+        if cycle == 0 {
+            // The sites by path, exactly as objdump's disassembly says them.
+            let samples = exposition::parse(&http::scrape(&listen));
+            let path = |p: &str| {
+                exposition::sum(
+                    &samples,
+                    "cudatrace_probe_sites",
+                    &[("arch", "x86_64"), ("path", p)],
+                ) as u64
+            };
+            let want = objdump_paths(&lib);
+            assert_eq!((path("emulated"), path("stepped")), want, "sites by path");
+            eprintln!(
+                "e2e harm: sites {} emulated, {} stepped (as objdump says)",
+                want.0, want.1
+            );
+        }
+        if cycle == 1 {
+            // The code check's control: while attached, the breakpoints show (a cycle after
+            // the first, when the workload surely runs its loop).
+            // SAFETY: kill only sends a signal to the workload, a child this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGWINCH) };
+        }
         std::thread::sleep(Duration::from_millis(1200));
         let stopping = Instant::now();
         let traced = daemon.stop();
@@ -64,6 +87,10 @@ fn a_traced_process_is_unharmed_through_attaches_forks_signals_and_remaps() {
             "cycle {cycle}: SIGTERM to exit took {stop_s:.2} s under the load"
         );
         assert_nothing_left(pid, &lib, &offsets, &format!("after detach {cycle}"));
+        // And the workload's own look at its code (the check the arm64 VM runs).
+        // SAFETY: kill only sends a signal to the workload, a child this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
+        std::thread::sleep(Duration::from_millis(300));
         assert!(
             !workload.exited(),
             "the workload ended before cycle {cycle} did"
@@ -78,7 +105,7 @@ fn a_traced_process_is_unharmed_through_attaches_forks_signals_and_remaps() {
     eprintln!(
         "e2e harm: {} threads on {cores} cores, {:.0} s: {} checked calls ({} in {} forked children), \
          {hits} probe hits in {CYCLES} attach cycles ({hits_per_cycle:?}, {cycles_s:.1} s), {} remaps ({} unmapped), \
-         {} SIGPROF ({:.0}/s); mismatches {}, bad results {}, abnormal exits {}",
+         {} SIGPROF ({:.0}/s); mismatches {}, bad results {}, abnormal exits {}; code bytes differing from the file: {} after {} detaches, {} while attached",
         n("threads"),
         r["seconds"].as_f64().unwrap(),
         n("calls") + n("child_calls"),
@@ -91,6 +118,9 @@ fn a_traced_process_is_unharmed_through_attaches_forks_signals_and_remaps() {
         n("mismatches"),
         n("bad_results"),
         n("abnormal"),
+        n("code_differ"),
+        n("code_checks"),
+        r["control_differ"],
     );
     assert_eq!(
         (n("mismatches"), n("bad_results"), n("abnormal")),
@@ -106,6 +136,16 @@ fn a_traced_process_is_unharmed_through_attaches_forks_signals_and_remaps() {
         n("unmapped"),
         n("remaps"),
         "each close unmapped the library: {r}"
+    );
+    assert_eq!(
+        (n("code_checks"), n("code_differ")),
+        (CYCLES as u64, 0),
+        "{r}"
+    );
+    // One breakpoint byte per site at least (int3 on x86-64) while attached.
+    assert!(
+        r["control_differ"].as_i64().unwrap() >= offsets.len() as i64,
+        "{r}"
     );
     assert!(
         n("signals") as f64 / r["seconds"].as_f64().unwrap() >= 1000.0,
