@@ -63,12 +63,9 @@ pub fn altered_sites(pid: u64, lib: &Path, offsets: &[(&'static str, u64)]) -> O
     let mem = File::open(format!("/proc/{pid}/mem")).ok()?;
     let mut altered = Vec::new();
     for (symbol, off) in offsets {
-        let Some((start, _, moff)) = maps
+        let (start, _, moff) = maps
             .iter()
-            .find(|(s, e, o)| (*o..o + (e - s)).contains(off))
-        else {
-            return None;
-        };
+            .find(|(s, e, o)| (*o..o + (e - s)).contains(off))?;
         let addr = start + off - moff;
         let (mut want, mut got) = ([0u8; 16], [0u8; 16]);
         file.read_exact_at(&mut want, *off).unwrap();

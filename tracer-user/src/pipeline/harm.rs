@@ -92,6 +92,56 @@ impl Session {
             kernel: self.probes.kernel_release().to_owned(),
             after_us: f.since_hit_ns / 1000,
         };
+        self.act_on_harm(h, key, consumer);
+    }
+
+    /// Lines of the kernel log that name a process the uprobe path failed in: harm too.
+    pub(super) fn kernel_log(&mut self, consumer: &mut impl Consumer) {
+        let Some(kmsg) = self.kmsg.as_mut() else {
+            return;
+        };
+        for k in kmsg.poll() {
+            // The attached library the process maps, else the only one attached.
+            let mapped = std::fs::File::open(format!("/proc/{}/maps", k.pid))
+                .map(proc_maps::libcuda_mappings)
+                .unwrap_or_default();
+            let lib = self
+                .probes
+                .libraries
+                .iter()
+                .find(|l| mapped.iter().any(|m| (m.dev, m.inode) == l.file))
+                .or(match self.probes.libraries.as_slice() {
+                    [only] => Some(only),
+                    _ => None,
+                })
+                .cloned();
+            let h = Harm {
+                pid: k.pid,
+                tid: k.pid,
+                signal: "kernel_log",
+                library: lib
+                    .as_ref()
+                    .map_or_else(|| "unknown".to_owned(), |l| l.path.display().to_string()),
+                symbol: "unknown",
+                place: harm::Place::KernelLog,
+                pc: 0,
+                site: 0,
+                instruction: k.message,
+                kernel: self.probes.kernel_release().to_owned(),
+                after_us: 0,
+            };
+            self.act_on_harm(h, lib.map(|l| l.file), consumer);
+        }
+    }
+
+    /// Counts a harm, opens its library's breaker and detaches it, marks the process and tells
+    /// the consumer.
+    fn act_on_harm(
+        &mut self,
+        h: Harm,
+        key: Option<crate::probe::discovery::FileKey>,
+        consumer: &mut impl Consumer,
+    ) {
         let counter = (h.library.clone(), h.symbol, h.signal);
         if self.harms.len() < MAX_HARM_SERIES || self.harms.contains_key(&counter) {
             *self.harms.entry(counter).or_insert(0) += 1;
@@ -111,7 +161,7 @@ impl Session {
             crate::text::printable(&h.library),
             if detached { ", its probes detached" } else { " (classic uprobes stay until cudatrace stops)" }
         );
-        let process = self.registry.live_mut(f.pid);
+        let process = self.registry.live_mut(h.pid);
         if let Some(p) = process {
             p.probe_harmed = true;
             consumer.harm(&h, Some(p));

@@ -160,6 +160,8 @@ pub struct Session {
     read_budget: Option<std::time::Duration>,
     /// Probe harms by (library, symbol, signal).
     harms: harm::HarmCounts,
+    /// The kernel log, where readable (its uprobe-path lines open the breaker too).
+    kmsg: Option<crate::probe::kmsg::Kmsg>,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
     sigint: Signal,
@@ -289,6 +291,7 @@ impl Session {
         }
         if self.checked_at.elapsed() >= PROCESS_CHECK_PERIOD {
             self.checked_at = Instant::now();
+            self.kernel_log(consumer);
             self.settle_headless();
             // A process whose exit record was lost (or whose pid was reused meanwhile) goes
             // now: its pid shows another start time, or none.

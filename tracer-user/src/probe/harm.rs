@@ -30,7 +30,8 @@ pub struct Harm {
     pub pc: u64,
     /// The probed address.
     pub site: u64,
-    /// The probed instruction's first bytes, from the file (hex).
+    /// The probed instruction's first bytes, from the file (hex); for a kernel-log harm, the
+    /// kernel's line.
     pub instruction: String,
     /// The running kernel's release.
     pub kernel: String,
@@ -41,6 +42,12 @@ pub struct Harm {
 impl Harm {
     /// The evidence in a line.
     pub fn line(&self) -> String {
+        if self.place == Place::KernelLog {
+            return format!(
+                "the kernel logged for pid {} (library {}): {:?}, kernel {}",
+                self.pid, self.library, self.instruction, self.kernel
+            );
+        }
         format!(
             "{} in pid {} (tid {}) {} of {} in {} (pc {:#x}, site {:#x}: {}), {} µs after the probe hit, kernel {}",
             self.signal,
@@ -69,6 +76,8 @@ pub enum Place {
     Xol,
     /// In no executable mapping: a corrupted return or jump.
     Outside,
+    /// The kernel logged a failure in its uprobe single-step path for this process.
+    KernelLog,
 }
 
 impl Place {
@@ -79,6 +88,7 @@ impl Place {
             Place::PastEntry(n) => format!("{n} bytes past the probed entry"),
             Place::Xol => "in the uprobe XOL page".into(),
             Place::Outside => "outside any executable mapping".into(),
+            Place::KernelLog => "in the kernel's uprobe path (its log)".into(),
         }
     }
 }

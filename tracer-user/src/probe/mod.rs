@@ -16,6 +16,7 @@ pub mod filter;
 pub mod guard;
 pub mod harm;
 pub mod kernels;
+pub mod kmsg;
 pub mod loader;
 pub mod multi;
 pub mod proc_maps;

@@ -32,7 +32,7 @@ pub fn classify(kernel: &Kernel, offset: u64, code: &[u8]) -> SitePath {
     match kernel.arch {
         Arch::X86_64 => x86_64(code),
         Arch::Aarch64 => {
-            if offset % 4 != 0 {
+            if !offset.is_multiple_of(4) {
                 return SitePath::Refused("not 4-byte aligned (arm64 uprobes need it)");
             }
             match code.get(..4) {

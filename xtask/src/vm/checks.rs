@@ -29,8 +29,17 @@ fn sections(console: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// What a guest's kernel should show: uprobe_multi links (6.6 and later) or the classic
+/// fallback, and the sites by path.
+pub struct Expect {
+    /// uprobe_multi links attach (else classic uprobes).
+    pub multi: bool,
+    /// `(emulated, stepped, refused)` sites of the stand-in, as objdump reads them.
+    pub sites: (u64, u64, u64),
+}
+
 /// Runs every check on the console's text.
-pub fn run(console: &str) -> Vec<(&'static str, Outcome)> {
+pub fn run(console: &str, expect: &Expect) -> Vec<(&'static str, Outcome)> {
     let s = sections(console);
     let get = |name: &str| -> Result<&str, String> {
         s.get(name)
@@ -48,7 +57,10 @@ pub fn run(console: &str) -> Vec<(&'static str, Outcome)> {
     };
     vec![
         ("kernel", kernel(get("kernel"))),
-        ("classic uprobes at start", classic(get("trace.err"))),
+        (
+            "uprobe_multi or classic uprobes at start",
+            classic(get("trace.err"), expect.multi),
+        ),
         (
             "trace exits cleanly",
             trace_exit(get("trace.rc"), get("trace.err")),
@@ -79,6 +91,19 @@ pub fn run(console: &str) -> Vec<(&'static str, Outcome)> {
             "stop leaves no BPF object behind",
             left_behind(get("bpf-before"), get("bpf-during"), get("bpf-after")),
         ),
+        (
+            "probe sites by path, exact",
+            super::harm::sites(get("sites"), expect.sites),
+        ),
+        (
+            "a traced process is unharmed",
+            super::harm::unharmed(
+                json("harm.json"),
+                get("harm.rc"),
+                get("cycles.txt"),
+                if expect.multi { 10 } else { 3 },
+            ),
+        ),
     ]
 }
 
@@ -92,16 +117,24 @@ fn kernel(text: Result<&str, String>) -> Outcome {
     Ok(format!("Linux {release} on {machine}"))
 }
 
-fn classic(err: Result<&str, String>) -> Outcome {
+fn classic(err: Result<&str, String>, multi: bool) -> Outcome {
     let err = err?;
     let fallback = err.lines().any(|l| l.contains("using classic uprobes"));
     let attached = err
         .lines()
         .find(|l| l.contains("aarch64-linux-gnu/libcuda.so.1: attached 60 of 60 entry points"));
     match (fallback, attached) {
-        (true, Some(line)) => Ok(format!("uprobe_multi refused, classic uprobes: {line}")),
+        (true, Some(line)) if !multi => {
+            Ok(format!("uprobe_multi refused, classic uprobes: {line}"))
+        }
+        (false, Some(line)) if multi => Ok(format!("uprobe_multi links: {line}")),
         _ => Err(format!(
-            "expected the classic fallback and 60 of 60 attached; stderr:\n{err}"
+            "expected {} and 60 of 60 attached; stderr:\n{err}",
+            if multi {
+                "uprobe_multi links"
+            } else {
+                "the classic fallback"
+            }
         )),
     }
 }

@@ -65,5 +65,45 @@ show run.rc run.rc
 show run.err run.err
 show bpf-during bpf-during.txt
 show bpf-after bpf-after.txt
+
+# 3. Do no harm: the sites and how this kernel runs them; then the harm workload (register
+# checks around every call, SIGPROF, forks, the library unmapped and mapped again) while
+# cudatrace is attached and detached ten times, its code compared with the file after each
+# detach (SIGUSR2), and once while attached (SIGWINCH: the check's control).
+cudatrace sites --lib /usr/lib/aarch64-linux-gnu/libcuda.so.1 > sites.txt 2>&1
+show sites sites.txt
+# Ten cycles; three with classic uprobes (before 6.6), whose removal takes half a minute of
+# emulated time per cycle.
+cycles=10
+grep -q "using classic uprobes" trace.err && cycles=3
+echo $cycles > harm-cycles.txt
+show harm-cycles harm-cycles.txt
+cuda-workload --threads 3 harm 900 > harm.json 2> harm.err &
+w=$!
+sleep 2
+: > cycles.txt
+i=0
+while [ $i -lt $cycles ]; do
+    i=$((i + 1))
+    cudatrace run --listen 127.0.0.1:$((9470 + i)) > /dev/null 2> cycle.err &
+    d=$!
+    ready cycle.err
+    [ $i = 2 ] && kill -WINCH $w
+    sleep 2
+    kill -TERM $d
+    wait $d
+    # Classic uprobes (before 6.6) are removed by a child cudatrace leaves behind: wait for it.
+    for _ in $(seq 600); do pidof cudatrace > /dev/null || break; sleep 0.2; done
+    grep '^summary:' cycle.err >> cycles.txt
+    kill -USR2 $w
+    sleep 1
+done
+kill -USR1 $w
+wait $w
+echo $? > harm.rc
+show harm.json harm.json
+show harm.rc harm.rc
+show harm.err harm.err
+show cycles.txt cycles.txt
 echo "@@@ DONE"
 poweroff -f

@@ -4,6 +4,7 @@
 //! packs them with the libraries they load into an initramfs whose /init is `init.sh`, boots it
 //! in qemu (TCG: no KVM needed), and checks what the guest printed (`checks`).
 mod checks;
+mod harm;
 
 use std::{
     path::{Path, PathBuf},
@@ -72,9 +73,17 @@ fn download(dir: &Path, name: &str, arch: Arch) -> Result<PathBuf> {
     find().with_context(|| format!("apt-get download {name} left no .deb in {}", dir.display()))
 }
 
-/// The kernel image of Debian's `linux-image-ARCH` (the package it depends on), extracted.
-fn kernel(cache: &Path, arch: Arch) -> Result<PathBuf> {
-    let meta = download(cache, &format!("linux-image-{}", arch.debian()), arch)?;
+/// The guests' kernels: Debian's own arm64 kernel (6.1: classic uprobes), and bookworm-security's
+/// 6.12 (uprobe_multi links): `(label, meta-package, cache folder, uprobe_multi expected)`.
+const KERNELS: [(&str, &str, &str, bool); 2] = [
+    ("6.1", "linux-image-arm64", "kernel", false),
+    ("6.12", "linux-image-6.12-arm64", "kernel-6.12", true),
+];
+
+/// The kernel image of Debian's meta-package `meta` (the package it depends on), extracted
+/// under `cache`/`dir`.
+fn kernel(cache: &Path, arch: Arch, meta: &str, dir: &str) -> Result<PathBuf> {
+    let meta = download(cache, meta, arch)?;
     let depends = String::from_utf8(
         Command::new("dpkg-deb")
             .args(["-f"])
@@ -88,7 +97,7 @@ fn kernel(cache: &Path, arch: Arch) -> Result<PathBuf> {
         .next()
         .context("linux-image depends on its kernel")?;
     let deb = download(cache, real, arch)?;
-    let dir = cache.join("kernel");
+    let dir = cache.join(dir);
     if !dir.join("boot").exists() {
         std::fs::create_dir_all(&dir)?;
         run(Command::new("sh").arg("-c").arg(format!(
@@ -210,16 +219,28 @@ fn branch_protected(arch: Arch, lib: &Path) -> Result<(usize, usize)> {
 
 /// Boots `kernel` with `initrd` and returns what the console printed (the guest powers off at
 /// the end; it is killed past [`LIMIT`]).
-fn boot(arch: Arch, kernel: &Path, initrd: &Path, log: &Path) -> Result<String> {
+fn boot(arch: Arch, kernel: &Path, initrd: &Path, log: &Path, nmi: bool) -> Result<String> {
     let (program, machine, console) = qemu(arch)?;
+    // Pseudo-NMIs need a GICv3 and the kernel's command line asking for them.
+    let (machine, extra) = if nmi {
+        (
+            format!("{machine},gic-version=3"),
+            " irqchip.gicv3_pseudo_nmi=1",
+        )
+    } else {
+        (machine.to_owned(), "")
+    };
     let out = std::fs::File::create(log)?;
     let mut child = Command::new(program)
-        .args(["-M", machine, "-cpu", "max", "-smp", "2", "-m", "2048"])
+        .args(["-M", &machine, "-cpu", "max", "-smp", "2", "-m", "2048"])
         .args(["-nographic", "-no-reboot", "-nic", "none", "-kernel"])
         .arg(kernel)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", &format!("console={console} quiet panic=-1")])
+        .args([
+            "-append",
+            &format!("console={console} quiet panic=-1{extra}"),
+        ])
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out)
@@ -260,18 +281,50 @@ pub fn test(arch: Arch) -> Result<()> {
     let standin = cross::build(arch)?;
     let cache = target_dir().join("vm").join(arch.debian());
     std::fs::create_dir_all(&cache)?;
-    let kernel = kernel(&cache, arch)?;
     let initrd = initramfs(&cache, arch, &standin)?;
-    let log = cache.join("console.log");
-    let console = boot(arch, &kernel, &initrd, &log)?;
-    let mut results = checks::run(&console);
+    let sites = harm::objdump_sites(arch, &standin.join("libcuda.so.1"))?;
+    let mut results = Vec::new();
+    let mut logs = Vec::new();
+    for (name, meta, dir, multi) in KERNELS {
+        let kernel = kernel(&cache, arch, meta, dir)?;
+        let expect = checks::Expect { multi, sites };
+        let mut boots = vec![false];
+        // On a kernel built with pseudo-NMI support, once more with them on (GICv3).
+        match pseudo_nmi_config(&kernel) {
+            true if multi => boots.push(true),
+            true => {}
+            false if multi => eprintln!(
+                "vm-test: no pseudo-NMI run: {} is built without CONFIG_ARM64_PSEUDO_NMI",
+                kernel.display()
+            ),
+            false => {}
+        }
+        for nmi in boots {
+            let log = cache.join(format!(
+                "console-{dir}{}.log",
+                if nmi { "-nmi" } else { "" }
+            ));
+            let console = boot(arch, &kernel, &initrd, &log, nmi)?;
+            let label = if nmi {
+                format!("{name}+pseudo-NMI")
+            } else {
+                name.to_owned()
+            };
+            results.extend(
+                checks::run(&console, &expect)
+                    .into_iter()
+                    .map(|(name, o)| (format!("{label}: {name}"), o)),
+            );
+            logs.push(log);
+        }
+    }
     // The copy the guest dlopened, discovered and counted exactly (checked above), is the one
     // with branch protection: say so only if its entry points really begin with a landing pad.
     let (pads, pac) = branch_protected(arch, &standin.join("libcuda-bti.so.1"))?;
     let all = tracer_common::Api::ALL.len();
     let said = format!("{pads} of {all} ({pac} paciasp, the others bti c)");
     results.push((
-        "the dlopened copy is branch-protected",
+        "the dlopened copy is branch-protected".to_owned(),
         if pads == all { Ok(said) } else { Err(said) },
     ));
     let failed = results.iter().filter(|r| r.1.is_err()).count();
@@ -282,14 +335,28 @@ pub fn test(arch: Arch) -> Result<()> {
         }
     }
     println!(
-        "vm-test ({}, {:.0} s in all; console: {}): {} passed, {failed} failed",
+        "vm-test ({}, {:.0} s in all; consoles: {}): {} passed, {failed} failed",
         arch.debian(),
         began.elapsed().as_secs_f64(),
-        log.display(),
+        logs.iter()
+            .map(|l| l.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
         results.len() - failed
     );
     if failed > 0 {
         bail!("vm-test: {failed} of {} checks failed", results.len());
     }
     Ok(())
+}
+
+/// Whether the kernel next to `vmlinuz` (its `config-*` in the same folder) is built with
+/// CONFIG_ARM64_PSEUDO_NMI.
+fn pseudo_nmi_config(vmlinuz: &Path) -> bool {
+    let Some(name) = vmlinuz.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let config = vmlinuz.with_file_name(name.replacen("vmlinuz-", "config-", 1));
+    std::fs::read_to_string(config)
+        .is_ok_and(|c| c.lines().any(|l| l == "CONFIG_ARM64_PSEUDO_NMI=y"))
 }

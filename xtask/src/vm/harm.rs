@@ -1,0 +1,147 @@
+//! The guest's "do no harm" step, checked: the sites `cudatrace sites` found against the cross
+//! objdump's reading of the same library, and the harm workload's counts under ten attach
+//! cycles (no register or result mismatch, no abnormal exit, the code equal to the file after
+//! every detach, breakpoints seen while attached).
+use std::{collections::BTreeMap, path::Path, process::Command};
+
+use anyhow::{Context as _, Result};
+use serde_json::Value;
+
+use super::checks::Outcome;
+use crate::cross::Arch;
+
+/// `(emulated, stepped, refused)` of the probed entry points of `lib` by the cross objdump's
+/// mnemonic of their first instruction, on a kernel older than 6.13 (NOP stepped): branches,
+/// `adr`/`adrp` emulated; PC-relative loads (`ldr` of a label) and exclusives refused; the rest
+/// stepped. Independent of cudatrace's decoder.
+pub fn objdump_sites(arch: Arch, lib: &Path) -> Result<(u64, u64, u64)> {
+    let out = Command::new(format!("{}-objdump", arch.gnu()))
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(lib)
+        .output()
+        .context("the cross objdump (binutils of the cross gcc) is needed")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let probed: Vec<&str> = tracer_common::Api::ALL.iter().map(|a| a.symbol()).collect();
+    let (mut emulated, mut stepped, mut refused) = (0, 0, 0);
+    let mut seen = std::collections::HashSet::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some((addr, name)) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) else {
+            continue;
+        };
+        if !probed.contains(&name) || !seen.insert(addr.to_owned()) {
+            continue;
+        }
+        let insn = lines
+            .next()
+            .and_then(|l| l.split_once(":\t"))
+            .map(|(_, i)| i.trim().to_owned())
+            .unwrap_or_default();
+        let mnemonic = insn.split_whitespace().next().unwrap_or("");
+        let branch = matches!(
+            mnemonic,
+            "b" | "bl" | "cbz" | "cbnz" | "tbz" | "tbnz" | "adr" | "adrp" | "br" | "blr" | "ret"
+        ) || mnemonic.starts_with("b.");
+        let literal = mnemonic.starts_with("ldr") && insn.contains('<')
+            || mnemonic == "prfm" && insn.contains('<');
+        let exclusive = mnemonic.starts_with("ldx")
+            || mnemonic.starts_with("stx")
+            || mnemonic.starts_with("lda")
+            || mnemonic.starts_with("stl");
+        if branch {
+            emulated += 1;
+        } else if literal || exclusive {
+            refused += 1;
+        } else {
+            stepped += 1;
+        }
+    }
+    Ok((emulated, stepped, refused))
+}
+
+/// The `sites:` line of `cudatrace sites` equals the objdump's counts.
+pub fn sites(text: Result<&str, String>, want: (u64, u64, u64)) -> Outcome {
+    let text = text?;
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sites: "))
+        .ok_or_else(|| format!("no sites: line:\n{text}"))?;
+    let n: Vec<u64> = line
+        .split([' ', ','])
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match n.as_slice() {
+        [e, s, r, ..] if (*e, *s, *r) == want => Ok(format!(
+            "{e} emulated, {s} stepped, {r} refused, as objdump reads them ({line})"
+        )),
+        _ => Err(format!(
+            "cudatrace sites said {line:?}; objdump says {want:?}"
+        )),
+    }
+}
+
+/// The summary's `key=value` pairs of each cycle.
+fn cycles(text: &str) -> Vec<BTreeMap<String, u64>> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("summary: "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+                .collect()
+        })
+        .collect()
+}
+
+/// The harm workload's counts and the hits of each of its `want_cycles` attach cycles.
+pub fn unharmed(
+    report: Result<Value, String>,
+    rc: Result<&str, String>,
+    cycles_text: Result<&str, String>,
+    want_cycles: i64,
+) -> Outcome {
+    let (r, rc, cyc) = (report?, rc?.trim().to_owned(), cycles(cycles_text?));
+    let n = |k: &str| r[k].as_i64().unwrap_or(-1);
+    let hits: Vec<i64> = cyc
+        .iter()
+        .map(|s| {
+            let g = |k: &str| *s.get(k).unwrap_or(&0) as i64;
+            g("events") - g("launch_samples") + g("launches_counted")
+        })
+        .collect();
+    let ok = rc == "0"
+        && n("mismatches") == 0
+        && n("bad_results") == 0
+        && n("abnormal") == 0
+        && n("code_checks") == want_cycles
+        && n("code_differ") == 0
+        && n("control_differ") > 0
+        && n("calls") > 0
+        && n("remaps") >= 1
+        && n("unmapped") == n("remaps")
+        && hits.len() as i64 == want_cycles
+        && hits.iter().all(|h| *h > 0);
+    let said = format!(
+        "{} checked calls ({} in {} forked children), {} probe hits in {} cycles {hits:?}, {} remaps, \
+         {} SIGPROF; mismatches {}, bad results {}, abnormal exits {}; code bytes differing after \
+         {} detaches {}, while attached {}",
+        n("calls") + n("child_calls"),
+        n("child_calls"),
+        n("children"),
+        hits.iter().sum::<i64>(),
+        hits.len(),
+        n("remaps"),
+        n("signals"),
+        n("mismatches"),
+        n("bad_results"),
+        n("abnormal"),
+        n("code_checks"),
+        n("code_differ"),
+        n("control_differ"),
+    );
+    if ok {
+        Ok(said)
+    } else {
+        Err(format!("exit {rc}: {said}; report {r}"))
+    }
+}
