@@ -155,3 +155,117 @@ pub fn hex(code: &[u8]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+    use crate::probe::{kernels::Arch, symbols::Resolved};
+
+    /// A file with these instruction bytes at offsets 0x100, 0x200, ...
+    fn file_with(codes: &[&[u8]]) -> (File, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!(
+            "cudatrace-guard-{}-{}",
+            std::process::id(),
+            codes.len()
+        ));
+        let mut bytes = vec![0u8; 0x100 * (codes.len() + 1) + 16];
+        for (i, c) in codes.iter().enumerate() {
+            bytes[0x100 * (i + 1)..0x100 * (i + 1) + c.len()].copy_from_slice(c);
+        }
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+        (File::open(&path).unwrap(), path)
+    }
+
+    fn resolution(apis: &[Api]) -> Resolution {
+        Resolution {
+            found: apis
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Resolved {
+                    api: *a,
+                    offset: 0x100 * (i as u64 + 1),
+                })
+                .collect(),
+            ..Resolution::default()
+        }
+    }
+
+    #[test]
+    fn refused_sites_and_their_aliases_are_never_attached() {
+        let guard = Guard {
+            kernel: Kernel::from_fixture("6.18.44", "", "", "", Arch::X86_64),
+            allow_stepped: false,
+        };
+        // push %rbp (emulated), lock add (refused), int3 (refused), sub $8,%rsp (stepped).
+        let (file, path) = file_with(&[
+            &[0x55],
+            &[0xf0, 0x01, 0x07],
+            &[0xcc],
+            &[0x48, 0x83, 0xec, 8],
+        ]);
+        let mut r = resolution(&[
+            Api::LaunchKernel,
+            Api::CtxSynchronize,
+            Api::MemAlloc,
+            Api::MemFree,
+        ]);
+        r.aliases.push((Api::CtxSynchronizeV2, Api::CtxSynchronize));
+        let counts = guard.apply(&path, &file, &mut r);
+        assert_eq!(
+            counts,
+            SiteCounts {
+                emulated: 1,
+                stepped: 1,
+                refused: 2
+            }
+        );
+        let kept: Vec<Api> = r.found.iter().map(|f| f.api).collect();
+        assert_eq!(kept, vec![Api::LaunchKernel, Api::MemFree]);
+        assert_eq!(
+            r.refused,
+            vec![Api::CtxSynchronize, Api::MemAlloc, Api::CtxSynchronizeV2]
+        );
+        assert!(r.aliases.is_empty());
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_known_bad_kernel_refuses_stepped_sites_unless_allowed() {
+        let grace = Kernel::from_fixture(
+            "6.17.0-1004-nvidia-64k",
+            "",
+            "Ubuntu 6.17.0-1004.4-nvidia-64k 6.17.1",
+            "irqchip.gicv3_pseudo_nmi=1",
+            Arch::Aarch64,
+        );
+        // bl (emulated), paciasp (stepped), stp x29, x30 (stepped).
+        let (file, path) = file_with(&[
+            &0x9400_0010u32.to_le_bytes(),
+            &0xd503_233fu32.to_le_bytes(),
+            &0xa9bf_7bfdu32.to_le_bytes(),
+        ]);
+        let apis = [Api::LaunchKernel, Api::MemAlloc, Api::MemFree];
+        let refusing = Guard {
+            kernel: grace.clone(),
+            allow_stepped: false,
+        };
+        let mut r = resolution(&apis);
+        let c = refusing.apply(&path, &file, &mut r);
+        assert_eq!((c.emulated, c.stepped, c.refused), (1, 0, 2));
+        assert_eq!(r.found.len(), 1);
+        let allowing = Guard {
+            kernel: grace,
+            allow_stepped: true,
+        };
+        let mut r = resolution(&apis);
+        let c = allowing.apply(&path, &file, &mut r);
+        assert_eq!((c.emulated, c.stepped, c.refused), (1, 2, 0));
+        assert_eq!(r.found.len(), 3);
+        let _ = std::fs::remove_file(path);
+    }
+}

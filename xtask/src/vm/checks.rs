@@ -36,6 +36,9 @@ pub struct Expect {
     pub multi: bool,
     /// `(emulated, stepped, refused)` sites of the stand-in, as objdump reads them.
     pub sites: (u64, u64, u64),
+    /// `(emulated, stepped)` of the stand-in and its branch-protected copy together (step 2
+    /// attaches both).
+    pub both: (u64, u64),
 }
 
 /// Runs every check on the console's text.
@@ -94,6 +97,10 @@ pub fn run(console: &str, expect: &Expect) -> Vec<(&'static str, Outcome)> {
         (
             "probe sites by path, exact",
             super::harm::sites(get("sites"), expect.sites),
+        ),
+        (
+            "cudatrace_probe_sites, exact",
+            super::harm::metric(get("metrics.txt"), expect.both),
         ),
         (
             "a traced process is unharmed",

@@ -80,6 +80,30 @@ pub fn sites(text: Result<&str, String>, want: (u64, u64, u64)) -> Outcome {
     }
 }
 
+/// `cudatrace_probe_sites` of step 2's scrape (the loader's library and the branch-protected
+/// copy discovered) equals the objdump's counts of both.
+pub fn metric(text: Result<&str, String>, want: (u64, u64)) -> Outcome {
+    let samples = integration_tests::exposition::parse(text?);
+    let path = |p: &str| {
+        integration_tests::exposition::sum(
+            &samples,
+            "cudatrace_probe_sites",
+            &[("arch", "aarch64"), ("path", p)],
+        ) as u64
+    };
+    let got = (path("emulated"), path("stepped"));
+    if got == want {
+        Ok(format!(
+            "cudatrace_probe_sites{{arch=\"aarch64\"}}: {} emulated, {} stepped, as objdump reads both libraries",
+            got.0, got.1
+        ))
+    } else {
+        Err(format!(
+            "cudatrace_probe_sites said {got:?}; objdump says {want:?}"
+        ))
+    }
+}
+
 /// The summary's `key=value` pairs of each cycle.
 fn cycles(text: &str) -> Vec<BTreeMap<String, u64>> {
     text.lines()

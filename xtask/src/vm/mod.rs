@@ -283,11 +283,13 @@ pub fn test(arch: Arch) -> Result<()> {
     std::fs::create_dir_all(&cache)?;
     let initrd = initramfs(&cache, arch, &standin)?;
     let sites = harm::objdump_sites(arch, &standin.join("libcuda.so.1"))?;
+    let bti = harm::objdump_sites(arch, &standin.join("libcuda-bti.so.1"))?;
+    let both = (sites.0 + bti.0, sites.1 + bti.1);
     let mut results = Vec::new();
     let mut logs = Vec::new();
     for (name, meta, dir, multi) in KERNELS {
         let kernel = kernel(&cache, arch, meta, dir)?;
-        let expect = checks::Expect { multi, sites };
+        let expect = checks::Expect { multi, sites, both };
         let mut boots = vec![false];
         // On a kernel built with pseudo-NMI support, once more with them on (GICv3).
         match pseudo_nmi_config(&kernel) {
