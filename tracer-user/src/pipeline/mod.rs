@@ -3,6 +3,7 @@
 //! ([`enrich`]), then handed to the command's [`Consumer`] (aggregation and detection for `run`,
 //! the printer for `trace`). [`Session`] owns the probes, the ring buffer, the registry and the
 //! timers of that flow; each command owns the rest of its loop.
+mod consumer;
 mod drive;
 mod harm;
 mod headless;
@@ -33,8 +34,7 @@ use tokio::{
 };
 
 use crate::{
-    enrich::Enrichment,
-    event::{self, DecodeError, Detail, Event, LaunchDelta, RingRecord},
+    event::{self, DecodeError, Detail, Event, RingRecord},
     identity::{self, Comm},
     probe::{
         discovery::{self, Discovery},
@@ -42,6 +42,7 @@ use crate::{
     },
     registry::{Process, Registry},
 };
+pub use consumer::{Consumer, Flow, Wake};
 use launches::Harvest;
 
 /// How often running processes are looked at in /proc (a leader that exited, a start time
@@ -50,50 +51,6 @@ const PROCESS_CHECK_PERIOD: Duration = Duration::from_secs(1);
 /// How often the launches counted in-kernel are read, besides before a scrape, a detection
 /// window, a process's release and the end.
 const HARVEST_PERIOD: Duration = Duration::from_millis(500);
-
-/// Where a session's calls go; each command implements it.
-pub trait Consumer {
-    /// One decoded call, with what enrichment learned and its process's entry.
-    fn call(
-        &mut self,
-        ev: &Event,
-        enrichment: &Enrichment,
-        process: &mut Process,
-    ) -> io::Result<()>;
-    /// Launches the kernel counted since the last read (only when aggregating).
-    fn launches(&mut self, _delta: &LaunchDelta, _process: &mut Process) {}
-    /// A process exited; its per-call tables are released after this.
-    fn exited(&mut self, _process: &mut Process) {}
-    /// A probe harmed a process (`pipeline::harm`); its entry, while it is known.
-    fn harm(&mut self, _harm: &crate::probe::harm::Harm, _process: Option<&mut Process>) {}
-    /// After each drained batch.
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// What woke the session.
-pub enum Wake {
-    /// A signal or the deadline: stop.
-    Stop,
-    /// Records wait (or the poll period passed): drain.
-    Drain,
-    /// Time to look for libraries mapped since the last look.
-    Rescan,
-}
-
-/// What a command's loop does after [`Session::act`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
-    /// Go on waiting.
-    Continue,
-    /// A library was attached (its probe rows changed).
-    Attached,
-    /// Stop: a signal or the deadline.
-    Stop,
-    /// Stop: the consumer's output closed.
-    OutputClosed,
-}
 
 /// Counts of what the session consumed.
 #[derive(Clone, Copy, Debug, Default)]

@@ -3,7 +3,6 @@
 //! what the library does not export.
 use std::{
     collections::HashSet,
-    fmt::Write as _,
     num::NonZeroU32,
     path::{Path, PathBuf},
 };
@@ -22,10 +21,11 @@ use tracer_common::{
         MAP_EVENTS, MAP_OPENS, OPENED_TRACEPOINT, PROG_EXIT, PROG_FAULT, PROG_LAUNCH,
         PROG_LAUNCH_EX, PROG_OPENED, PROG_REGS, PROG_RENAME, PROG_RETURN,
     },
-    Api, Layout,
+    Layout,
 };
 
 pub use super::bpf_maps::{Drops, Maps, ProcessDrops, DROP_REASONS};
+pub use super::library::{report, LibraryProbes, ProbeRow};
 use super::{
     allow::AllowList,
     breaker::Breaker,
@@ -42,30 +42,6 @@ use super::{
 /// The compiled eBPF programs, embedded at build time.
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
-/// What was attached in one library.
-#[derive(Debug, Clone)]
-pub struct LibraryProbes {
-    /// The library as given (or found).
-    pub path: PathBuf,
-    /// Symbols resolved in the library, with their aliases and absentees.
-    pub resolution: Resolution,
-    /// The file probed: device and inode.
-    pub file: FileKey,
-    /// Its probe sites by how the kernel runs them.
-    pub sites: SiteCounts,
-}
-
-impl LibraryProbes {
-    fn new(path: &Path, resolution: Resolution, file: FileKey, sites: SiteCounts) -> LibraryProbes {
-        LibraryProbes {
-            path: path.to_path_buf(),
-            resolution,
-            file,
-            sites,
-        }
-    }
-}
-
 /// How probes are attached.
 enum Attach {
     /// uprobe_multi links, per library: needs CAP_BPF and CAP_PERFMON only, and closing them
@@ -231,17 +207,6 @@ fn fall_back(ebpf: &mut Ebpf, why: &MultiError) -> Result<Attach> {
     load_classic(ebpf)
 }
 
-/// One entry point of one attached library.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeRow {
-    /// The entry point's symbol.
-    pub symbol: &'static str,
-    /// The library's path.
-    pub library: String,
-    /// Whether it is probed (false: the library does not export it).
-    pub attached: bool,
-}
-
 impl Probes {
     /// Attaches every exported entry point of `path`. Returns `Ok(None)` when this very file
     /// (same device and inode) is attached or refused already; an error when it cannot be read
@@ -354,17 +319,6 @@ impl Probes {
     /// The running kernel's release.
     pub fn kernel_release(&self) -> &str {
         &self.guard.kernel.release
-    }
-
-    /// Probe sites of every attached library, by path.
-    pub fn site_counts(&self) -> SiteCounts {
-        let mut all = SiteCounts::default();
-        for l in &self.libraries {
-            all.emulated += l.sites.emulated;
-            all.stepped += l.sites.stepped;
-            all.refused += l.sites.refused;
-        }
-        all
     }
 
     /// [`Probes::attach_resolved`] once the library is known to export entry points; what fails
@@ -503,71 +457,6 @@ impl Probes {
             _ => std::mem::forget(self),
         }
     }
-
-    /// Number of probes (entry plus return) attached in all libraries.
-    pub fn probe_count(&self) -> usize {
-        self.libraries
-            .iter()
-            .map(|l| l.resolution.found.len() * 2)
-            .sum()
-    }
-
-    /// Every entry point of every attached library, attached or not.
-    pub fn rows(&self) -> Vec<ProbeRow> {
-        let mut rows = Vec::new();
-        for lib in &self.libraries {
-            let library = lib.path.display().to_string();
-            let r = &lib.resolution;
-            let row = |symbol, attached| ProbeRow {
-                symbol,
-                library: library.clone(),
-                attached,
-            };
-            rows.extend(r.found.iter().map(|f| row(f.api.symbol(), true)));
-            rows.extend(r.aliases.iter().map(|(a, _)| row(a.symbol(), true)));
-            rows.extend(r.missing.iter().map(|a| row(a.symbol(), false)));
-            rows.extend(r.refused.iter().map(|a| row(a.symbol(), false)));
-        }
-        rows
-    }
-}
-
-/// One line per library: attached symbols, aliases and the entry points it does not export.
-pub fn report(lib: &LibraryProbes) -> String {
-    let r = &lib.resolution;
-    let mut s = format!(
-        "{}: attached {} of {} entry points (inode {} on device {}:{})",
-        lib.path.display(),
-        r.found.len(),
-        Api::ALL.len(),
-        lib.file.1,
-        libc::major(lib.file.0),
-        libc::minor(lib.file.0)
-    );
-    if !r.aliases.is_empty() {
-        let aliases: Vec<String> = r
-            .aliases
-            .iter()
-            .map(|(a, b)| format!("{}={}", a.symbol(), b.symbol()))
-            .collect();
-        let _ = write!(s, "; same code as an attached one: {}", aliases.join(" "));
-    }
-    if !r.missing.is_empty() {
-        let missing: Vec<&str> = r.missing.iter().map(|a| a.symbol()).collect();
-        let _ = write!(s, "; not exported: {}", missing.join(" "));
-    }
-    if !r.refused.is_empty() {
-        let refused: Vec<&str> = r.refused.iter().map(|a| a.symbol()).collect();
-        let _ = write!(s, "; refused sites: {}", refused.join(" "));
-    }
-    let _ = write!(
-        s,
-        "; sites: {} emulated, {} stepped out of line ({})",
-        lib.sites.emulated,
-        lib.sites.stepped,
-        super::kernels::Arch::HOST.name()
-    );
-    s
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod guard;
 pub mod harm;
 pub mod kernels;
 pub mod kmsg;
+pub mod library;
 pub mod loader;
 pub mod multi;
 pub mod proc_maps;

@@ -15,39 +15,22 @@ use crate::cross::Arch;
 /// `adr`/`adrp` emulated; PC-relative loads (`ldr` of a label) and exclusives refused; the rest
 /// stepped. Independent of cudatrace's decoder.
 pub fn objdump_sites(arch: Arch, lib: &Path) -> Result<(u64, u64, u64)> {
-    let out = Command::new(format!("{}-objdump", arch.gnu()))
-        .args(["-d", "--no-show-raw-insn"])
-        .arg(lib)
-        .output()
-        .context("the cross objdump (binutils of the cross gcc) is needed")?;
-    let text = String::from_utf8_lossy(&out.stdout);
     let probed: Vec<&str> = tracer_common::Api::ALL.iter().map(|a| a.symbol()).collect();
     let (mut emulated, mut stepped, mut refused) = (0, 0, 0);
     let mut seen = std::collections::HashSet::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let Some((addr, name)) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) else {
-            continue;
-        };
-        if !probed.contains(&name) || !seen.insert(addr.to_owned()) {
+    for (addr, name, insn) in first_instructions(arch, lib)? {
+        if !probed.contains(&name.as_str()) || !seen.insert(addr) {
             continue;
         }
-        let insn = lines
-            .next()
-            .and_then(|l| l.split_once(":\t"))
-            .map(|(_, i)| i.trim().to_owned())
-            .unwrap_or_default();
         let mnemonic = insn.split_whitespace().next().unwrap_or("");
         let branch = matches!(
             mnemonic,
             "b" | "bl" | "cbz" | "cbnz" | "tbz" | "tbnz" | "adr" | "adrp" | "br" | "blr" | "ret"
         ) || mnemonic.starts_with("b.");
-        let literal = mnemonic.starts_with("ldr") && insn.contains('<')
-            || mnemonic == "prfm" && insn.contains('<');
-        let exclusive = mnemonic.starts_with("ldx")
-            || mnemonic.starts_with("stx")
-            || mnemonic.starts_with("lda")
-            || mnemonic.starts_with("stl");
+        let literal = (mnemonic.starts_with("ldr") || mnemonic == "prfm") && insn.contains('<');
+        let exclusive = ["ldx", "stx", "lda", "stl"]
+            .iter()
+            .any(|p| mnemonic.starts_with(p));
         if branch {
             emulated += 1;
         } else if literal || exclusive {
@@ -57,6 +40,31 @@ pub fn objdump_sites(arch: Arch, lib: &Path) -> Result<(u64, u64, u64)> {
         }
     }
     Ok((emulated, stepped, refused))
+}
+
+/// `(address, symbol, first instruction)` of every function of `lib`, as the cross objdump
+/// (binutils of Debian's cross gcc) disassembles it.
+pub fn first_instructions(arch: Arch, lib: &Path) -> Result<Vec<(String, String, String)>> {
+    let out = Command::new(format!("{}-objdump", arch.gnu()))
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(lib)
+        .output()
+        .context("the cross objdump (binutils of the cross gcc) is needed")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut found = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some((addr, name)) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) else {
+            continue;
+        };
+        let insn = lines
+            .next()
+            .and_then(|l| l.split_once(":\t"))
+            .map(|(_, i)| i.trim().replace('\t', " "))
+            .unwrap_or_default();
+        found.push((addr.to_owned(), name.to_owned(), insn));
+    }
+    Ok(found)
 }
 
 /// The `sites:` line of `cudatrace sites` equals the objdump's counts.

@@ -186,24 +186,10 @@ fn initramfs(cache: &Path, arch: Arch, standin: &Path) -> Result<PathBuf> {
 /// `bti c` or `paciasp` (which is one too, so gcc puts no `bti c` before it), read with the
 /// cross objdump that comes with Debian's cross gcc; and which are `paciasp`.
 fn branch_protected(arch: Arch, lib: &Path) -> Result<(usize, usize)> {
-    let out = Command::new(format!("{}-objdump", arch.gnu()))
-        .args(["-d", "--no-show-raw-insn"])
-        .arg(lib)
-        .output()
-        .context("the cross objdump (binutils of the cross gcc) is needed")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut first = std::collections::BTreeMap::new();
-    let mut lines = text.lines();
-    while let Some(line) = lines.next() {
-        let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")) else {
-            continue;
-        };
-        let insn = lines
-            .next()
-            .and_then(|l| l.split_once(":\t"))
-            .map(|(_, i)| i.trim());
-        first.insert(name.1.to_owned(), insn.unwrap_or("").replace('\t', " "));
-    }
+    let first: std::collections::BTreeMap<String, String> = harm::first_instructions(arch, lib)?
+        .into_iter()
+        .map(|(_, name, insn)| (name, insn))
+        .collect();
     let starting = |what: &str| {
         tracer_common::Api::ALL
             .iter()
