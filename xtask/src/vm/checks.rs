@@ -103,6 +103,16 @@ pub fn run(console: &str, expect: &Expect) -> Vec<(&'static str, Outcome)> {
             super::harm::metric(get("metrics.txt"), expect.both),
         ),
         (
+            "a probe's harm opens the breaker, the workload's own fault does not",
+            super::harm::breaker(
+                json("own.json"),
+                json("harmed.json"),
+                get("breaker.err"),
+                get("breaker.out"),
+                get("breaker-metrics"),
+            ),
+        ),
+        (
             "a traced process is unharmed",
             super::harm::unharmed(
                 json("harm.json"),

@@ -177,3 +177,54 @@ pub fn unharmed(
         Err(format!("exit {rc}: {said}; report {r}"))
     }
 }
+
+/// Step 4: the workload's own SIGSEGV is examined and left its own; the stand-in's fault past
+/// `cuCtxSynchronize`'s entry is one harm (SIGILL), the breaker opens, and exactly one critical
+/// `CudatraceProbeHarm` names that process.
+pub fn breaker(
+    own: Result<Value, String>,
+    harmed: Result<Value, String>,
+    err: Result<&str, String>,
+    out: Result<&str, String>,
+    metrics: Result<&str, String>,
+) -> Outcome {
+    let (own, harmed, err, out) = (own?["pid"].as_u64(), harmed?["pid"].as_u64(), err?, out?);
+    let (Some(own), Some(harmed)) = (own, harmed) else {
+        return Err("no pid in own.json or harmed.json".into());
+    };
+    let own_line = err
+        .lines()
+        .find(|l| l.contains(&format!("pid {own} (tid")) && l.contains("the workload's own"));
+    let harm_line = err.lines().find(|l| {
+        l.contains(&format!("probe harm: SIGILL in pid {harmed} "))
+            && l.contains("bytes past the probed entry of cuCtxSynchronize")
+    });
+    let samples = integration_tests::exposition::parse(metrics?);
+    let sum = |name: &str, with: &[(&str, &str)]| {
+        integration_tests::exposition::sum(&samples, name, with)
+    };
+    let harms = sum("cudatrace_probe_harm_total", &[]);
+    let that = sum(
+        "cudatrace_probe_harm_total",
+        &[("symbol", "cuCtxSynchronize"), ("signal", "SIGILL")],
+    );
+    let open = sum("cudatrace_probe_breaker_open", &[]);
+    let alerts: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["alert"] == "CudatraceProbeHarm")
+        .collect();
+    let alert_ok = alerts.len() == 1
+        && alerts[0]["victim"]["pid"].as_u64() == Some(harmed)
+        && alerts[0]["severity"] == "critical";
+    match (own_line, harm_line) {
+        (Some(_), Some(line)) if harms == 1.0 && that == 1.0 && open == 1.0 && alert_ok => Ok(format!(
+            "own SIGSEGV of {own} left its own; {line}; 1 CudatraceProbeHarm (critical) naming {harmed}"
+        )),
+        _ => Err(format!(
+            "own line {own_line:?}, harm line {harm_line:?}, harms {harms}, of that {that}, breakers open {open}, \
+             {} CudatraceProbeHarm: {alerts:?}",
+            alerts.len()
+        )),
+    }
+}

@@ -105,5 +105,24 @@ show harm.json harm.json
 show harm.rc harm.rc
 show harm.err harm.err
 show cycles.txt cycles.txt
+
+# 4. The breaker: a workload's own SIGSEGV stays its own; a stand-in entry point made to fault
+# a few instructions past its entry (udf) opens the library's breaker and detaches its probes.
+mkdir -p /tmp/state
+printf '[state]\ndir = "/tmp/state"\n' > breaker.toml
+cudatrace run --config breaker.toml --listen 127.0.0.1:9481 > breaker.out 2> breaker.err &
+d=$!
+ready breaker.err
+cuda-workload fault-own > own.json 2> /dev/null
+CUDA_STANDIN_FAULT=1 cuda-workload fault-in-call > harmed.json 2> /dev/null
+sleep 2
+wget -q -O breaker-metrics.txt http://127.0.0.1:9481/metrics
+kill -TERM $d
+wait $d
+show own.json own.json
+show harmed.json harmed.json
+show breaker.err breaker.err
+show breaker.out breaker.out
+show breaker-metrics breaker-metrics.txt
 echo "@@@ DONE"
 poweroff -f
