@@ -27,6 +27,22 @@ pub fn run(args: SitesArgs) -> Result<()> {
     if libs.is_empty() {
         bail!("no libcuda.so.1 in the loader's directories; pass one with --lib");
     }
+    // Every library is opened and read before anything is printed: a wrong --lib is one line.
+    let mut opened = Vec::new();
+    for lib in &libs {
+        let read = symbols::open(lib).and_then(|(file, _)| {
+            let r = symbols::resolve(&file, lib)?;
+            Ok((file, r))
+        });
+        match read {
+            Ok((_, r)) if r.found.is_empty() => bail!(
+                "{} exports none of the CUDA driver entry points cudatrace probes: name a libcuda.so.1 with --lib PATH",
+                printable(&lib.display().to_string())
+            ),
+            Ok(pair) => opened.push((lib.clone(), pair)),
+            Err(e) => bail!("{e}: name a libcuda.so.1 with --lib PATH (`ldconfig -p | grep libcuda` lists the host's)"),
+        }
+    }
     let began = Instant::now();
     let guard = Guard::running(args.allow_stepped_probes);
     let refusing = guard
@@ -48,15 +64,7 @@ pub fn run(args: SitesArgs) -> Result<()> {
     );
     let mut total = SiteCounts::default();
     let mut sites_read = 0usize;
-    for lib in &libs {
-        let (file, _) = symbols::open(lib)?;
-        let resolution = symbols::resolve(&file, lib)?;
-        if resolution.found.is_empty() {
-            bail!(
-                "{} exports none of the CUDA driver entry points cudatrace probes: is it a libcuda.so.1?",
-                printable(&lib.display().to_string())
-            );
-        }
+    for (lib, (file, resolution)) in &opened {
         for site in guard.sites(&file, &resolution) {
             sites_read += 1;
             let path = match site.path {

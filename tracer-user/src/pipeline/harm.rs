@@ -13,6 +13,11 @@ use crate::probe::{
     proc_maps,
 };
 
+/// Faults judged per process at most (maps read, a line said); past it they are counted only.
+const MAX_JUDGED: u32 = 8;
+/// Processes whose judged faults are remembered at most (then forgotten all at once).
+pub(super) const MAX_FAULT_PIDS: usize = 4096;
+
 /// Distinct (library, symbol, signal) harm counters kept at most.
 const MAX_HARM_SERIES: usize = 1024;
 
@@ -22,6 +27,17 @@ pub type HarmCounts = BTreeMap<(String, &'static str, &'static str), u64>;
 impl Session {
     /// Judges one fault record; on harm, acts on it.
     pub(super) fn fault(&mut self, f: FaultEvent, consumer: &mut impl Consumer) {
+        // A tenant faulting in a loop (a SIGSEGV handler that returns to the fault) costs at most
+        // MAX_JUDGED maps reads and lines; the rest are counted only.
+        if self.faults_judged.len() >= MAX_FAULT_PIDS {
+            self.faults_judged.clear();
+        }
+        let judged = self.faults_judged.entry(f.pid).or_insert(0);
+        if *judged >= MAX_JUDGED {
+            self.counts.own_faults += 1;
+            return;
+        }
+        *judged += 1;
         let regions = harm::regions(f.pid);
         let Some(place) = harm::judge(&f, regions.as_deref()) else {
             self.counts.own_faults += 1;

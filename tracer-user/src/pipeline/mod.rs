@@ -117,6 +117,8 @@ pub struct Session {
     read_budget: Option<std::time::Duration>,
     /// Probe harms by (library, symbol, signal).
     harms: harm::HarmCounts,
+    /// Faults judged so far per process (bounded: see `harm`).
+    faults_judged: std::collections::HashMap<u32, u32>,
     /// The kernel log, where readable (its uprobe-path lines open the breaker too).
     kmsg: Option<crate::probe::kmsg::Kmsg>,
     rescan: Interval,

@@ -193,6 +193,7 @@ impl Session {
             pace: Pace::new(opts.ringbuf_bytes / 8),
             read_budget: Some(std::time::Duration::from_millis(100)),
             harms: Default::default(),
+            faults_judged: Default::default(),
             // Opened while still privileged: reading it needs CAP_SYSLOG at open only.
             kmsg: crate::probe::kmsg::Kmsg::open(),
             rescan,

@@ -107,7 +107,7 @@ pub struct Region {
     pub name: String,
 }
 
-/// The regions of `/proc/PID/maps` text (at most 64 KiB of lines read; `None`: gone).
+/// The regions of `/proc/PID/maps` text (at most 4 MiB of it read; `None`: gone).
 pub fn regions(pid: u32) -> Option<Vec<Region>> {
     use std::io::Read as _;
     let mut text = String::new();
