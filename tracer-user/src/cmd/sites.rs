@@ -65,7 +65,7 @@ pub fn run(args: SitesArgs) -> Result<()> {
     let mut total = SiteCounts::default();
     let mut sites_read = 0usize;
     for (lib, (file, resolution)) in &opened {
-        for site in guard.sites(&file, &resolution) {
+        for site in guard.sites(file, resolution) {
             sites_read += 1;
             let path = match site.path {
                 SitePath::Stepped if refusing => {
