@@ -4,21 +4,10 @@
 use std::{io, time::SystemTime};
 
 use crate::{
-    aggregate::Aggregator,
-    aggregate::SeriesLimits,
-    config::Config,
-    detect::Detector,
-    enrich::Enrichment,
-    event::Event,
-    event::LaunchDelta,
-    nvml::GpuSample,
-    nvml::Sampler,
-    pipeline::Consumer,
-    pipeline::Session,
-    probe::loader::{Drops, ProbeRow},
-    registry::Process,
-    sinks::metrics::Snapshot,
-    sinks::metrics::Sources,
+    aggregate::Aggregator, aggregate::SeriesLimits, config::Config, detect::Detector,
+    enrich::Enrichment, event::Event, event::LaunchDelta, nvml::GpuSample, nvml::Sampler,
+    pipeline::Consumer, pipeline::Session, probe::loader::Drops, registry::Process,
+    sinks::metrics::Snapshot, sinks::metrics::Sources,
 };
 
 /// The aggregation, the detector and the latest NVML sample.
@@ -31,10 +20,6 @@ pub struct Daemon {
     pub gpus: Vec<GpuSample>,
     /// Whether NVML answers.
     pub nvml_up: bool,
-    /// Probe rows of the attached libraries.
-    pub probes: Vec<ProbeRow>,
-    /// Their sites by path.
-    pub sites: crate::probe::sites::SiteCounts,
     /// Records the kernel did not write, by reason.
     pub dropped: Drops,
     /// The detection window: a call in the driver this long is stuck.
@@ -108,8 +93,8 @@ impl Consumer for Daemon {
 }
 
 impl Daemon {
-    /// The daemon of `cfg`, NVML as `sampler` found it, probes as `session` attached them.
-    pub fn new(cfg: &Config, sampler: &Sampler, session: &Session) -> Daemon {
+    /// The daemon of `cfg`, NVML as `sampler` found it.
+    pub fn new(cfg: &Config, sampler: &Sampler) -> Daemon {
         Daemon {
             aggregator: Aggregator::new(SeriesLimits {
                 top_kernels: cfg.top_kernels,
@@ -119,8 +104,6 @@ impl Daemon {
                 .with_quiet(crate::policy::quiet::Quiet::new(&cfg.alerts.quiet)),
             gpus: Vec::new(),
             nvml_up: sampler.up(),
-            probes: session.probe_rows(),
-            sites: session.site_counts(),
             dropped: Drops::default(),
             window: std::time::Duration::from_secs(cfg.detect.window_s),
             otlp: None,

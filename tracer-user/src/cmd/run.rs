@@ -146,11 +146,6 @@ impl Stages for Daemonized {
         );
     }
 
-    fn attached(&mut self, session: &Session) {
-        self.daemon.probes = session.probe_rows();
-        self.daemon.sites = session.site_counts();
-    }
-
     fn finished(&mut self, _session: &mut Session) -> Result<()> {
         // Victims that exited since the last window resolve; firing alerts of live processes
         // are left to expire in Alertmanager (the problem is not known to be over).
@@ -199,12 +194,12 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         _ => me,
     };
     let state_file = crate::state::prepare_dir(&cfg, owner);
-    let mut pipeline = Pipeline::open(options, |session| {
+    let mut pipeline = Pipeline::open(options, |_session| {
         let sampler = Sampler::new(cfg.nvml_library.as_ref());
         if let Sampler::Off(why) = &sampler {
             log::warn!("cudatrace: {why}");
         }
-        let mut daemon = Daemon::new(&cfg, &sampler, session);
+        let mut daemon = Daemon::new(&cfg, &sampler);
         daemon.otlp = otlp;
         let saver = state_file.map(|path| {
             let (memory, saver) = crate::state::resume(path, &cfg);

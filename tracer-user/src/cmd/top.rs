@@ -238,11 +238,6 @@ impl Stages for Shown {
         }
     }
 
-    fn attached(&mut self, session: &Session) {
-        self.daemon.probes = session.probe_rows();
-        self.daemon.sites = session.site_counts();
-    }
-
     fn ended(&mut self, _ending: Ending) {
         // The terminal first, then stderr: the summary is printed on the restored terminal.
         drop(self.screen.take());
@@ -261,9 +256,9 @@ pub async fn run(args: TopArgs) -> Result<()> {
         Some(o) => Some(crate::sinks::otlp::Exporter::start(&o)?),
         None => None,
     };
-    let mut pipeline = Pipeline::open(args.sel.session(Tuning::daemon(&cfg, None)), |session| {
+    let mut pipeline = Pipeline::open(args.sel.session(Tuning::daemon(&cfg, None)), |_session| {
         let sampler = Sampler::new(args.nvml_lib.as_ref().or(cfg.nvml_library.as_ref()));
-        let mut daemon = Daemon::new(&cfg, &sampler, session);
+        let mut daemon = Daemon::new(&cfg, &sampler);
         daemon.otlp = otlp;
         Ok(Shown {
             daemon,
