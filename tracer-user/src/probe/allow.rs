@@ -69,6 +69,11 @@ impl AllowList {
         !self.active() || self.files.contains(&(meta.dev(), meta.ino()))
     }
 
+    /// The files the globs matched last.
+    pub fn files(&self) -> &HashSet<(u64, u64)> {
+        &self.files
+    }
+
     /// The globs, for messages.
     pub fn describe(&self) -> String {
         self.patterns.join(", ")

@@ -29,7 +29,7 @@ pub use super::library::{report, LibraryProbes, ProbeRow};
 use super::{
     allow::AllowList,
     breaker::Breaker,
-    discovery::{FileKey, Prepared},
+    discovery::{FileKey, Prepared, Settled},
     ebpf_log::{LogLevel, StderrLog},
     error::{open_library, AttachError},
     guard::Guard,
@@ -226,12 +226,22 @@ impl Probes {
         if !self.slots.admit(&p.path, &p.meta, false)? {
             return Ok(None);
         }
-        self.attach_resolved(&p.path, &p.file, p.resolution)
+        // Unread when `--lib-allow` did not name it then, and names it now (its globs were
+        // expanded again): read now, bounded as in discovery.
+        let resolution = match p.resolution {
+            Some(r) => r,
+            None => symbols::resolve(&p.file, &p.path)?,
+        };
+        self.attach_resolved(&p.path, &p.file, resolution)
     }
 
-    /// Files attached or refused: discovery does not open them again.
-    pub fn settled(&self) -> HashSet<FileKey> {
-        self.slots.settled()
+    /// Files attached or refused, not opened again, and `--lib-allow`'s files: what discovery
+    /// is told.
+    pub fn settled(&self) -> Settled {
+        Settled {
+            skip: self.slots.settled(),
+            allowed: self.slots.allowed(),
+        }
     }
 
     /// Detaches the discovered libraries no process maps any more (`mapped`: every libcuda file

@@ -50,6 +50,11 @@ impl Slots {
         }
     }
 
+    /// `--lib-allow`'s files (`None`: every file is allowed).
+    pub fn allowed(&self) -> Option<HashSet<FileKey>> {
+        self.allow.active().then(|| self.allow.files().clone())
+    }
+
     /// Files attached or refused: discovery does not open them again.
     pub fn settled(&self) -> HashSet<FileKey> {
         let refused = self.not_allowed.iter().chain(&self.waiting);

@@ -4,12 +4,15 @@
 use std::{
     collections::HashMap,
     fs::{File, Metadata},
-    io::Read as _,
     os::unix::fs::OpenOptionsExt as _,
     path::Path,
 };
 
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSymbol, ReadRef};
+
+mod bounded;
+
+pub use bounded::{header_refusal, MAX_SYMBOL_READ};
 use thiserror::Error;
 use tracer_common::Api;
 
@@ -56,6 +59,22 @@ pub enum SymbolError {
         path: String,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The first 64 bytes are not a shared library's for this architecture: nothing more read.
+    #[error("{path} is not a shared library for this host: {why}; not attached")]
+    NotElf {
+        /// The library.
+        path: String,
+        /// What its header says.
+        why: String,
+    },
+    /// Its symbol tables would take more than [`MAX_SYMBOL_READ`] bytes to read.
+    #[error("{path}: reading its symbols needs over {max} bytes (its headers claim huge tables); not attached")]
+    TablesTooLarge {
+        /// The library.
+        path: String,
+        /// The budget.
+        max: u64,
     },
     /// The file is not an ELF object.
     #[error("{path} is not an ELF shared library: {source}")]
@@ -128,23 +147,44 @@ pub fn check(file: &File, path: &Path) -> Result<Metadata, SymbolError> {
     Ok(meta)
 }
 
-/// Resolves every [`Api`] exported by the open library `file` (`path` names it in errors).
+/// Resolves every [`Api`] exported by the open library `file` (`path` names it in errors): its
+/// ELF header checked first, then only its headers and symbol tables read, at most
+/// [`MAX_SYMBOL_READ`] bytes (the file is never loaded whole).
 pub fn resolve(file: &File, path: &Path) -> Result<Resolution, SymbolError> {
-    let mut data = Vec::new();
-    let reader = file;
-    reader
-        .take(cap())
-        .read_to_end(&mut data)
-        .map_err(|source| SymbolError::Read {
+    if let Some(why) = header_refusal(file) {
+        return Err(SymbolError::NotElf {
             path: path.display().to_string(),
-            source,
-        })?;
-    resolve_bytes(&data, path)
+            why,
+        });
+    }
+    let reads = bounded::Bounded::new(file, MAX_SYMBOL_READ);
+    let parsed = object::File::parse(&reads);
+    let too_large = || SymbolError::TablesTooLarge {
+        path: path.display().to_string(),
+        max: MAX_SYMBOL_READ,
+    };
+    let parsed = match parsed {
+        Err(_) if reads.exhausted() => return Err(too_large()),
+        other => other,
+    };
+    let res = resolve_object(parsed, path)?;
+    if reads.exhausted() {
+        return Err(too_large());
+    }
+    Ok(res)
 }
 
 /// Resolves every [`Api`] exported by the ELF image `data` (`path` names it in errors).
 pub fn resolve_bytes(data: &[u8], path: &Path) -> Result<Resolution, SymbolError> {
-    let file = object::File::parse(data).map_err(|source| SymbolError::Parse {
+    resolve_object(object::File::parse(data), path)
+}
+
+/// Resolves every [`Api`] in a parsed ELF object.
+fn resolve_object<'d, R: ReadRef<'d>>(
+    parsed: object::Result<object::File<'d, R>>,
+    path: &Path,
+) -> Result<Resolution, SymbolError> {
+    let file = parsed.map_err(|source| SymbolError::Parse {
         path: path.display().to_string(),
         source,
     })?;
@@ -215,7 +255,10 @@ pub fn exported_cu(data: &[u8], path: &Path) -> Result<Vec<(String, u64)>, Symbo
 }
 
 /// Translates a symbol's virtual address into the file offset uprobes are attached by.
-fn file_offset(file: &object::File<'_>, sym: &object::Symbol<'_, '_>) -> Option<u64> {
+fn file_offset<'d, R: ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    sym: &object::Symbol<'d, '_, R>,
+) -> Option<u64> {
     let section = file.section_by_index(sym.section_index()?).ok()?;
     let (offset, _) = section.file_range()?;
     sym.address()

@@ -14,7 +14,7 @@ use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
 use tracer_common::opens::OpenEvent;
 
-use super::{FileKey, Pass, Scanner};
+use super::{Pass, Scanner, Settled};
 
 /// When a named process's maps are read again, after the first read found no libcuda.
 const RETRIES: [Duration; 5] = [
@@ -68,8 +68,8 @@ impl Bell {
 
 /// What the event loop asks of the discovery thread.
 pub struct Request {
-    /// Files attached or refused (not opened again).
-    pub skip: HashSet<FileKey>,
+    /// What the loop settled.
+    pub settled: Settled,
     /// Read every process's maps (a full pass) and say what each maps.
     pub full: bool,
 }
@@ -88,7 +88,7 @@ pub fn run(
     bell: Bell,
     out: mpsc::UnboundedSender<Pass>,
 ) {
-    let mut skip = HashSet::new();
+    let mut settled = Settled::default();
     let mut named: HashMap<u32, Named> = HashMap::new();
     let mut last_read: HashMap<u32, Instant> = HashMap::new();
     loop {
@@ -96,7 +96,7 @@ pub fn run(
         loop {
             match incoming.try_recv() {
                 Ok(r) => {
-                    skip = r.skip;
+                    settled = r.settled;
                     full |= r.full;
                 }
                 Err(std_mpsc::TryRecvError::Empty) => break,
@@ -105,7 +105,7 @@ pub fn run(
         }
         if full {
             named.clear();
-            if out.send(scanner.pass(&skip)).is_err() {
+            if out.send(scanner.pass(&settled)).is_err() {
                 return;
             }
         }
@@ -133,7 +133,7 @@ pub fn run(
             .collect();
         let (mut found, mut tried, mut mapped) = (Vec::new(), HashSet::new(), HashSet::new());
         for pid in due {
-            let maps_one = scanner.scan(pid, &skip, now, &mut tried, &mut mapped, &mut found);
+            let maps_one = scanner.scan(pid, &settled, now, &mut tried, &mut mapped, &mut found);
             if last_read.len() < MAX_PENDING {
                 last_read.insert(pid, now);
             }
@@ -150,7 +150,7 @@ pub fn run(
             }
         }
         if !found.is_empty() {
-            skip.extend(found.iter().map(|p| {
+            settled.skip.extend(found.iter().map(|p| {
                 use std::os::unix::fs::MetadataExt as _;
                 (p.meta.dev(), p.meta.ino())
             }));

@@ -65,6 +65,16 @@ pub fn is_libcuda(name: &str) -> bool {
 /// A file key: device and inode.
 pub type FileKey = (u64, u64);
 
+/// What the loop has settled, as the discovery thread sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Files attached or refused: not opened again.
+    pub skip: HashSet<FileKey>,
+    /// `--lib-allow`'s files (`None`: every file is allowed): another file's symbols are not
+    /// read, only its device and inode, for the loop to refuse it.
+    pub allowed: Option<HashSet<FileKey>>,
+}
+
 /// A mapped libcuda opened and read, ready to attach.
 pub struct Prepared {
     /// How it is named in output: `/proc/PID/root<path in the process's namespace>`.
@@ -73,8 +83,8 @@ pub struct Prepared {
     pub file: File,
     /// Its metadata.
     pub meta: fs::Metadata,
-    /// Its entry points.
-    pub resolution: Resolution,
+    /// Its entry points (`None`: not read, `--lib-allow` does not name it).
+    pub resolution: Option<Resolution>,
 }
 
 /// `openat2(2)` of `path` inside the root directory `root`: absolute symlinks and `..` stay in
@@ -108,7 +118,7 @@ fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
 
 /// Opens the file `pid` mapped as `m`, checks it is that very file (device, inode), a regular
 /// file within the size cap, and reads its entry points.
-fn prepare(pid: u32, m: &Mapping) -> Result<Prepared, String> {
+fn prepare(pid: u32, m: &Mapping, settled: &Settled) -> Result<Prepared, String> {
     let path = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
     let shown = printable(&path.display().to_string()).into_owned();
     let file = if m.deleted {
@@ -128,7 +138,14 @@ fn prepare(pid: u32, m: &Mapping) -> Result<Prepared, String> {
             m.inode
         ));
     }
-    let resolution = symbols::resolve(&file, &path).map_err(|e| e.to_string())?;
+    let allowed = settled
+        .allowed
+        .as_ref()
+        .is_none_or(|a| a.contains(&(m.dev, m.inode)));
+    let resolution = match allowed {
+        true => Some(symbols::resolve(&file, &path).map_err(|e| e.to_string())?),
+        false => None,
+    };
     Ok(Prepared {
         path,
         file,
@@ -170,7 +187,7 @@ impl Scanner {
     /// One pass over every process's maps: the libcuda files not in `skip` (attached or refused
     /// already), opened and read, and every libcuda file mapped. Failures are said once per new
     /// reason.
-    pub fn pass(&mut self, skip: &HashSet<FileKey>) -> Pass {
+    pub fn pass(&mut self, settled: &Settled) -> Pass {
         self.pass += 1;
         let now = Instant::now();
         let mut out = Vec::new();
@@ -184,7 +201,7 @@ impl Scanner {
             let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
                 continue;
             };
-            self.scan(pid, skip, now, &mut tried, &mut mapped, &mut out);
+            self.scan(pid, settled, now, &mut tried, &mut mapped, &mut out);
         }
         // Files no process maps any more are forgotten.
         let pass = self.pass;
@@ -201,7 +218,7 @@ impl Scanner {
     pub fn scan(
         &mut self,
         pid: u32,
-        skip: &HashSet<FileKey>,
+        settled: &Settled,
         now: Instant,
         tried: &mut HashSet<FileKey>,
         mapped: &mut HashSet<FileKey>,
@@ -214,7 +231,7 @@ impl Scanner {
             any = true;
             let key = (m.dev, m.inode);
             mapped.insert(key);
-            if skip.contains(&key) || !tried.insert(key) {
+            if settled.skip.contains(&key) || !tried.insert(key) {
                 continue;
             }
             if let Some(r) = self.failed.get_mut(&key) {
@@ -223,7 +240,7 @@ impl Scanner {
                     continue;
                 }
             }
-            match prepare(pid, &m) {
+            match prepare(pid, &m, settled) {
                 Ok(p) => {
                     self.failed.remove(&key);
                     out.push(p);
@@ -297,7 +314,7 @@ mod tests {
         }
         assert_eq!(s.failed[&(1, 2)].delay, MAX_RETRY);
         // A pass that no longer sees the file forgets it.
-        s.pass(&HashSet::new());
+        s.pass(&Settled::default());
         assert!(!s.failed.contains_key(&(1, 2)));
     }
 

@@ -4,7 +4,6 @@
 //! the kernel names the processes to read, and passes come when something was found. The first
 //! pass, before `ready`, has a deadline; a pass that runs long is said once.
 use std::{
-    collections::HashSet,
     sync::mpsc as std_mpsc,
     time::{Duration, Instant},
 };
@@ -14,7 +13,7 @@ use tokio::sync::mpsc;
 
 use super::{
     events::{self, Bell, Request},
-    FileKey, Pass, Scanner,
+    Pass, Scanner, Settled,
 };
 
 /// How long the first pass may take before cudatrace goes on without it (what it finds later is
@@ -29,7 +28,7 @@ pub struct Discovery {
     /// Wakes the thread for a request (events only).
     bell: Bell,
     /// What the last request said was settled (events: an unchanged one is not sent).
-    last_skip: HashSet<FileKey>,
+    last_settled: Settled,
     /// Whether the kernel names the processes to read (else every tick reads all).
     events: bool,
     found: mpsc::UnboundedReceiver<Pass>,
@@ -60,7 +59,7 @@ impl Discovery {
                 Some(opens) => events::run(scanner, opens, incoming, thread_bell, out),
                 None => {
                     for r in incoming {
-                        if out.send(scanner.pass(&r.skip)).is_err() {
+                        if out.send(scanner.pass(&r.settled)).is_err() {
                             return;
                         }
                     }
@@ -69,7 +68,7 @@ impl Discovery {
         Ok(Discovery {
             requests,
             bell,
-            last_skip: HashSet::new(),
+            last_settled: Settled::default(),
             events,
             found,
             pending_since: None,
@@ -83,9 +82,9 @@ impl Discovery {
     }
 
     /// The first pass, waited for up to [`FIRST_PASS_DEADLINE`].
-    pub fn first_pass(&mut self, skip: HashSet<FileKey>) -> Pass {
+    pub fn first_pass(&mut self, settled: Settled) -> Pass {
         self.pending_since = None;
-        self.ask(skip, true);
+        self.ask(settled, true);
         let started = Instant::now();
         loop {
             match self.found.try_recv() {
@@ -114,13 +113,13 @@ impl Discovery {
 
     /// Polling: asks for a pass, unless one is running (a long one is said once). Events: tells
     /// the thread what is settled; `full` asks for a pass over every process as well.
-    pub fn request(&mut self, skip: HashSet<FileKey>, full: bool) {
+    pub fn request(&mut self, settled: Settled, full: bool) {
         if self.events {
-            if !full && skip == self.last_skip {
+            if !full && settled == self.last_settled {
                 return;
             }
-            self.last_skip.clone_from(&skip);
-            if self.requests.send(Request { skip, full }).is_ok() {
+            self.last_settled.clone_from(&settled);
+            if self.requests.send(Request { settled, full }).is_ok() {
                 self.bell.ring();
             }
             return;
@@ -136,12 +135,12 @@ impl Discovery {
                     );
                 }
             }
-            None => self.ask(skip, true),
+            None => self.ask(settled, true),
         }
     }
 
-    fn ask(&mut self, skip: HashSet<FileKey>, full: bool) {
-        if self.requests.send(Request { skip, full }).is_ok() {
+    fn ask(&mut self, settled: Settled, full: bool) {
+        if self.requests.send(Request { settled, full }).is_ok() {
             if self.events {
                 self.bell.ring();
             } else {
