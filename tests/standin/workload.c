@@ -39,6 +39,8 @@
  * sharedMemBytes i, and thread t's stream; its copy j moves 1024 + 16 * j + t bytes, host to device
  * when j is even, device to host when odd.
  */
+#include <fcntl.h>
+
 #include "workload.h"
 
 const char *MANGLED = "_Z11hidden_gemmPfS_i";
@@ -381,15 +383,28 @@ static void run_lookups(long n, double hold) {
 }
 
 /* MAPPINGS one-page mappings that cannot merge (alternating protections), then SECONDS asleep: the
- * /proc/PID/maps of a process on a crowded node. Loads no library. */
-static void run_crowd(long mappings, double seconds) {
+ * /proc/PID/maps of a process on a crowded node. Loads no library. With OPEN_MS, it opens a missing
+ * libcuda.so.1 every OPEN_MS ms meanwhile (a tenant flooding discovery). */
+static void run_crowd(long mappings, double seconds, long open_ms) {
     long page = sysconf(_SC_PAGESIZE);
     char *base = mmap(NULL, (size_t)(page * mappings), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) { perror("mmap"); exit(2); }
     for (long i = 0; i < mappings; i += 2) mprotect(base + i * page, (size_t)page, PROT_READ | PROT_WRITE);
     printf("{\"pid\":%d,\"mappings\":%ld}\n", getpid(), mappings);
     fflush(stdout);
-    usleep((useconds_t)(seconds * 1e6));
+    if (open_ms <= 0) {
+        usleep((useconds_t)(seconds * 1e6));
+        return;
+    }
+    long opens = 0;
+    double end = (double)now_ns() + seconds * 1e9;
+    while ((double)now_ns() < end) {
+        int fd = open("/nonexistent-cudatrace/libcuda.so.1", O_RDONLY);
+        if (fd >= 0) close(fd);
+        opens++;
+        usleep((useconds_t)(open_ms * 1000));
+    }
+    fprintf(stderr, "crowd: %ld opens\n", opens);
 }
 
 /* N getppid() calls back to back: ns per system call. */
@@ -406,7 +421,7 @@ static void run_syscalls(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] [--exit CODE] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US | harm SECONDS | fault-in-call | fault-own\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS [OPEN_MS] | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US | harm SECONDS | fault-in-call | fault-own\n");
     exit(64);
 }
 
@@ -432,8 +447,8 @@ int main(int argc, char **argv) {
         while (read(0, &c, 1) > 0) {}
     }
     /* Scenarios that load no driver: a crowded node's processes, and system calls alone. */
-    if (!strcmp(scenario, "crowd") && i + 2 == argc) {
-        run_crowd(atol(argv[i]), atof(argv[i + 1]));
+    if (!strcmp(scenario, "crowd") && (i + 2 == argc || i + 3 == argc)) {
+        run_crowd(atol(argv[i]), atof(argv[i + 1]), i + 3 == argc ? atol(argv[i + 2]) : 0);
         return 0;
     }
     if (!strcmp(scenario, "syscalls") && i + 1 == argc) {

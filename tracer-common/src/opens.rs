@@ -10,10 +10,12 @@ pub struct OpenEvent {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
+    /// The opener's cgroup (v2) id: its tenant, whose share of discovery's reads it draws on.
+    pub cgroup: u64,
 }
 
-/// Bytes of the `OPENS` ring buffer (8,192 events).
-pub const OPENS_RINGBUF_BYTES: u32 = 64 * 1024;
+/// Bytes of the `OPENS` ring buffer (5,461 events of 16 bytes, each with its 8-byte header).
+pub const OPENS_RINGBUF_BYTES: u32 = 128 * 1024;
 /// Bytes of a path the kernel side reads (longer ones are cut; their last component may then be
 /// missed, and the full scan that a lost or doubtful open asks for finds the file).
 pub const OPEN_PATH_BYTES: usize = 256;
@@ -32,7 +34,7 @@ pub fn is_libcuda_name(name: &[u8]) -> bool {
     name.starts_with(LIBCUDA_PREFIX) && matches!(name.get(LIBCUDA_PREFIX.len()), None | Some(b'.'))
 }
 
-const _: () = assert!(core::mem::size_of::<OpenEvent>() == 8);
+const _: () = assert!(core::mem::size_of::<OpenEvent>() == 16);
 
 #[cfg(test)]
 mod tests {

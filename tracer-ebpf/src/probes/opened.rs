@@ -5,7 +5,7 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user_str_bytes,
-        generated::bpf_ktime_get_ns,
+        generated::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
     },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
@@ -84,6 +84,8 @@ fn try_cuda_opened(ctx: &RawTracePointContext) {
             slot.write(OpenEvent {
                 pid,
                 tid: id as u32,
+                // SAFETY: bpf_get_current_cgroup_id has no preconditions.
+                cgroup: unsafe { bpf_get_current_cgroup_id() },
             });
             slot.submit(0);
         }

@@ -168,7 +168,7 @@ impl Daemon {
         self.dropped = session.dropped();
         Snapshot::build(&Sources {
             libraries_refused: session.libraries_refused(),
-            discovery_maps_read: session.discovery_maps_read(),
+            discovery: session.discovery_counted(),
             drops_by_process: &session.drops_by_process(),
             registry: &session.registry,
             aggregator: &self.aggregator,

@@ -104,7 +104,7 @@ pub struct Session {
     /// Libraries a discovery pass prepared, attached by [`Session::rescan`].
     found: discovery::Pass,
     /// Processes whose maps discovery read.
-    maps_read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    discovery_stats: std::sync::Arc<discovery::Stats>,
     /// Libraries refused and opens the kernel lost when a full pass was last asked for.
     asked_full: (u64, u64),
     /// When a full pass was last asked for because the kernel lost opens.
@@ -159,9 +159,9 @@ impl Session {
         self.probes.refused()
     }
 
-    /// Processes whose maps discovery read since start.
-    pub fn discovery_maps_read(&self) -> u64 {
-        self.maps_read.load(std::sync::atomic::Ordering::Relaxed)
+    /// What discovery did since start.
+    pub fn discovery_counted(&self) -> discovery::Counted {
+        self.discovery_stats.counted()
     }
 
     /// Calls in the driver now that entered at least `age` ago.

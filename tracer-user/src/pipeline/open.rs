@@ -118,9 +118,9 @@ impl Session {
         if let Some(to) = opts.run_as {
             run_as::switch(to)?;
         }
-        let maps_read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let discovery_stats = std::sync::Arc::new(discovery::Stats::default());
         let mut discovery = if watch {
-            let d = Discovery::start(opens, maps_read.clone())
+            let d = Discovery::start(opens, discovery_stats.clone())
                 .context("cannot start the discovery thread")?;
             let mode = if d.event_driven() { "events" } else { "poll" };
             log::info!(
@@ -187,7 +187,7 @@ impl Session {
             cmdline: opts.cmdline,
             discovery,
             found: discovery::Pass::default(),
-            maps_read,
+            discovery_stats,
             asked_full: (0, 0),
             full_at: std::time::Instant::now(),
             pace: Pace::new(opts.ringbuf_bytes / 8),

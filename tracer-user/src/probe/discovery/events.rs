@@ -1,10 +1,12 @@
 //! Discovery without polling: the kernel names each process that opened a file called like
 //! libcuda (`OPENS`, written by the `sys_enter` raw tracepoint program), and only that process's
 //! maps are read: at once, then again 2, 10, 50, 200 and 1,000 ms later until it maps a libcuda
-//! (the loader maps a file right after opening it). A full pass over every process runs at
-//! start, when user space asks (a library waits for a slot), and when the kernel lost opens.
+//! (the loader maps a file right after opening it), in the order and within the budget that
+//! [`super::queue`] sets. A full pass over every process runs at start, and later in steps
+//! ([`super::sweep`]) when user space asks (a library waits for a slot, the kernel lost opens)
+//! or a tenant's opens overflowed its share.
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashSet,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{mpsc as std_mpsc, Arc},
     time::{Duration, Instant},
@@ -14,21 +16,12 @@ use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
 use tracer_common::opens::OpenEvent;
 
-use super::{Pass, Scanner, Settled};
+use super::{
+    queue::{thread_cpu, Queue},
+    sweep::Sweep,
+    Pass, Scanner, Settled,
+};
 
-/// When a named process's maps are read again, after the first read found no libcuda.
-const RETRIES: [Duration; 5] = [
-    Duration::from_millis(2),
-    Duration::from_millis(10),
-    Duration::from_millis(50),
-    Duration::from_millis(200),
-    Duration::from_millis(1000),
-];
-/// Processes waiting for a read at most (a flood of opens beyond is left to the next full pass).
-const MAX_PENDING: usize = 4096;
-/// One process's maps are read at most once in this long, however often it opens (a tenant
-/// opening `libcuda.so` in a loop costs one read per gap, not one per open).
-const MIN_GAP: Duration = Duration::from_millis(50);
 /// Longest sleep of the thread with nothing to do: the kernel's opens and the loop's [`Bell`]
 /// wake it before.
 const IDLE_WAIT: Duration = Duration::from_secs(10);
@@ -74,13 +67,8 @@ pub struct Request {
     pub full: bool,
 }
 
-/// A process named by the kernel: when its maps are read next, and how many reads it has had.
-struct Named {
-    next: Instant,
-    reads: usize,
-}
-
-/// The thread's loop: kernel events in, passes out, until the event loop goes.
+/// The thread's loop: kernel events in, passes out, until the event loop goes. The first full
+/// pass (before `ready`) runs whole; a later one runs in steps under the reads' budget.
 pub fn run(
     mut scanner: Scanner,
     mut opens: RingBuf<MapData>,
@@ -89,8 +77,9 @@ pub fn run(
     out: mpsc::UnboundedSender<Pass>,
 ) {
     let mut settled = Settled::default();
-    let mut named: HashMap<u32, Named> = HashMap::new();
-    let mut last_read: HashMap<u32, Instant> = HashMap::new();
+    let mut queue = Queue::new(scanner.stats.clone(), Instant::now());
+    let mut sweep: Option<Sweep> = None;
+    let mut first = true;
     loop {
         let mut full = false;
         loop {
@@ -103,8 +92,9 @@ pub fn run(
                 Err(std_mpsc::TryRecvError::Disconnected) => return,
             }
         }
-        if full {
-            named.clear();
+        if full && first {
+            first = false;
+            queue.clear();
             if out.send(scanner.pass(&settled)).is_err() {
                 return;
             }
@@ -114,60 +104,64 @@ pub fn run(
             if item.len() < std::mem::size_of::<OpenEvent>() {
                 continue;
             }
-            // SAFETY: the kernel wrote an OpenEvent (two u32), length checked above.
+            // SAFETY: the kernel wrote an OpenEvent (plain integers), length checked above.
             let ev: OpenEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            // A process waiting for a read keeps its turn; another is read at once, or one
-            // gap after its last read.
-            if named.len() < MAX_PENDING && !named.contains_key(&ev.pid) {
-                let next = last_read
-                    .get(&ev.pid)
-                    .map_or(now, |t| (*t + MIN_GAP).max(now));
-                named.insert(ev.pid, Named { next, reads: 0 });
-            }
+            queue.offer(ev.pid, ev.cgroup, now);
         }
-        last_read.retain(|_, t| now.duration_since(*t) < MIN_GAP);
-        let due: Vec<u32> = named
-            .iter()
-            .filter(|(_, n)| n.next <= now)
-            .map(|(pid, _)| *pid)
-            .collect();
+        // A full pass asked for (a slot given back, opens lost or dropped): read every process
+        // in steps; what waits is read by it.
+        if (full || queue.take_overflow()) && sweep.is_none() {
+            queue.clear();
+            sweep = Sweep::start(&mut scanner);
+        }
+        // The named processes, tenants taking turns, while the budget lasts; with a full pass
+        // under way, half of what the budget holds is left to it, so that a flood of named
+        // processes cannot hold it off.
+        let keep = match sweep {
+            Some(_) => queue.budget.held(now) / 2,
+            None => Duration::ZERO,
+        };
         let (mut found, mut tried, mut mapped) = (Vec::new(), HashSet::new(), HashSet::new());
-        for pid in due {
-            let maps_one = scanner.scan(pid, &settled, now, &mut tried, &mut mapped, &mut found);
-            if last_read.len() < MAX_PENDING {
-                last_read.insert(pid, now);
+        for pid in queue.due(now) {
+            if !queue.budget.left_over(Instant::now(), keep) {
+                break;
             }
-            let n = named.get_mut(&pid).expect("due");
-            match RETRIES.get(n.reads) {
-                // Read, mapping none yet: the loader maps right after it opens.
-                Some(wait) if maps_one == Some(false) => {
-                    n.next = now + *wait;
-                    n.reads += 1;
-                }
-                _ => {
-                    named.remove(&pid);
-                }
-            }
+            let cpu = thread_cpu();
+            let maps = scanner.scan(pid, &settled, now, &mut tried, &mut mapped, &mut found);
+            queue.budget.spend(thread_cpu().saturating_sub(cpu));
+            queue.done(pid, maps, now);
         }
+        let mut passes = Vec::new();
         if !found.is_empty() {
-            settled.skip.extend(found.iter().map(|p| {
+            passes.push(Pass {
+                found,
+                mapped: None,
+            });
+        }
+        if let Some(done) = sweep
+            .as_mut()
+            .and_then(|s| s.step(&mut scanner, &settled, &mut queue.budget, Duration::ZERO))
+        {
+            sweep = None;
+            passes.push(done);
+        }
+        for pass in passes {
+            settled.skip.extend(pass.found.iter().map(|p| {
                 use std::os::unix::fs::MetadataExt as _;
                 (p.meta.dev(), p.meta.ino())
             }));
-            let pass = Pass {
-                found,
-                mapped: None,
-            };
             if out.send(pass).is_err() {
                 return;
             }
         }
-        let wait = named
-            .values()
-            .map(|n| n.next.saturating_duration_since(Instant::now()))
-            .min()
-            .unwrap_or(IDLE_WAIT)
-            .min(IDLE_WAIT);
+        // Asleep until a named process is due or a full pass may go on, and the budget holds
+        // something again.
+        let now = Instant::now();
+        let mut wait = queue.next_due(now).unwrap_or(IDLE_WAIT).min(IDLE_WAIT);
+        if sweep.is_some() {
+            wait = Duration::ZERO;
+        }
+        wait = wait.max(queue.budget.wait(now, Duration::ZERO));
         let mut fds = [opens.as_raw_fd(), bell.0.as_raw_fd()].map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,

@@ -18,6 +18,8 @@ use std::{
 };
 
 mod events;
+mod queue;
+mod sweep;
 mod watch;
 
 pub use watch::Discovery;
@@ -173,14 +175,53 @@ struct Retry {
     pass: u64,
 }
 
+/// What discovery did, shared with the metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Processes whose maps were read.
+    pub reads: AtomicU64,
+    /// Opens not queued: their tenant's share, or the queue, was full (a full pass then ran).
+    pub dropped: AtomicU64,
+    /// Opens of a process whose reads found nothing a moment ago, read when its quiet time is up.
+    pub deferred: AtomicU64,
+    /// Full passes over every process (the first one included).
+    pub full_passes: AtomicU64,
+}
+
+impl Stats {
+    /// The counts now.
+    pub fn counted(&self) -> Counted {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Counted {
+            maps_read: get(&self.reads),
+            opens_dropped: get(&self.dropped),
+            opens_deferred: get(&self.deferred),
+            full_passes: get(&self.full_passes),
+        }
+    }
+}
+
+/// What discovery did, copied out for a scrape.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Processes whose maps were read.
+    pub maps_read: u64,
+    /// Opens not queued (their tenant's share or the queue was full).
+    pub opens_dropped: u64,
+    /// Opens of quiet processes, read later.
+    pub opens_deferred: u64,
+    /// Full passes.
+    pub full_passes: u64,
+}
+
 /// Discovery's memory between passes: files that failed, retried with backoff, and pruned once
 /// no process maps them.
 #[derive(Default)]
 pub struct Scanner {
     failed: HashMap<FileKey, Retry>,
     pass: u64,
-    /// Processes whose maps were read, shared with the metrics.
-    pub reads: Arc<AtomicU64>,
+    /// What it did, shared with the metrics.
+    pub stats: Arc<Stats>,
 }
 
 impl Scanner {
@@ -188,7 +229,7 @@ impl Scanner {
     /// already), opened and read, and every libcuda file mapped. Failures are said once per new
     /// reason.
     pub fn pass(&mut self, settled: &Settled) -> Pass {
-        self.pass += 1;
+        self.begin_pass();
         let now = Instant::now();
         let mut out = Vec::new();
         let mut tried = HashSet::new();
@@ -203,13 +244,23 @@ impl Scanner {
             };
             self.scan(pid, settled, now, &mut tried, &mut mapped, &mut out);
         }
-        // Files no process maps any more are forgotten.
-        let pass = self.pass;
-        self.failed.retain(|_, r| r.pass == pass);
+        self.end_pass();
         Pass {
             found: out,
             mapped: Some(mapped),
         }
+    }
+
+    /// A full pass begins: counted, and the files it sees marked as seen again.
+    fn begin_pass(&mut self) {
+        self.pass += 1;
+        self.stats.full_passes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A full pass ended: the failed files it did not see (no process maps them) are forgotten.
+    fn end_pass(&mut self) {
+        let pass = self.pass;
+        self.failed.retain(|_, r| r.pass == pass);
     }
 
     /// The libcuda files process `pid` maps, not in `skip`, opened and read into `out` (each
@@ -225,7 +276,7 @@ impl Scanner {
         out: &mut Vec<Prepared>,
     ) -> Option<bool> {
         let file = File::open(format!("/proc/{pid}/maps")).ok()?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
         let mut any = false;
         for m in proc_maps::libcuda_mappings(file) {
             any = true;

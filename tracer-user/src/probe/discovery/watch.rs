@@ -39,10 +39,10 @@ pub struct Discovery {
 
 impl Discovery {
     /// Starts the thread (its scanner remembers failures between passes): driven by the
-    /// kernel's `opens` when given, else polling. `reads` counts the processes whose maps it read.
+    /// kernel's `opens` when given, else polling. `stats` counts what it does.
     pub fn start(
         opens: Option<RingBuf<MapData>>,
-        reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        stats: std::sync::Arc<super::Stats>,
     ) -> std::io::Result<Discovery> {
         let (requests, incoming) = std_mpsc::channel::<Request>();
         let (out, found) = mpsc::unbounded_channel();
@@ -50,7 +50,7 @@ impl Discovery {
         let bell = Bell::new()?;
         let thread_bell = bell.clone();
         let mut scanner = Scanner {
-            reads,
+            stats,
             ..Scanner::default()
         };
         std::thread::Builder::new()

@@ -48,7 +48,25 @@ impl Collector for ProbesCollector {
             &mut enc,
             "cudatrace_discovery_maps_read",
             "Processes whose /proc/PID/maps discovery read (polling: every process each rescan; event-driven: those the kernel named, and full passes).",
-            &[(vec![], snap.discovery_maps_read as f64)],
+            &[(vec![], snap.discovery.maps_read as f64)],
+        )?;
+        counter(
+            &mut enc,
+            "cudatrace_discovery_opens_dropped",
+            "Opens of a libcuda not queued for a read: the opener's tenant (cgroup) had 256 processes waiting, or all had 4,096; a full pass then reads every process.",
+            &[(vec![], snap.discovery.opens_dropped as f64)],
+        )?;
+        counter(
+            &mut enc,
+            "cudatrace_discovery_opens_deferred",
+            "Opens of a libcuda by a process whose reads found none a moment ago: read when its quiet time (1 s, doubling to 60 s) is up.",
+            &[(vec![], snap.discovery.opens_deferred as f64)],
+        )?;
+        counter(
+            &mut enc,
+            "cudatrace_discovery_full_passes",
+            "Passes over every process's maps (the first at start; later ones paid from the reads' CPU budget).",
+            &[(vec![], snap.discovery.full_passes as f64)],
         )?;
         let by_process: Vec<(Labels, f64)> = snap
             .drops_by_process

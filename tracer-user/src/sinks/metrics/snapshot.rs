@@ -159,8 +159,8 @@ pub struct Snapshot {
     pub evicted: u64,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
-    /// Processes whose maps discovery read.
-    pub discovery_maps_read: u64,
+    /// What discovery did.
+    pub discovery: crate::probe::discovery::Counted,
     /// Overflows of each bounded per-process table, by table name.
     pub table_overflows: Vec<(&'static str, u64)>,
     /// Records not written per process, with its comm (empty when unknown).
@@ -216,8 +216,8 @@ pub struct Sources<'a> {
     pub dropped: Drops,
     /// Libraries refused for `max_libraries`.
     pub libraries_refused: u64,
-    /// Processes whose maps discovery read.
-    pub discovery_maps_read: u64,
+    /// What discovery did.
+    pub discovery: crate::probe::discovery::Counted,
     /// Records dropped per process.
     pub drops_by_process: &'a [ProcessDrops],
     /// Probe rows.
@@ -317,7 +317,7 @@ impl Snapshot {
             dropped: s.dropped,
             evicted: s.registry.evicted,
             libraries_refused: s.libraries_refused,
-            discovery_maps_read: s.discovery_maps_read,
+            discovery: s.discovery,
             table_overflows: crate::registry::BOUNDED_TABLES
                 .into_iter()
                 .zip(s.registry.overflows())
