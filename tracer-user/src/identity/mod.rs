@@ -5,6 +5,7 @@ use serde::Serialize;
 
 mod comm;
 mod proc;
+mod tenant;
 pub mod workload;
 
 pub use comm::Comm;
@@ -12,6 +13,7 @@ pub use proc::{
     comm, container_id, parse_alive, parse_cgroup, parse_start_time, parse_visible_devices,
     pod_uid, process_alive, read, start_time, MAX_PROC_READ, MAX_VISIBLE_DEVICES,
 };
+pub use tenant::Tenant;
 
 /// Identity of one process, as read from /proc when its first event arrived.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]

@@ -182,6 +182,11 @@ fn read_bounded(path: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// At most [`MAX_PROC_READ`] bytes of a /proc file, as text (invalid UTF-8 replaced).
+pub(super) fn read_text(path: &str) -> Option<String> {
+    read_bounded(path).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
 /// The process's name from /proc (the leader's), or `pid<N>` when it is gone already.
 pub fn comm(pid: u32) -> Comm {
     match read_bounded(&format!("/proc/{pid}/comm")) {

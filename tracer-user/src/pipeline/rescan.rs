@@ -13,11 +13,14 @@ impl Session {
         // Event-driven, a full pass is asked for when the kernel lost opens (and
         // when a library waits for a slot: see `rescan`).
         let lost = self.probes.maps.opens_lost();
-        let full = lost != self.asked_full.1 && self.full_at.elapsed() >= LOST_OPENS_PASS_GAP;
+        let mut full = lost != self.asked_full.1 && self.full_at.elapsed() >= LOST_OPENS_PASS_GAP;
         if full {
             self.asked_full.1 = lost;
             self.full_at = Instant::now();
         }
+        // A discovered library whose holder exited: a pass tells whether anyone maps it still,
+        // and gives its slot back if not.
+        full |= self.probes.holder_gone();
         if let Some(d) = self.discovery.as_mut() {
             d.request(settled, full);
         }

@@ -36,6 +36,16 @@ pub enum AttachError {
         /// The limit.
         max: usize,
     },
+    /// The tenant that maps it holds its share of the slots already.
+    #[error("{path}: not attached: its tenant {tenant} holds {share} libraries already (half of max_libraries); it is attached when one of them is given back")]
+    TenantFull {
+        /// The library.
+        path: String,
+        /// The tenant (pod, user, cgroup).
+        tenant: String,
+        /// Its share.
+        share: usize,
+    },
     /// The file exports none of the probed entry points.
     #[error(
         "{path} exports none of the CUDA driver entry points cudatrace probes: is it a libcuda.so.1?"

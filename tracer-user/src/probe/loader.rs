@@ -213,7 +213,7 @@ impl Probes {
     /// or exports none of the entry points.
     pub fn attach_library(&mut self, path: &Path) -> Result<Option<&LibraryProbes>, AttachError> {
         let (file, meta) = open_library(path)?;
-        if !self.slots.admit(path, &meta, true)? {
+        if !self.slots.admit(path, &meta, None)? {
             return Ok(None);
         }
         let resolution = symbols::resolve(&file, path)?;
@@ -223,7 +223,7 @@ impl Probes {
     /// Attaches a library discovery opened and read (see [`Probes::attach_library`]); it takes
     /// one of the `max_libraries` slots unless `--lib-allow` names it.
     pub fn attach_prepared(&mut self, p: Prepared) -> Result<Option<&LibraryProbes>, AttachError> {
-        if !self.slots.admit(&p.path, &p.meta, false)? {
+        if !self.slots.admit(&p.path, &p.meta, Some(&p.holder))? {
             return Ok(None);
         }
         // Unread when `--lib-allow` did not name it then, and names it now (its globs were
@@ -233,6 +233,12 @@ impl Probes {
             None => symbols::resolve(&p.file, &p.path)?,
         };
         self.attach_resolved(&p.path, &p.file, resolution)
+    }
+
+    /// Whether a discovered library's holder exited since last asked (a full pass tells
+    /// whether anyone maps it still).
+    pub fn holder_gone(&mut self) -> bool {
+        self.slots.holder_gone()
     }
 
     /// Files attached or refused, not opened again, and `--lib-allow`'s files: what discovery
@@ -259,8 +265,9 @@ impl Probes {
                 i += 1;
                 continue;
             }
-            // Closing the links detaches the probes at once.
-            drop(links.remove(i));
+            // Closing the links detaches the probes (on the closer's thread: the kernel waits
+            // for a grace period per link, which would stall the loop).
+            super::multi::close_later(links.remove(i));
             self.slots.release(&key);
             gone.push(self.libraries.remove(i));
         }
@@ -277,7 +284,7 @@ impl Probes {
         let Some(i) = self.libraries.iter().position(|l| l.file == key) else {
             return false;
         };
-        drop(links.remove(i));
+        super::multi::close_later(links.remove(i));
         self.libraries.remove(i);
         true
     }

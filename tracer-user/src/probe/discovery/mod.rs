@@ -26,6 +26,7 @@ pub use watch::Discovery;
 
 use crate::probe::{
     proc_maps::{self, Mapping},
+    slots::Holder,
     symbols::{self, Resolution},
 };
 use crate::text::printable;
@@ -85,6 +86,8 @@ pub struct Prepared {
     pub file: File,
     /// Its metadata.
     pub meta: fs::Metadata,
+    /// The process it was found through.
+    pub holder: Holder,
     /// Its entry points (`None`: not read, `--lib-allow` does not name it).
     pub resolution: Option<Resolution>,
 }
@@ -149,6 +152,7 @@ fn prepare(pid: u32, m: &Mapping, settled: &Settled) -> Result<Prepared, String>
         false => None,
     };
     Ok(Prepared {
+        holder: Holder::of(pid),
         path,
         file,
         meta,

@@ -1,0 +1,80 @@
+//! Who a process belongs to, for the shares one tenant may not take from another (library
+//! slots, discovery's reads, baselines and exits): its pod under the kubelet's hierarchy, a
+//! user's whole delegated systemd tree (`user@UID.service`: a user can make any cgroup inside
+//! it, so one user is one tenant however many units it starts), else its cgroup path.
+use std::fmt;
+
+/// A tenant, from a cgroup path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Tenant(String);
+
+impl Tenant {
+    /// The tenant of a process in cgroup `cgroup` (`None`: unknown, the root's).
+    pub fn of(cgroup: Option<&str>) -> Tenant {
+        let Some(cgroup) = cgroup else {
+            return Tenant("/".into());
+        };
+        if let Some(uid) = super::pod_uid(cgroup) {
+            return Tenant(format!("pod:{uid}"));
+        }
+        let mut path = String::new();
+        for part in cgroup.split('/').filter(|p| !p.is_empty()) {
+            path.push('/');
+            path.push_str(part);
+            if part.starts_with("user@") {
+                return Tenant(path);
+            }
+        }
+        Tenant(if path.is_empty() { "/".into() } else { path })
+    }
+
+    /// The tenant of process `pid`, from its /proc cgroup file.
+    pub fn of_pid(pid: u32) -> Tenant {
+        let text = super::proc::read_text(&format!("/proc/{pid}/cgroup"));
+        Tenant::of(text.as_deref().and_then(super::parse_cgroup).as_deref())
+    }
+
+    /// As written in messages.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Tenant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_users_and_cgroups() {
+        let pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c3d4e_0000_1111_2222_333344445555.slice/cri-containerd-ab.scope";
+        assert_eq!(
+            Tenant::of(Some(pod)).as_str(),
+            "pod:1b2c3d4e-0000-1111-2222-333344445555"
+        );
+        // Two containers of one pod are one tenant.
+        let other = pod.replace("cri-containerd-ab", "cri-containerd-cd");
+        assert_eq!(Tenant::of(Some(pod)), Tenant::of(Some(&other)));
+        // Every unit a user starts is that user's.
+        let a = "/user.slice/user-1000.slice/user@1000.service/app.slice/run-u1.scope";
+        let b = "/user.slice/user-1000.slice/user@1000.service/app.slice/triton.service";
+        assert_eq!(Tenant::of(Some(a)), Tenant::of(Some(b)));
+        assert_eq!(
+            Tenant::of(Some(a)).as_str(),
+            "/user.slice/user-1000.slice/user@1000.service"
+        );
+        // A user's tree cannot name a pod.
+        let fake = "/user.slice/user-1000.slice/user@1000.service/kubepods/pod1b2c3d4e-0000-1111-2222-333344445555";
+        assert!(Tenant::of(Some(fake)).as_str().starts_with("/user.slice"));
+        assert_eq!(
+            Tenant::of(Some("/system.slice/triton.service")).as_str(),
+            "/system.slice/triton.service"
+        );
+        assert_eq!(Tenant::of(None).as_str(), "/");
+    }
+}
