@@ -299,7 +299,7 @@ impl Incident {
         set.sort_by_key(|a| a.pid);
         let list: Vec<String> = set
             .iter()
-            .map(|a| format!("{}:{}", a.pid, a.comm))
+            .map(|a| format!("{}:{}", a.pid, crate::text::list_field(&a.comm)))
             .collect();
         Incident {
             gpu: gpu.to_owned(),
@@ -320,7 +320,7 @@ impl AlertChange {
         let list: Vec<String> = self
             .aggressors
             .iter()
-            .map(|a| format!("{}:{}", a.pid, a.comm))
+            .map(|a| format!("{}:{}", a.pid, crate::text::list_field(&a.comm)))
             .collect();
         list.join(",")
     }
@@ -332,14 +332,14 @@ impl AlertChange {
             .evidence
             .chain
             .iter()
-            .map(|f| crate::text::printable(f).into_owned())
+            .map(|f| crate::text::defang(f).into_owned())
             .collect();
         facts.join("; ")
     }
 
     /// One line for Alertmanager's `summary` annotation.
     pub fn summary(&self) -> String {
-        let who = |p: &Party| format!("{} (pid {})", p.comm, p.pid);
+        let who = |p: &Party| format!("{} (pid {})", crate::text::defang(&p.comm), p.pid);
         let by = if self.aggressors.is_empty() {
             String::new()
         } else {
@@ -363,7 +363,7 @@ impl AlertChange {
             return format!(
                 "cudatrace's probe harmed {}: {}",
                 who(&self.victim),
-                self.evidence.chain.join("; ")
+                self.chain_text()
             );
         }
         if self.cause == Cause::RestartLoop {

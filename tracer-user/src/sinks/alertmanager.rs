@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::{
     alert::{AlertChange, RUNBOOK_BASE},
-    text::rfc3339,
+    text::{defang, rfc3339},
 };
 
 /// The Alertmanager API v2 form of `change`, ending at `ends`.
@@ -25,11 +25,11 @@ pub fn form(change: &AlertChange, instance: &str, generator: &str, ends: SystemT
             "signal": change.evidence.signal,
             "gpu": change.incident.gpu,
             "pid": change.victim.pid.to_string(),
-            "comm": change.victim.comm,
+            "comm": defang(&change.victim.comm),
             "namespace": opt(&change.victim.namespace),
             "pod": opt(&change.victim.pod),
             "container": opt(&change.victim.container),
-            "workload": opt(&change.victim.workload),
+            "workload": defang(&opt(&change.victim.workload)),
             "instance": instance,
             "aggressors": change.incident.aggressors,
         },
