@@ -101,7 +101,7 @@ fn forged_comms_add_no_aggressor_and_ping_nobody() {
         firing["alert"]
     );
     drop((forger.finish(), pinger.finish()));
-    drop(victim.kill());
+    let _ = victim.kill();
     let _ = daemon.stop();
     let _ = std::fs::remove_file(&dev);
     let ours = [forger_pid.to_string(), pinger_pid.to_string()];
