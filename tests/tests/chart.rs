@@ -59,6 +59,9 @@ fn renders_and_validates_with_defaults_and_everything_on() {
             "ClusterRoleBinding",
             "ConfigMap",
             "DaemonSet",
+            "NetworkPolicy",
+            "Secret",
+            "Secret",
             "Service",
             "ServiceAccount"
         ]
@@ -79,8 +82,11 @@ fn renders_and_validates_with_defaults_and_everything_on() {
             "ConfigMap",
             "ConfigMap",
             "DaemonSet",
+            "NetworkPolicy",
             "PodMonitor",
             "PrometheusRule",
+            "Secret",
+            "Secret",
             "Service",
             "ServiceAccount",
             "ServiceMonitor"
@@ -88,7 +94,11 @@ fn renders_and_validates_with_defaults_and_everything_on() {
     );
     let all_checked = validate(&all_text, "everything-on");
     // Pod names off: no RBAC, no token in the pod.
-    let (off_text, off) = chart::render(&["podNames.enabled=false"]);
+    let (off_text, off) = chart::render(&[
+        "podNames.enabled=false",
+        "networkPolicy.enabled=false",
+        "webConfig.generate=false",
+    ]);
     assert_eq!(
         kinds(&off),
         ["ConfigMap", "DaemonSet", "Service", "ServiceAccount"]
@@ -399,17 +409,63 @@ fn args_of(c: &Yaml) -> Vec<&str> {
         .collect()
 }
 
-/// The metrics door: served on the pod's IP, TLS and auth from a Secret, a readiness probe that
-/// holds with both on (TCP), and an optional NetworkPolicy admitting only the listed peers to
-/// the metrics port. Rendered and validated strictly.
+/// The metrics door: served on the pod's IP, TLS and auth by default (the chart's own Secret,
+/// or one named), a readiness probe that holds with both on (TCP), the monitors scraping with
+/// the chart's CA and password, and a NetworkPolicy admitting only the listed peers to the
+/// metrics port by default. Rendered and validated strictly.
 #[test]
 fn the_metrics_door_is_narrow() {
     let (text, docs) = chart::render(&[]);
     validate(&text, "door-defaults");
     let c = chart::container(&docs);
     let args = args_of(c);
+    let name = chart::object(&docs, "DaemonSet")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(
         args,
+        [
+            "run",
+            "--config",
+            "/etc/cudatrace/config.toml",
+            "--listen",
+            "$(POD_IP):9464",
+            "--web-config-file",
+            "/etc/cudatrace/web/web.yml"
+        ]
+    );
+    let (_, monitors) = chart::render(&["serviceMonitor.enabled=true", "podMonitor.enabled=true"]);
+    let scrape = format!("{name}-scrape");
+    for (kind, list) in [
+        ("ServiceMonitor", "endpoints"),
+        ("PodMonitor", "podMetricsEndpoints"),
+    ] {
+        let e = &chart::object(&monitors, kind)["spec"][list][0];
+        assert_eq!(e["scheme"].as_str(), Some("https"), "{kind}");
+        assert_eq!(
+            e["tlsConfig"]["ca"]["secret"]["name"].as_str(),
+            Some(scrape.as_str())
+        );
+        assert!(e["tlsConfig"]["serverName"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{name}.")));
+        assert_eq!(
+            e["basicAuth"]["password"]["name"].as_str(),
+            Some(scrape.as_str())
+        );
+        assert_eq!(e["basicAuth"]["password"]["key"].as_str(), Some("password"));
+    }
+    let policy = chart::object(&docs, "NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["ports"][0]["port"].as_str(),
+        Some("metrics")
+    );
+    // Both off: plain HTTP, no policy, as before.
+    let (_, open) = chart::render(&["webConfig.generate=false", "networkPolicy.enabled=false"]);
+    assert_eq!(
+        args_of(chart::container(&open)),
         [
             "run",
             "--config",
@@ -418,6 +474,8 @@ fn the_metrics_door_is_narrow() {
             "$(POD_IP):9464"
         ]
     );
+    assert!(!kinds(&open).contains(&"NetworkPolicy"));
+    assert!(!kinds(&open).contains(&"Secret"));
     let env = |c: &yaml_rust2::Yaml, name: &str| {
         c["env"]
             .as_vec()
@@ -435,10 +493,6 @@ fn the_metrics_door_is_narrow() {
         Some("metrics")
     );
     assert!(c["readinessProbe"]["httpGet"].is_badvalue());
-    assert!(
-        !kinds(&docs).contains(&"NetworkPolicy"),
-        "no NetworkPolicy unless asked"
-    );
 
     let sets = [
         "networkPolicy.enabled=true",

@@ -102,3 +102,45 @@ refresh_s = {{ int .Values.podNames.refreshSeconds }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret with the metrics server's web config: the one named, else the chart's own
+     (webConfig.generate), else none (plain HTTP). */}}
+{{- define "cudatrace.webSecret" -}}
+{{- if .Values.webConfig.secretName }}
+{{- .Values.webConfig.secretName }}
+{{- else if .Values.webConfig.generate }}
+{{- printf "%s-web" (include "cudatrace.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret Prometheus scrapes with (username, password, ca.crt), when the chart made them. */}}
+{{- define "cudatrace.scrapeSecret" -}}
+{{- if and (not .Values.webConfig.secretName) .Values.webConfig.generate }}
+{{- printf "%s-scrape" (include "cudatrace.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The name the chart's certificate is for (Prometheus checks it as serverName). */}}
+{{- define "cudatrace.serverName" -}}
+{{- printf "%s.%s.svc" (include "cudatrace.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* What an Operator monitor's endpoint adds to scrape the chart's own TLS and basic auth. */}}
+{{- define "cudatrace.scrapeAuth" -}}
+{{- with include "cudatrace.scrapeSecret" . }}
+scheme: https
+tlsConfig:
+  serverName: {{ include "cudatrace.serverName" $ }}
+  ca:
+    secret:
+      name: {{ . }}
+      key: ca.crt
+basicAuth:
+  username:
+    name: {{ . }}
+    key: username
+  password:
+    name: {{ . }}
+    key: password
+{{- end }}
+{{- end }}
