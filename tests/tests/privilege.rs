@@ -16,6 +16,9 @@ use integration_tests::{
     device_file, env, exposition, free_port, Cudatrace, Scenario, Workload,
 };
 
+/// The uid the chart's config makes the daemon (`config.run_as`): its own, not 65534.
+const CHART_UID: u32 = 64023;
+
 /// `setpriv` arguments giving uid/gid 65534 exactly `caps` (lower-case names, no `CAP_`), as
 /// ambient capabilities, as systemd's `AmbientCapabilities=` would.
 fn as_nobody_with(caps: &[String]) -> Vec<String> {
@@ -341,10 +344,11 @@ fn image_traces_a_host_process_with_the_daemonset_security_context() {
 }
 
 /// Started as the DaemonSet starts it (uid 0, no-new-privs, its six capabilities, its config
-/// file, no `--lib`): once ready it is uid and gid 65534 everywhere (real, effective, saved,
-/// filesystem), with no supplementary group and only the four tracing capabilities, and it
-/// still counts every launch of a root process. Without CAP_SETUID it says so in one line and
-/// exits 1; with `--keep-uid` it stays uid 0, capabilities reduced as before.
+/// file, no `--lib`): once ready it is the chart's own uid and gid (`config.run_as`, 64023, not
+/// 65534) everywhere (real, effective, saved, filesystem), with no supplementary group and only
+/// the four tracing capabilities, under its seccomp filter (ptrace answers EPERM) and unable to
+/// open `/proc/1/mem` for writing, and it still counts every launch of a root process. Without CAP_SETUID it says so in one line and exits 1; with `--keep-uid` it
+/// stays uid 0, capabilities reduced as before.
 #[test]
 fn the_daemonset_process_leaves_uid_0() {
     let Some(env) = env() else { return };
@@ -361,6 +365,12 @@ fn the_daemonset_process_leaves_uid_0() {
             &format!("stateDir={}", state.display()),
         ]),
     );
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .contains(&format!("run_as = {CHART_UID}")),
+        "the chart's own uid"
+    );
     // The init container first: CHOWN alone, its own args, the same config.
     let (init_args, init_caps, out) = chart::run_init_container(&env.bin, &config);
     assert_eq!(init_caps, ["CHOWN"]);
@@ -373,7 +383,7 @@ fn the_daemonset_process_leaves_uid_0() {
         said.trim()
     );
     assert_eq!(out.status.code(), Some(0), "{said}");
-    assert_eq!(owned, (65534, 65534, 0o700));
+    assert_eq!(owned, (CHART_UID, CHART_UID, 0o700));
     let listen = format!("127.0.0.1:{}", free_port());
     let mut args = chart::as_root_with(&caps);
     args.extend([
@@ -387,6 +397,16 @@ fn the_daemonset_process_leaves_uid_0() {
     let daemon = Cudatrace::start_wrapped(&env, "setpriv", &args, &[]);
     let (uid, gid, groups) = integration_tests::guards::ids(daemon.pid());
     let (eff, nnp) = cap_eff(daemon.pid());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon.pid())).unwrap();
+    let seccomp: Vec<&str> = status
+        .lines()
+        .filter(|l| l.starts_with("Seccomp"))
+        .collect();
+    let sandbox = daemon
+        .log_now()
+        .into_iter()
+        .find(|r| r["event"] == "sandbox")
+        .expect("a sandbox line");
     let want: u64 = tracing.iter().map(|c| bit(c)).sum();
     // The chart's incident archive, opened before the switch: root's, private.
     let archive = std::fs::metadata(state.join("incidents.jsonl"))
@@ -419,9 +439,24 @@ fn the_daemonset_process_leaves_uid_0() {
         "e2e the_daemonset_process_leaves_uid_0: started uid 0 with {caps:?}; once ready Uid {uid:?} Gid {gid:?} \
          Groups {groups:?} CapEff {eff:#x} NoNewPrivs {nnp}; a root process's launches in=2000 counted={counted:?}"
     );
-    assert_eq!(uid, "65534 65534 65534 65534");
-    assert_eq!(gid, "65534 65534 65534 65534");
+    eprintln!(
+        "e2e the_daemonset_process_leaves_uid_0: {seccomp:?}; {}",
+        sandbox["msg"]
+    );
+    let ids = format!("{CHART_UID} {CHART_UID} {CHART_UID} {CHART_UID}");
+    assert_eq!(uid, ids);
+    assert_eq!(gid, ids);
     assert_eq!(groups, "");
+    // Its own filter (mode 2) on top of the one setpriv's caller may have; the calls a bug would
+    // need to reach other processes fail inside it.
+    assert!(seccomp.contains(&"Seccomp:\t2"), "{seccomp:?}");
+    assert_eq!(sandbox["ptrace"], "EPERM", "{sandbox}");
+    assert_eq!(sandbox["proc_mem"], "EACCES", "{sandbox}");
+    assert_eq!(
+        sandbox["uid"].as_u64(),
+        Some(u64::from(CHART_UID)),
+        "{sandbox}"
+    );
     assert_eq!((eff, nnp), (want, true), "CapEff {eff:#x}");
     assert!(
         job_uid.starts_with("0 "),
@@ -429,14 +464,14 @@ fn the_daemonset_process_leaves_uid_0() {
     );
     assert_eq!(counted, Some(2000.0), "{:?}", traced.stderr);
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
-    // The baselines, saved at stop by uid 65534: its own, private, of the format.
+    // The baselines, saved at stop by the chart's uid: its own, private, of the format.
     let file = baselines.join("baselines.json");
     let saved = integration_tests::guards::owner_and_mode(&file);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     eprintln!("e2e the_daemonset_process_leaves_uid_0: baselines saved at stop: (uid, gid, mode) {saved:?}, format {}", v["format"]);
     assert_eq!(
         (saved.0, saved.2, v["format"].as_str()),
-        (65534, 0o600, Some("cudatrace-baselines"))
+        (CHART_UID, 0o600, Some("cudatrace-baselines"))
     );
 
     // Without CAP_SETUID: one line, exit 1, nothing attached.

@@ -161,6 +161,35 @@ impl Stages for Daemonized {
     }
 }
 
+/// Says what the daemon's fence (`probe::sandbox`) holds, once it runs as its own uid, in one
+/// `sandbox` line; warns when a check passed that must fail.
+fn say_fence(seccomp: &Result<usize, String>) {
+    let seccomp = match seccomp {
+        Ok(n) => format!("{n} calls denied"),
+        Err(e) => format!("off ({e})"),
+    };
+    let c = crate::probe::sandbox::check();
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    log::info!(
+        target: "cudatrace::sandbox",
+        seccomp = seccomp.as_str(),
+        uid = uid,
+        ptrace = c.ptrace.as_str(),
+        proc_mem = c.proc_mem.as_str();
+        "sandbox: seccomp {seccomp}; uid {uid}; ptrace: {}; open /proc/1/mem for writing: {}",
+        c.ptrace,
+        c.proc_mem
+    );
+    if !c.hold() {
+        log::warn!(
+            "cudatrace: its fence does not hold (ptrace: {}, /proc/1/mem: {}): a bug in it could reach other processes; tracing goes on",
+            c.ptrace,
+            c.proc_mem
+        );
+    }
+}
+
 /// Runs `cudatrace run`.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let cfg = config(&mut args)?;
@@ -177,13 +206,6 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     // Bind before loading anything, so that a taken port is reported at once.
     let listener = server::bind(cfg.listen)?;
     let metrics_url = format!("{scheme}://{}/metrics", cfg.listen);
-    // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
-    // and the web config are.
-    let sinks = AlertSinks::start(&cfg, metrics_url.clone())?;
-    let otlp = match cfg.otlp.resolve(|k| std::env::var(k).ok())? {
-        Some(o) => Some(crate::sinks::otlp::Exporter::start(&o)?),
-        None => None,
-    };
     let options = args.sel.session(Tuning::daemon(&cfg, args.duration));
     // The state directory is made the daemon's own while it may still be uid 0; the file is
     // read once it runs as the uid that writes it.
@@ -194,7 +216,18 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         _ => me,
     };
     let state_file = crate::state::prepare_dir(&cfg, owner);
+    // The seccomp filter, before any thread starts: every thread after inherits it.
+    let fence = crate::probe::sandbox::raise();
+    // The sinks (the CA file, the archive) are checked before anything is loaded, as the port
+    // and the web config are.
+    let sinks = AlertSinks::start(&cfg, metrics_url.clone())?;
+    let otlp = match cfg.otlp.resolve(|k| std::env::var(k).ok())? {
+        Some(o) => Some(crate::sinks::otlp::Exporter::start(&o)?),
+        None => None,
+    };
     let mut pipeline = Pipeline::open(options, |_session| {
+        // Open, attached and its own uid: the fence is checked now.
+        say_fence(&fence);
         let sampler = Sampler::new(cfg.nvml_library.as_ref());
         if let Sampler::Off(why) = &sampler {
             log::warn!("cudatrace: {why}");

@@ -22,6 +22,7 @@ pub mod loader;
 pub mod multi;
 pub mod proc_maps;
 pub mod run_as;
+pub mod sandbox;
 pub mod sites;
 pub mod slots;
 pub mod symbols;
