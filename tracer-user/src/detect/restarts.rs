@@ -56,7 +56,10 @@ struct Workload {
     record: Option<AlertChange>,
 }
 
-/// The workload a process belongs to, for restarts.
+/// The workload a process belongs to, for restarts: the pod's container, else the built-in
+/// workload rule (unit, container, user, executable: never the config's `[[workloads]]`, which
+/// may join processes of several tenants), so that a process elsewhere cannot count as another
+/// tenant's restart.
 pub fn workload_key(id: &Identity, comm: &str) -> String {
     let container = id
         .kube
@@ -67,7 +70,7 @@ pub fn workload_key(id: &Identity, comm: &str) -> String {
     match (&id.pod_uid, container) {
         (Some(uid), Some(c)) => format!("pod {uid} container {c}"),
         (Some(uid), None) => format!("pod {uid} exe {exe} comm {comm}"),
-        (None, _) => format!("exe {exe} comm {comm}"),
+        (None, _) => format!("workload {}", crate::identity::workload::by_rule(id, comm)),
     }
 }
 

@@ -5,7 +5,11 @@
 //!   the pod's own name when it has none);
 //! - in a pod the pod list has not named (yet): `pod:UID/COMM`;
 //! - in a systemd unit: `UNIT/COMM`; in another container: `container:ID12/COMM`;
-//! - otherwise `EXE:COMM`, the executable's path and the command name.
+//! - otherwise `EXE:COMM`, the executable's path and the command name;
+//! - and a process in a user's delegated systemd tree (`user.slice/user-UID.slice`) has
+//!   `user-UID/` before its unit or executable: a user starting `--user --unit=triton` or
+//!   running `/usr/bin/python3` cannot take the system's `triton.service` or another user's
+//!   workload.
 use std::sync::Arc;
 
 use super::Identity;
@@ -61,8 +65,19 @@ impl Rules {
     }
 }
 
+/// The user whose delegated systemd tree a cgroup path lies in (`user-1000`), if any.
+fn delegated_user(cgroup: &str) -> Option<&str> {
+    let mut parts = cgroup.split('/');
+    parts.by_ref().find(|p| *p == "user.slice")?;
+    parts
+        .next()
+        .and_then(|p| p.strip_suffix(".slice"))
+        .filter(|p| p.starts_with("user-"))
+        .or(Some("user-?"))
+}
+
 /// The built-in rule (see the module's documentation).
-fn by_rule(id: &Identity, comm: &str) -> String {
+pub fn by_rule(id: &Identity, comm: &str) -> String {
     let cut = |s: &str| s.chars().take(MAX_LEN).collect::<String>();
     if let Some(k) = &id.kube {
         let owner = if k.owner.is_empty() { &k.pod } else { &k.owner };
@@ -74,17 +89,27 @@ fn by_rule(id: &Identity, comm: &str) -> String {
     if let Some(uid) = &id.pod_uid {
         return cut(&format!("pod:{uid}/{comm}"));
     }
+    let user = id
+        .cgroup
+        .as_deref()
+        .and_then(delegated_user)
+        .map(|u| format!("{u}/"))
+        .unwrap_or_default();
     if let Some(unit) = id
         .cgroup
         .as_deref()
         .and_then(|c| c.rsplit('/').find(|part| part.ends_with(".service")))
+        .filter(|u| !u.starts_with("user@"))
     {
-        return cut(&format!("{unit}/{comm}"));
+        return cut(&format!("{user}{unit}/{comm}"));
     }
     if let Some(cid) = &id.container_id {
         return cut(&format!("container:{}/{comm}", &cid[..cid.len().min(12)]));
     }
-    cut(&format!("{}:{comm}", id.exe.as_deref().unwrap_or("?")))
+    cut(&format!(
+        "{user}{}:{comm}",
+        id.exe.as_deref().unwrap_or("?")
+    ))
 }
 
 #[cfg(test)]
@@ -131,6 +156,27 @@ mod tests {
         assert_eq!(
             &*r.name(&unit, "tritonserver"),
             "triton.service/tritonserver"
+        );
+        // A user's own unit of the same name, and a user's python, are the user's.
+        let impostor = Identity {
+            cgroup: Some(
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/triton.service".into(),
+            ),
+            exe: Some("/opt/triton/bin/tritonserver".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            &*r.name(&impostor, "tritonserver"),
+            "user-1000/triton.service/tritonserver"
+        );
+        let session = Identity {
+            cgroup: Some("/user.slice/user-1001.slice/session-4.scope".into()),
+            exe: Some("/usr/bin/python3".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            &*r.name(&session, "python3"),
+            "user-1001//usr/bin/python3:python3"
         );
         let docker = Identity {
             container_id: Some("0123456789abcdef0123".into()),
