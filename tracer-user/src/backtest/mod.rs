@@ -23,9 +23,14 @@ pub mod prometheus;
 /// A process's series: (signal, values by step).
 type Series = Vec<(Signal, BTreeMap<u64, f64>)>;
 
-/// One replayed process.
+/// Processes replayed at most (one a series group: labels but `signal` alike).
+pub const MAX_PROCESSES: usize = 4096;
+
+/// One replayed process. `pid` is its place in the replay (one for each instance and pid, so
+/// that a pid seen on two instances is two processes); `shown_pid` is the `pid` label.
 struct Replayed {
     pid: u32,
+    shown_pid: u32,
     comm: Comm,
     identity: Arc<Identity>,
     workload: Arc<str>,
@@ -58,9 +63,11 @@ impl Processes for Replay {
     }
 
     fn slot_mut(&mut self, pid: u32) -> Option<&mut Slot> {
+        // Places are 1, 2, 3, ...: found at once, not by a search through every process.
+        let i = (pid as usize).checked_sub(1)?;
         self.0
-            .iter_mut()
-            .find(|p| p.pid == pid)
+            .get_mut(i)
+            .filter(|p| p.pid == pid)
             .map(|p| &mut p.slot)
     }
 }
@@ -97,6 +104,15 @@ fn workload_of(l: &prometheus::Labels) -> String {
     }
 }
 
+/// How many processes the series make (labels but `signal` alike).
+pub fn process_count(matrix: &prometheus::Matrix) -> usize {
+    matrix
+        .keys()
+        .map(|l| l.iter().filter(|(k, _)| *k != "signal").collect::<Vec<_>>())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
 /// Groups the series into processes (labels but `signal` alike).
 fn processes(matrix: prometheus::Matrix) -> (Vec<Replayed>, usize) {
     let mut by: BTreeMap<prometheus::Labels, Series> = BTreeMap::new();
@@ -116,7 +132,8 @@ fn processes(matrix: prometheus::Matrix) -> (Vec<Replayed>, usize) {
         .enumerate()
         .map(|(i, (labels, series))| {
             let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
-            let pid = get("pid").parse().unwrap_or(i as u32 + 1);
+            let pid = i as u32 + 1;
+            let shown_pid = get("pid").parse().unwrap_or(pid);
             let kube = (!get("namespace").is_empty()).then(|| PodNames {
                 namespace: get("namespace"),
                 pod: get("pod"),
@@ -131,6 +148,7 @@ fn processes(matrix: prometheus::Matrix) -> (Vec<Replayed>, usize) {
                 .unwrap_or_else(|| workload_of(&labels));
             Replayed {
                 pid,
+                shown_pid,
                 comm: Comm::from(get("comm").as_str()),
                 identity: Arc::new(Identity {
                     kube,
@@ -181,7 +199,14 @@ pub fn replay(
         let mono = (k as f64 + 1.0) * step.as_secs_f64();
         let wall = from + step * (k as u32);
         detector.evaluate(&mut replay, mono, wall, &[]);
-        for c in detector.take_changes() {
+        for mut c in detector.take_changes() {
+            // The pid as the series named it.
+            if let Some(p) = (c.victim.pid as usize)
+                .checked_sub(1)
+                .and_then(|i| replay.0.get(i))
+            {
+                c.victim.pid = p.shown_pid;
+            }
             summary.changes += 1;
             if c.state == crate::alert::AlertState::Firing {
                 summary.fired += 1;

@@ -1,7 +1,9 @@
 //! Reading `cudatrace_signal_value` over a range from Prometheus's HTTP API
 //! (`/api/v1/query_range`), in pieces of at most [`POINTS`] steps (Prometheus refuses more than
 //! 11,000 points a series), each answer at most [`MAX_BODY`] bytes, at most [`MAX_SERIES`]
-//! series in all.
+//! series and [`MAX_POINTS`] points in all, every query within [`DEADLINE`] of the first. The
+//! server is not trusted: points outside [`from`, `to`] are dropped, a point repeated keeps one
+//! place, and past a bound the read stops with one line that says which.
 use std::{collections::BTreeMap, time::Duration};
 
 use serde::Deserialize;
@@ -9,9 +11,13 @@ use serde::Deserialize;
 /// Steps asked for in one query.
 pub const POINTS: u64 = 10_000;
 /// Largest answer read.
-pub const MAX_BODY: u64 = 256 << 20;
+pub const MAX_BODY: u64 = 32 << 20;
 /// Most series replayed.
 pub const MAX_SERIES: usize = 10_000;
+/// Most points kept, all series together (about 50 bytes each in memory).
+pub const MAX_POINTS: usize = 2_000_000;
+/// How long all the queries together may take.
+pub const DEADLINE: Duration = Duration::from_secs(600);
 /// Time one query may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -64,7 +70,14 @@ pub fn read(base: &str, query: &str, (from, to, step): (u64, u64, u64)) -> Resul
     let url = format!("{}/api/v1/query_range", base.trim_end_matches('/'));
     let mut out = Matrix::new();
     let mut start = from;
+    let (began, mut points) = (std::time::Instant::now(), 0usize);
     while start <= to {
+        if began.elapsed() > DEADLINE {
+            return Err(format!(
+                "{url}: the queries took over {} s: give a shorter range or a larger --step",
+                DEADLINE.as_secs()
+            ));
+        }
         let end = (start + step * (POINTS - 1)).min(to);
         let mut answer = agent
             .get(&url)
@@ -105,10 +118,18 @@ pub fn read(base: &str, query: &str, (from, to, step): (u64, u64, u64)) -> Resul
             let values = out.entry(labels).or_default();
             for (t, v) in s.values {
                 let Ok(v) = v.parse::<f64>() else { continue };
-                if !v.is_finite() || v < 0.0 || t < from as f64 {
+                if !v.is_finite() || v < 0.0 || !(t >= from as f64 && t <= to as f64) {
                     continue;
                 }
-                values.insert(((t - from as f64) / step as f64).round() as u64, v);
+                let at = ((t - from as f64) / step as f64).round() as u64;
+                if values.insert(at, v).is_none() {
+                    points += 1;
+                    if points > MAX_POINTS {
+                        return Err(format!(
+                            "more than {MAX_POINTS} points: narrow the series with --match, or give a larger --step or a shorter range"
+                        ));
+                    }
+                }
             }
         }
         start = end + step;

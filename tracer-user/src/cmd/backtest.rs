@@ -57,6 +57,14 @@ pub fn run(args: BacktestArgs) -> Result<()> {
             rfc3339(args.to)
         );
     }
+    let procs = backtest::process_count(&matrix);
+    if procs > backtest::MAX_PROCESSES {
+        anyhow::bail!(
+            "{} series make {procs} processes, over {}: narrow them with --match",
+            matrix.len(),
+            backtest::MAX_PROCESSES
+        );
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let from_t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(from);
     let s = backtest::replay(
