@@ -170,24 +170,46 @@ impl Memory {
         self.workloads.is_empty()
     }
 
-    /// Drops the longest unseen workloads past the bound (not those with a drift alert
-    /// firing); says so the first time. Returns how many went.
+    /// Drops workloads past the bound (not those with a drift alert firing), each time the
+    /// longest unseen of the tenant holding the most, so that a tenant starting hundreds of
+    /// one-off workloads drops its own and not another tenant's saved baseline; says so the
+    /// first time. Returns how many went.
     pub fn bound(&mut self) -> usize {
         if self.workloads.len() <= self.max {
             return 0;
         }
-        let mut old: Vec<(f64, Arc<str>)> = self
-            .workloads
-            .iter()
-            .filter(|(_, r)| r.series.iter().all(|s| s.drift.is_none()))
-            .map(|(k, r)| (r.seen, k.clone()))
-            .collect();
-        old.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut by_tenant: HashMap<&str, Vec<(f64, Arc<str>)>> = HashMap::new();
+        for (k, r) in &self.workloads {
+            if r.series.iter().all(|s| s.drift.is_none()) {
+                by_tenant
+                    .entry(crate::identity::workload::tenant_of(k))
+                    .or_default()
+                    .push((r.seen, k.clone()));
+            }
+        }
+        // Newest first: the longest unseen is popped from the end.
+        for list in by_tenant.values_mut() {
+            list.sort_by(|a, b| b.0.total_cmp(&a.0));
+        }
         let over = self.workloads.len() - self.max;
-        for (_, k) in old.iter().take(over) {
+        let mut gone_keys = Vec::new();
+        for _ in 0..over {
+            // The tenant holding the most (held counts every workload, droppable or not).
+            let Some(list) = by_tenant
+                .values_mut()
+                .filter(|l| !l.is_empty())
+                .max_by_key(|l| l.len())
+            else {
+                break;
+            };
+            if let Some((_, k)) = list.pop() {
+                gone_keys.push(k);
+            }
+        }
+        for k in &gone_keys {
             self.workloads.remove(k);
         }
-        let gone = over.min(old.len());
+        let gone = gone_keys.len();
         if gone > 0 && !self.said {
             self.said = true;
             log::warn!(
@@ -220,5 +242,39 @@ impl Memory {
         }
         self.workloads.insert(Arc::from(name), r);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_past_the_bound_drops_its_own_workloads() {
+        let mut m = Memory::new(
+            Params::default(),
+            SeasonParams {
+                len_s: 86_400,
+                bucket_s: 3600,
+                history: 3,
+            },
+            24,
+            4,
+        );
+        // The victim's workload, seen first (the longest unseen of all).
+        m.series(&Arc::from("serving/llm/server"), 0, 1.0);
+        // 300 one-off jobs of another namespace, each newer than the last.
+        for k in 0..300 {
+            m.series(
+                &Arc::from(format!("batch/job-{k}/main").as_str()),
+                0,
+                2.0 + k as f64,
+            );
+            m.bound();
+        }
+        assert_eq!(m.len(), 4);
+        let kept: Vec<String> = m.iter().map(|(k, _)| k.to_string()).collect();
+        assert!(kept.contains(&"serving/llm/server".to_owned()), "{kept:?}");
+        assert!(kept.contains(&"batch/job-299/main".to_owned()), "{kept:?}");
     }
 }

@@ -24,6 +24,9 @@ const MAX_WORKLOADS: usize = 4096;
 const MAX_EVENTS: usize = 64;
 /// Processes remembered as seen at most (the oldest sighting goes first).
 const MAX_KNOWN: usize = 65_536;
+/// Exits one tenant adds at most a window (a tenant ending thousands of short processes a
+/// window cannot crowd out another tenant's crash).
+const MAX_EXITS_PER_TENANT: usize = 256;
 
 /// Restart bookkeeping of every workload.
 #[derive(Default)]
@@ -35,6 +38,10 @@ pub struct Restarts {
     workloads: HashMap<String, Workload>,
     /// Exits since the last window: (pid, start time, workload, status).
     exited: Vec<(u32, u64, String, Option<i32>)>,
+    /// Exits since the last window by tenant.
+    exited_by_tenant: HashMap<String, usize>,
+    /// Exits not counted since start: their tenant's share of a window was full.
+    pub exits_dropped: u64,
 }
 
 #[derive(Default)]
@@ -72,6 +79,14 @@ pub fn workload_key(id: &Identity, comm: &str) -> String {
         (Some(uid), None) => format!("pod {uid} exe {exe} comm {comm}"),
         (None, _) => format!("workload {}", crate::identity::workload::by_rule(id, comm)),
     }
+}
+
+/// The tenant of a restart key: the pod, else the workload name's tenant.
+fn key_tenant(key: &str) -> &str {
+    if let Some(rest) = key.strip_prefix("pod ") {
+        return rest.split(' ').next().unwrap_or(rest);
+    }
+    crate::identity::workload::tenant_of(key.strip_prefix("workload ").unwrap_or(key))
 }
 
 /// Whether a `wait(2)` status is a crash: a non-zero exit, or death by a signal other than the
@@ -119,9 +134,20 @@ pub fn status_text(status: Option<i32>) -> String {
 impl Restarts {
     /// A process exited with `status` (its workload's key given).
     pub fn exited(&mut self, pid: u32, start: u64, key: String, status: Option<i32>) {
-        if self.exited.len() < MAX_WORKLOADS {
-            self.exited.push((pid, start, key, status));
+        let tenant = key_tenant(&key).to_owned();
+        let n = self.exited_by_tenant.entry(tenant).or_default();
+        if *n >= MAX_EXITS_PER_TENANT || self.exited.len() >= MAX_WORKLOADS {
+            if self.exits_dropped == 0 {
+                log::warn!(
+                    target: "cudatrace::restart",
+                    "restarts: a tenant ended more than {MAX_EXITS_PER_TENANT} processes in one window (or all more than {MAX_WORKLOADS}): the rest of its exits are not counted"
+                );
+            }
+            self.exits_dropped += 1;
+            return;
         }
+        *n += 1;
+        self.exited.push((pid, start, key, status));
     }
 }
 
@@ -135,6 +161,7 @@ impl Detector {
     ) {
         let span = cfg.restart_loop_s as f64;
         let r = &mut self.restarts;
+        r.exited_by_tenant.clear();
         for (pid, start, key, status) in std::mem::take(&mut r.exited) {
             // Jobs that finish, and processes asked to stop, are no restart's cause.
             if !crashed(status) {
@@ -221,15 +248,28 @@ impl Detector {
             }
         }
         if r.workloads.len() > MAX_WORKLOADS {
-            let mut quiet: Vec<(f64, String)> = r
-                .workloads
-                .iter()
-                .filter(|(_, w)| w.record.is_none())
-                .map(|(k, w)| (w.last, k.clone()))
-                .collect();
-            quiet.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for (_, k) in quiet.iter().take(r.workloads.len() - MAX_WORKLOADS) {
-                r.workloads.remove(k);
+            // The quietest of the tenant holding the most goes first, one at a time.
+            let mut by_tenant: HashMap<String, Vec<(f64, String)>> = HashMap::new();
+            for (k, w) in r.workloads.iter().filter(|(_, w)| w.record.is_none()) {
+                by_tenant
+                    .entry(key_tenant(k).to_owned())
+                    .or_default()
+                    .push((w.last, k.clone()));
+            }
+            for list in by_tenant.values_mut() {
+                list.sort_by(|a, b| b.0.total_cmp(&a.0));
+            }
+            for _ in MAX_WORKLOADS..r.workloads.len() {
+                let Some(list) = by_tenant
+                    .values_mut()
+                    .filter(|l| !l.is_empty())
+                    .max_by_key(|l| l.len())
+                else {
+                    break;
+                };
+                if let Some((_, k)) = list.pop() {
+                    r.workloads.remove(&k);
+                }
             }
         }
         let count = cfg.restart_loop_count as usize;

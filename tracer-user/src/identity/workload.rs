@@ -65,6 +65,16 @@ impl Rules {
     }
 }
 
+/// The tenant a workload name belongs to, for the bounds one tenant may not take from others
+/// (baselines kept, exits counted): its first part (`serving` of `serving/llm/server`,
+/// `pod:UID`, `user-1000`, `container:ID12`, a unit), or `host` for `EXE:COMM`.
+pub fn tenant_of(name: &str) -> &str {
+    if name.starts_with('/') {
+        return "host";
+    }
+    name.split('/').next().unwrap_or(name)
+}
+
 /// The user whose delegated systemd tree a cgroup path lies in (`user-1000`), if any.
 fn delegated_user(cgroup: &str) -> Option<&str> {
     let mut parts = cgroup.split('/');
