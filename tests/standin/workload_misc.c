@@ -28,6 +28,33 @@ static void run_die_in_call(void) {
     _exit(0);
 }
 
+/* ---- park ------------------------------------------------------------------------------------- */
+
+static void *parked(void *p) {
+    (void)p;
+    thread_ctx();
+    CHECK(((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))());
+    return NULL;
+}
+
+/* One kernel of GRID blocks, then THREADS threads (64 KiB stacks) each parked in cuCtxSynchronize
+ * until it is done: a tenant holding thousands of threads inside a probed call at once. */
+static void run_park(long threads, unsigned grid) {
+    setup(4096);
+    CUstream s = new_stream();
+    CHECK(((PFN_cuLaunchKernel)sym("cuLaunchKernel", 1))(function, grid, 1, 1, 1, 1, 1, 0, s, kernel_params, NULL));
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    pthread_t *t = calloc((size_t)threads, sizeof(pthread_t));
+    long made = 0;
+    for (long i = 0; i < threads; i++)
+        if (pthread_create(&t[made], &attr, parked, NULL) == 0) made++;
+    for (long i = 0; i < made; i++) pthread_join(t[i], NULL);
+    printf("{\"pid\":%d,\"threads\":%ld}\n", getpid(), made);
+    free(t);
+}
+
 static double headless_seconds;
 
 static void *headless_worker(void *unused) {
@@ -104,6 +131,7 @@ int run_misc(const char *scenario, int argc, char **argv) {
     else if (!strcmp(scenario, "headless") && argc == 1) run_headless(atof(argv[0]));
     else if (!strcmp(scenario, "lookup") && argc == 1) run_lookup(argv[0]);
     else if (!strcmp(scenario, "rename") && argc == 2) run_rename(argv[0], atol(argv[1]));
+    else if (!strcmp(scenario, "park") && argc == 2) run_park(atol(argv[0]), (unsigned)atol(argv[1]));
     else return 0;
     return 1;
 }

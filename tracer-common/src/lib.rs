@@ -121,8 +121,14 @@ unsafe impl aya::Pod for CensusKey {}
 /// Capacity of the census map: (process, symbol) pairs counted at most.
 pub const MAX_CENSUS: u32 = 65_536;
 
-/// Capacity of the per-thread entry-state LRU map (threads inside a driver call at once).
+/// Capacity of the per-thread entry-state map (threads that made a driver call and live). Not
+/// LRU: a slot is never taken from a thread whose call is in flight; a thread's slot goes when
+/// it exits.
 pub const MAX_INFLIGHT: u32 = 16384;
+/// Entry slots (threads) one process holds at most.
+pub const SLOTS_PER_PROCESS: u64 = 2048;
+/// Entry slots the processes of one cgroup hold at most together.
+pub const SLOTS_PER_CGROUP: u64 = 4096;
 /// Default ring-buffer size in bytes (a power of two, multiple of the page size).
 pub const DEFAULT_RINGBUF_BYTES: u32 = 8 << 20;
 

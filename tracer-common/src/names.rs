@@ -57,8 +57,16 @@ pub const MAP_CENSUS: &str = "CENSUS";
 /// The count-only entry program of `cudatrace census`.
 pub const PROG_CENSUS: &str = "cuda_census";
 
+/// Entry slots each process holds, against its share.
+pub const MAP_SLOTS: &str = "SLOTS";
+/// Entry slots each cgroup holds, against its share.
+pub const MAP_SLOTS_CGROUP: &str = "SLOTS_CG";
+/// Calls per process that found no entry slot (the process or its cgroup over its share, or
+/// every slot taken): not timed, and counted against that process.
+pub const MAP_UNSLOTTED: &str = "UNSLOTTED";
+
 /// Every map name.
-pub const MAPS: [&str; 15] = [
+pub const MAPS: [&str; 18] = [
     MAP_EVENTS,
     MAP_ENTRIES,
     MAP_STATS,
@@ -74,6 +82,9 @@ pub const MAPS: [&str; 15] = [
     MAP_OPENERS,
     MAP_PROCS,
     MAP_CENSUS,
+    MAP_SLOTS,
+    MAP_SLOTS_CGROUP,
+    MAP_UNSLOTTED,
 ];
 /// Every program name.
 pub const PROGRAMS: [&str; 9] = [

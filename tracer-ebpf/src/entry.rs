@@ -14,6 +14,7 @@ use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
 use crate::{
     arch::entry_ip,
     maps::{emit_name, enabled, ENTRIES, FILTER},
+    slots,
 };
 
 /// Register argument `n` as a raw 64-bit value (0 when out of range).
@@ -74,7 +75,15 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             (*slot).start_ns = bpf_ktime_get_ns();
         },
         None => {
-            // The thread's first traced call: its name, once (records carry none).
+            // The thread's first traced call (or the first since its share let it have a
+            // slot): a slot if its process and cgroup are under their shares.
+            let pid = (id >> 32) as u32;
+            // SAFETY: bpf_get_current_cgroup_id has no preconditions.
+            let cgroup = unsafe { bpf_get_current_cgroup_id() };
+            if !slots::take(pid, cgroup) {
+                return;
+            }
+            // Its name, once (records carry none).
             emit_name(
                 (id >> 32) as u32,
                 id as u32,
@@ -94,7 +103,11 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             };
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };
-            let _ = ENTRIES.insert(&id, &entry, 0);
+            // BPF_NOEXIST; a full map (every slot a live thread's) refuses it: given back.
+            if ENTRIES.insert(&id, &entry, 1).is_err() {
+                slots::give_back(pid, cgroup);
+                crate::maps::count_for(&crate::maps::UNSLOTTED, pid);
+            }
         }
     }
 }

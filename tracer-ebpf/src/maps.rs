@@ -19,11 +19,24 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RINGBUF_BYTES, 0);
 
 /// Per-thread state of the call in progress, keyed by pid_tgid: a slot per thread, made on its
 /// first call, reused by the next ones (`start_ns` 0 while idle), removed when the thread exits.
-/// LRU so that a flood of threads cannot fill it.
+/// Not LRU: a flood of threads could then evict another process's slot in the middle of its
+/// call. A process holds at most `SLOTS_PER_PROCESS` slots and a cgroup `SLOTS_PER_CGROUP`
+/// (`SLOTS`, `SLOTS_CG`), so that one tenant cannot fill it either.
 #[map]
-// BPF_F_NO_COMMON_LRU: per-CPU LRU lists, so that threads on different CPUs do not contend on
-// one list lock on every call.
-pub static ENTRIES: LruHashMap<u64, Entry> = LruHashMap::with_max_entries(MAX_INFLIGHT, 2);
+pub static ENTRIES: HashMap<u64, Entry> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Slots each process holds (added to atomically).
+#[map]
+pub static SLOTS: HashMap<u32, u64> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Slots each cgroup's processes hold (added to atomically).
+#[map]
+pub static SLOTS_CG: HashMap<u64, u64> = HashMap::with_max_entries(MAX_INFLIGHT, 0);
+
+/// Calls per process that found no slot; as `DROPS`.
+#[map]
+pub static UNSLOTTED: LruPerCpuHashMap<u32, u64> =
+    LruPerCpuHashMap::with_max_entries(MAX_DROPPING, 0);
 
 /// Per-CPU counters, indexed by the `STAT_*` constants of tracer-common.
 #[map]
@@ -159,7 +172,7 @@ pub fn over_rate(pid: u32, now: u64) -> bool {
 
 /// Adds one to `pid`'s count in a per-CPU LRU map.
 #[inline(always)]
-fn count_for(map: &LruPerCpuHashMap<u32, u64>, pid: u32) {
+pub fn count_for(map: &LruPerCpuHashMap<u32, u64>, pid: u32) {
     match map.get_ptr_mut(&pid) {
         // SAFETY: this CPU's slot of the value for `pid`; no other program runs on this CPU
         // meanwhile, and the pointer is not kept past this program.

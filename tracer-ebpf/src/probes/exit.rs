@@ -1,14 +1,20 @@
 //! `sched_process_exit`: drops the entry state of a thread that dies inside a driver call, and
 //! tells user space when a process it tracks exits, so that its tables die with it.
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+        generated::bpf_get_current_cgroup_id,
+    },
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
 use aya_log_ebpf::debug;
 use tracer_common::{EventTag, ExitEvent, CONFIG_EXIT_CODE_OFFSET, EXIT_STATUS_KNOWN};
 
-use crate::maps::{config, dropped, ENTRIES, EVENTS, TRACKED};
+use crate::{
+    maps::{config, dropped, ENTRIES, EVENTS, TRACKED},
+    slots,
+};
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn cuda_exit(ctx: RawTracePointContext) -> u32 {
@@ -19,8 +25,14 @@ pub fn cuda_exit(ctx: RawTracePointContext) -> u32 {
 #[inline(always)]
 fn try_cuda_exit(ctx: &RawTracePointContext) {
     let id = bpf_get_current_pid_tgid();
-    let _ = ENTRIES.remove(&id);
     let (pid, tid) = ((id >> 32) as u32, id as u32);
+    if ENTRIES.remove(&id).is_ok() {
+        // SAFETY: bpf_get_current_cgroup_id has no preconditions.
+        slots::give_back(pid, unsafe { bpf_get_current_cgroup_id() });
+    }
+    if pid == tid {
+        slots::forget(pid);
+    }
     // The leader's exit stands for the process's: reported once, for tracked processes only.
     // SAFETY: the value is only tested for presence, never read through the reference.
     if pid != tid || unsafe { TRACKED.get(&pid) }.is_none() {

@@ -68,6 +68,11 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
             if !enabled() {
                 return;
             }
+            // A thread its share left without a slot: counted against its process at entry.
+            // SAFETY: only tested for presence.
+            if unsafe { crate::maps::UNSLOTTED.get(&((id >> 32) as u32)) }.is_some() {
+                return;
+            }
             bump(STAT_ORPHAN_RETURNS);
             warn!(
                 ctx,

@@ -9,7 +9,7 @@ use tracer_common::{
     launches::{LaunchCell, LaunchKey},
     names::{
         MAP_CELLS, MAP_CONFIG, MAP_DROPS, MAP_ENTRIES, MAP_FILTER, MAP_LAUNCHES, MAP_LIMITED,
-        MAP_STATS, MAP_TRACKED,
+        MAP_STATS, MAP_TRACKED, MAP_UNSLOTTED,
     },
     Entry, Filter, CONFIG_AGGREGATE, CONFIG_CELL_QUOTA, CONFIG_ENABLED, CONFIG_RATE_LIMIT,
     CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED,
@@ -22,6 +22,11 @@ use crate::config::Sampling;
 /// Why records were not written: the ring buffer was full, or the process was over the rate
 /// limit.
 pub const DROP_REASONS: [&str; 2] = ["ring_full", "rate_limit"];
+
+/// Why calls of one process were not recorded: [`DROP_REASONS`], and `no_slot` (the call
+/// found no entry slot: its process or cgroup was over its share of them, or all were taken;
+/// it was not timed).
+pub const PROCESS_DROP_REASONS: [&str; 3] = ["ring_full", "rate_limit", "no_slot"];
 
 /// Records the kernel did not write, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,6 +79,7 @@ pub struct Maps {
     drops: PerCpuHashMap<MapData, u32, u64>,
     /// Records left out per process for the rate limit, per CPU.
     limited: PerCpuHashMap<MapData, u32, u64>,
+    unslotted: PerCpuHashMap<MapData, u32, u64>,
     /// Launches counted in-kernel.
     launches: BpfHashMap<MapData, LaunchKey, LaunchCell>,
     /// Cells of `launches` made per process (the quota's count).
@@ -106,6 +112,7 @@ impl Maps {
             tracked: take(ebpf, MAP_TRACKED)?,
             drops: take(ebpf, MAP_DROPS)?,
             limited: take(ebpf, MAP_LIMITED)?,
+            unslotted: take(ebpf, MAP_UNSLOTTED)?,
             launches_fd: ebpf.map(MAP_LAUNCHES).and_then(|m| match m {
                 aya::maps::Map::HashMap(data) => std::os::fd::AsFd::as_fd(data.fd())
                     .try_clone_to_owned()
@@ -211,10 +218,11 @@ impl Maps {
             .unwrap_or(0)
     }
 
-    /// Records not written per process and reason (index into [`DROP_REASONS`]), the CPUs
-    /// added up; at most `MAX_DROPPING` processes per reason, the least recent forgotten first.
+    /// Records not written per process and reason (index into [`PROCESS_DROP_REASONS`]), the
+    /// CPUs added up; at most `MAX_DROPPING` processes per reason, the least recent forgotten
+    /// first.
     pub fn drops_by_process(&self) -> Vec<ProcessDrops> {
-        [&self.drops, &self.limited]
+        [&self.drops, &self.limited, &self.unslotted]
             .into_iter()
             .enumerate()
             .flat_map(|(reason, map)| {
@@ -222,7 +230,7 @@ impl Maps {
                     .filter_map(Result::ok)
                     .map(move |(pid, per_cpu)| ProcessDrops {
                         pid,
-                        reason: DROP_REASONS[reason],
+                        reason: PROCESS_DROP_REASONS[reason],
                         count: per_cpu.iter().sum(),
                     })
             })

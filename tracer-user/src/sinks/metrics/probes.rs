@@ -85,7 +85,7 @@ impl Collector for ProbesCollector {
         counter(
             &mut enc,
             "cudatrace_events_dropped_by_process",
-            "Records not written, by the process whose calls they were and the reason (ring_full: who filled the ring buffer).",
+            "Records not written, by the process whose calls they were and the reason (ring_full: who filled the ring buffer; no_slot: calls not timed, their process or cgroup over its share of entry slots).",
             &by_process,
         )?;
         let overflows: Vec<(Labels, f64)> = snap
