@@ -4,6 +4,9 @@ use std::{path::PathBuf, process::Command};
 
 use yaml_rust2::{Yaml, YamlLoader};
 
+/// The Prometheus Operator's API group and version (its objects are not validated here).
+pub const OPERATOR_API: &str = "monitoring.coreos.com/v1";
+
 /// The chart's folder.
 pub fn chart_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/cudatrace")
@@ -161,4 +164,54 @@ pub fn run_init_container(
         .output()
         .expect("setpriv (util-linux) is needed");
     (args, caps, out)
+}
+
+/// The kinds of the rendered objects, sorted.
+pub fn kinds(docs: &[Yaml]) -> Vec<&str> {
+    let mut k: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    k.sort_unstable();
+    k
+}
+
+/// kubernetes-validate, strict, on the rendered objects of Kubernetes' own APIs; returns how many.
+pub fn validate(text: &str, name: &str) -> usize {
+    let docs = YamlLoader::load_from_str(text).unwrap();
+    let mut own = String::new();
+    let mut n = 0;
+    for doc in docs
+        .iter()
+        .filter(|d| !d.is_null() && d["apiVersion"].as_str() != Some(OPERATOR_API))
+    {
+        let mut out = String::new();
+        yaml_rust2::YamlEmitter::new(&mut out).dump(doc).unwrap();
+        own.push_str(&out);
+        own.push('\n');
+        n += 1;
+    }
+    let dir = crate::guards::TempDir::new("chart");
+    let file = dir.write(&format!("{name}.yaml"), &own);
+    let out = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--strict"])
+        .arg(&file)
+        .output()
+        .expect("python3 with kubernetes-validate is needed (scripts/setup.sh)");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name}: {said}");
+    assert_eq!(
+        said.matches(" passed for resource ").count(),
+        n,
+        "{name}: every object checked: {said}"
+    );
+    n
+}
+
+/// The container's arguments.
+pub fn args_of(c: &Yaml) -> Vec<&str> {
+    c["args"]
+        .as_vec()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
 }

@@ -4,13 +4,17 @@
 //! service's name and a password, and the monitors scrape with them: cudatrace run with the
 //! rendered web config refuses a scrape without the password (401 over TLS; plain HTTP is not
 //! answered), and a real Prometheus configured as the ServiceMonitor is (CA, server name, user
-//! and password from the scrape Secret) counts every launch.
+//! and password from the scrape Secret) counts every launch. And the door as rendered.
 use std::process::Command;
 
 use base64::Engine as _;
 use integration_tests::{
-    chart, device_file, env, guards::TempDir, http, servers::Prometheus, Cudatrace, Scenario,
-    Workload,
+    chart::{self, args_of, kinds, validate},
+    device_file, env,
+    guards::TempDir,
+    http,
+    servers::Prometheus,
+    Cudatrace, Scenario, Workload,
 };
 use yaml_rust2::Yaml;
 
@@ -102,4 +106,130 @@ fn the_charts_default_metrics_refuse_an_unauthenticated_scrape() {
     assert_eq!(counted, 1000.0);
     assert_eq!(up_anonymous, 0.0);
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
+}
+
+/// The metrics door: served on the pod's IP, TLS and auth by default (the chart's own Secret,
+/// or one named), a readiness probe that holds with both on (TCP), the monitors scraping with
+/// the chart's CA and password, and a NetworkPolicy admitting only the listed peers to the
+/// metrics port by default. Rendered and validated strictly.
+#[test]
+fn the_metrics_door_is_narrow() {
+    let (text, docs) = chart::render(&[]);
+    validate(&text, "door-defaults");
+    let c = chart::container(&docs);
+    let args = args_of(c);
+    let name = chart::object(&docs, "DaemonSet")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--config",
+            "/etc/cudatrace/config.toml",
+            "--listen",
+            "$(POD_IP):9464",
+            "--web-config-file",
+            "/etc/cudatrace/web/web.yml"
+        ]
+    );
+    let (_, monitors) = chart::render(&["serviceMonitor.enabled=true", "podMonitor.enabled=true"]);
+    let scrape = format!("{name}-scrape");
+    for (kind, list) in [
+        ("ServiceMonitor", "endpoints"),
+        ("PodMonitor", "podMetricsEndpoints"),
+    ] {
+        let e = &chart::object(&monitors, kind)["spec"][list][0];
+        assert_eq!(e["scheme"].as_str(), Some("https"), "{kind}");
+        assert_eq!(
+            e["tlsConfig"]["ca"]["secret"]["name"].as_str(),
+            Some(scrape.as_str())
+        );
+        assert!(e["tlsConfig"]["serverName"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{name}.")));
+        assert_eq!(
+            e["basicAuth"]["password"]["name"].as_str(),
+            Some(scrape.as_str())
+        );
+        assert_eq!(e["basicAuth"]["password"]["key"].as_str(), Some("password"));
+    }
+    let policy = chart::object(&docs, "NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["ports"][0]["port"].as_str(),
+        Some("metrics")
+    );
+    // Both off: plain HTTP, no policy, as before.
+    let (_, open) = chart::render(&["webConfig.generate=false", "networkPolicy.enabled=false"]);
+    assert_eq!(
+        args_of(chart::container(&open)),
+        [
+            "run",
+            "--config",
+            "/etc/cudatrace/config.toml",
+            "--listen",
+            "$(POD_IP):9464"
+        ]
+    );
+    assert!(!kinds(&open).contains(&"NetworkPolicy"));
+    assert!(!kinds(&open).contains(&"Secret"));
+    let env = |c: &yaml_rust2::Yaml, name: &str| {
+        c["env"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"].as_str() == Some(name))
+            .cloned()
+    };
+    assert_eq!(
+        env(c, "POD_IP").expect("POD_IP")["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("status.podIP")
+    );
+    assert_eq!(
+        c["readinessProbe"]["tcpSocket"]["port"].as_str(),
+        Some("metrics")
+    );
+    assert!(c["readinessProbe"]["httpGet"].is_badvalue());
+
+    let sets = [
+        "networkPolicy.enabled=true",
+        "webConfig.secretName=cudatrace-web",
+        "listenOnPodIP=false",
+    ];
+    let (text, docs) = chart::render(&sets);
+    let checked = validate(&text, "door-on");
+    let c = chart::container(&docs);
+    let args = args_of(c);
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--config",
+            "/etc/cudatrace/config.toml",
+            "--web-config-file",
+            "/etc/cudatrace/web/web.yml"
+        ]
+    );
+    let pod = &chart::object(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    let secret = pod["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some("web-config"))
+        .expect("the web-config volume");
+    assert_eq!(
+        secret["secret"]["secretName"].as_str(),
+        Some("cudatrace-web")
+    );
+    let policy = chart::object(&docs, "NetworkPolicy");
+    let rule = &policy["spec"]["ingress"][0];
+    assert_eq!(rule["ports"][0]["port"].as_str(), Some("metrics"));
+    assert_eq!(
+        rule["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].as_str(),
+        Some("monitoring")
+    );
+    assert_eq!(policy["spec"]["policyTypes"][0].as_str(), Some("Ingress"));
+    eprintln!("chart: the metrics door: defaults and everything on validated ({checked} objects)");
 }

@@ -3,8 +3,7 @@
 //! and traces another user's process without `--lib`; without any one of them it exits non-zero
 //! naming it; once started it keeps only what it still needs, under no-new-privs. Started as
 //! uid 0, as the DaemonSet starts it, it leaves uid 0 before it reads anything of a tenant.
-//! Probes are uprobe_multi links, which detach at once; the classic fallback still traces
-//! exactly.
+//! Probes are uprobe_multi links, which detach at once (classic.rs: the fallback).
 use std::{
     process::Command,
     time::{Duration, Instant},
@@ -227,48 +226,6 @@ fn attached_once_it_drops_the_rest_and_detaches_at_once() {
     assert_eq!(events, 60 * 3 + 4);
     assert!(stop < Duration::from_secs(1), "stop took {stop:?}");
     assert_eq!(left, 0, "a process was left detaching probes");
-}
-
-/// The classic perf-event path (kernels before 6.6) still traces exactly.
-#[test]
-fn classic_uprobes_still_trace_exactly() {
-    let Some(env) = env() else { return };
-    let lib = env.libcuda();
-    let tracer = Cudatrace::start_with(
-        &env,
-        &["--json", "--lib", lib.to_str().unwrap()],
-        &[("CUDATRACE_ATTACH", "classic")],
-    );
-    let dev = device_file("classic");
-    let report = Workload::new(
-        &env,
-        Scenario::Basic {
-            launches: 500,
-            copies: 50,
-        },
-    )
-    .device(&dev)
-    .run();
-    let traced = tracer.stop();
-    let _ = std::fs::remove_file(&dev);
-    let mine = traced.of_pid(report["pid"].as_u64().unwrap());
-    let count = |apis: &[&str]| {
-        mine.iter()
-            .filter(|e| apis.iter().any(|a| e["api"] == *a))
-            .count()
-    };
-    let launches = count(&["cuLaunchKernel"]);
-    let copies = count(&["cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"]);
-    eprintln!("e2e classic_uprobes_still_trace_exactly: launches in=500 out={launches}, copies in=50 out={copies}");
-    assert_eq!((launches, copies), (500, 50));
-    assert!(
-        traced
-            .stderr
-            .iter()
-            .any(|l| l == "ready: 120 probes attached"),
-        "{:?}",
-        traced.stderr
-    );
 }
 
 /// The image, run by podman as the DaemonSet runs it (host pids, the DaemonSet's capabilities
