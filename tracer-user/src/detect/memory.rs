@@ -178,34 +178,13 @@ impl Memory {
         if self.workloads.len() <= self.max {
             return 0;
         }
-        let mut by_tenant: HashMap<&str, Vec<(f64, Arc<str>)>> = HashMap::new();
-        for (k, r) in &self.workloads {
-            if r.series.iter().all(|s| s.drift.is_none()) {
-                by_tenant
-                    .entry(crate::identity::workload::tenant_of(k))
-                    .or_default()
-                    .push((r.seen, k.clone()));
-            }
-        }
-        // Newest first: the longest unseen is popped from the end.
-        for list in by_tenant.values_mut() {
-            list.sort_by(|a, b| b.0.total_cmp(&a.0));
-        }
         let over = self.workloads.len() - self.max;
-        let mut gone_keys = Vec::new();
-        for _ in 0..over {
-            // The tenant holding the most (held counts every workload, droppable or not).
-            let Some(list) = by_tenant
-                .values_mut()
-                .filter(|l| !l.is_empty())
-                .max_by_key(|l| l.len())
-            else {
-                break;
-            };
-            if let Some((_, k)) = list.pop() {
-                gone_keys.push(k);
-            }
-        }
+        let droppable = self
+            .workloads
+            .iter()
+            .filter(|(_, r)| r.series.iter().all(|s| s.drift.is_none()))
+            .map(|(k, r)| (crate::identity::workload::tenant_of(k), r.seen, k.clone()));
+        let gone_keys = super::fair::longest_unseen_of_largest(droppable, over);
         for k in &gone_keys {
             self.workloads.remove(k);
         }

@@ -14,6 +14,7 @@ pub mod classify;
 pub mod debounce;
 mod drift;
 mod fact;
+mod fair;
 mod harm;
 pub mod history;
 mod host;

@@ -249,27 +249,14 @@ impl Detector {
         }
         if r.workloads.len() > MAX_WORKLOADS {
             // The quietest of the tenant holding the most goes first, one at a time.
-            let mut by_tenant: HashMap<String, Vec<(f64, String)>> = HashMap::new();
-            for (k, w) in r.workloads.iter().filter(|(_, w)| w.record.is_none()) {
-                by_tenant
-                    .entry(key_tenant(k).to_owned())
-                    .or_default()
-                    .push((w.last, k.clone()));
-            }
-            for list in by_tenant.values_mut() {
-                list.sort_by(|a, b| b.0.total_cmp(&a.0));
-            }
-            for _ in MAX_WORKLOADS..r.workloads.len() {
-                let Some(list) = by_tenant
-                    .values_mut()
-                    .filter(|l| !l.is_empty())
-                    .max_by_key(|l| l.len())
-                else {
-                    break;
-                };
-                if let Some((_, k)) = list.pop() {
-                    r.workloads.remove(&k);
-                }
+            let quiet = r
+                .workloads
+                .iter()
+                .filter(|(_, w)| w.record.is_none())
+                .map(|(k, w)| (key_tenant(k).to_owned(), w.last, k.clone()));
+            let over = r.workloads.len() - MAX_WORKLOADS;
+            for k in super::fair::longest_unseen_of_largest(quiet, over) {
+                r.workloads.remove(&k);
             }
         }
         let count = cfg.restart_loop_count as usize;
