@@ -397,7 +397,8 @@ fn idle_connections_do_not_block_a_scrape() {
 }
 
 /// Past `max_libraries` distinct library files, more are refused in one line each and counted;
-/// the daemon answers on.
+/// the daemon answers on. The three processes are three tenants (cgroups), each under its share
+/// of the slots (half of them), so that the cap itself is what refuses.
 #[test]
 fn libraries_past_the_cap_are_refused_and_counted() {
     let Some(env) = env() else { return };
@@ -413,9 +414,13 @@ fn libraries_past_the_cap_are_refused_and_counted() {
         &["--listen", &listen, "--config", config.to_str().unwrap()],
         &[],
     );
-    let _jobs: Vec<_> = libs
+    let tenants: Vec<_> = (0..3)
+        .map(|k| integration_tests::guards::Cgroup::new(&format!("many-libs-{k}")))
+        .collect();
+    let jobs: Vec<_> = libs
         .iter()
-        .map(|lib| {
+        .zip(&tenants)
+        .map(|(lib, tenant)| {
             Workload::new(
                 &env,
                 Scenario::Basic {
@@ -425,6 +430,7 @@ fn libraries_past_the_cap_are_refused_and_counted() {
             )
             .lib(lib)
             .device(&dev)
+            .cgroup(tenant.path())
             .settle_ms(60_000)
             .spawn()
         })
@@ -443,6 +449,9 @@ fn libraries_past_the_cap_are_refused_and_counted() {
         (refused == 1.0).then_some((attached.len(), refused))
     });
     let traced = daemon.stop();
+    for j in jobs {
+        let _ = j.kill();
+    }
     let _ = std::fs::remove_file(&dev);
     let said = traced
         .stderr

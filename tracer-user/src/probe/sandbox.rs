@@ -8,6 +8,20 @@
 //! (a Landlock domain may not inspect processes outside it), which discovery is made of: so it
 //! is not used. Once it runs as that uid, [`check`] proves both: `ptrace` on itself must fail
 //! with EPERM (the kernel would say ESRCH), and opening `/proc/1/mem` for writing must fail.
+
+/// Calls of x86-64 alone that cudatrace never makes.
+#[cfg(target_arch = "x86_64")]
+const ARCH_ONLY: &[(&str, i64)] = &[
+    ("iopl", libc::SYS_iopl),
+    ("ioperm", libc::SYS_ioperm),
+    ("modify_ldt", libc::SYS_modify_ldt),
+    ("uselib", libc::SYS_uselib),
+    ("mknod", libc::SYS_mknod),
+];
+/// aarch64 has none of those calls.
+#[cfg(not(target_arch = "x86_64"))]
+const ARCH_ONLY: &[(&str, i64)] = &[];
+
 /// System calls cudatrace never makes, denied with EPERM (name, number).
 pub fn denied() -> Vec<(&'static str, i64)> {
     let mut calls = vec![
@@ -50,14 +64,7 @@ pub fn denied() -> Vec<(&'static str, i64)> {
         ("mknodat", libc::SYS_mknodat),
         ("vhangup", libc::SYS_vhangup),
     ];
-    #[cfg(target_arch = "x86_64")]
-    calls.extend([
-        ("iopl", libc::SYS_iopl),
-        ("ioperm", libc::SYS_ioperm),
-        ("modify_ldt", libc::SYS_modify_ldt),
-        ("uselib", libc::SYS_uselib),
-        ("mknod", libc::SYS_mknod),
-    ]);
+    calls.extend_from_slice(ARCH_ONLY);
     calls
 }
 
