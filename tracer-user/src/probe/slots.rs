@@ -164,9 +164,14 @@ impl Slots {
         Ok(true)
     }
 
-    /// Whether a held file's holder exited since last asked (each file said once): a pass over
-    /// every process then tells whether anyone still maps it.
+    /// Whether a held file's holder exited since last asked (each file said once), while the
+    /// slots are in demand (half of them held, or a file waiting): a pass over every process
+    /// then tells whether anyone still maps it. Without demand no pass is spent on it (the
+    /// next pass gives the slot back).
     pub fn holder_gone(&mut self) -> bool {
+        if self.holding.len() * 2 < self.max_libraries && self.waiting.is_empty() {
+            return false;
+        }
         let gone: Vec<FileKey> = self
             .holding
             .iter()
@@ -264,7 +269,7 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let mut s = Slots::new(4);
+        let mut s = Slots::new(2);
         assert!(s.admit(&p, &m, Some(&Holder::of(child.id()))).unwrap());
         assert!(!s.holder_gone(), "it lives");
         child.kill().unwrap();
