@@ -67,9 +67,11 @@ impl Rules {
 
 /// The tenant a workload name belongs to, for the bounds one tenant may not take from others
 /// (baselines kept, exits counted): its first part (`serving` of `serving/llm/server`,
-/// `pod:UID`, `user-1000`, `container:ID12`, a unit), or `host` for `EXE:COMM`.
+/// `pod:UID`, `user-1000`, `container:ID12`, a unit), or `host` for `EXE:COMM` and for a
+/// process whose identity could not be read (`?:COMM`: gone before it was read), so that
+/// short processes cannot each be a tenant of one.
 pub fn tenant_of(name: &str) -> &str {
-    if name.starts_with('/') {
+    if name.starts_with('/') || name.starts_with("?:") {
         return "host";
     }
     name.split('/').next().unwrap_or(name)

@@ -284,7 +284,10 @@ impl Probes {
         let Some(i) = self.libraries.iter().position(|l| l.file == key) else {
             return false;
         };
-        super::multi::close_later(links.remove(i));
+        // Closed here, at once, not on the closer's thread: a probe that harmed a process must
+        // be gone before another process can run into it (this waits for the kernel's grace
+        // periods, which is rare: a breaker opens once per library).
+        drop(links.remove(i));
         self.libraries.remove(i);
         true
     }
