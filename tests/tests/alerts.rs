@@ -263,8 +263,10 @@ fn contention_alert_names_both_and_resolves() {
         alerts
             .iter()
             .find(|a| {
+                // Both of the victim's signals may fire; Alertmanager lists them in no set order.
                 a["labels"]["alertname"] == "CudatraceComputeContention"
                     && a["labels"]["pid"] == victim_pid.to_string().as_str()
+                    && a["labels"]["signal"] == "wait_per_launch"
             })
             .cloned()
     };
