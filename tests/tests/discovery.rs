@@ -19,6 +19,16 @@ fn maps_read(listen: &str) -> f64 {
     )
 }
 
+/// The open hook this kernel should get: the open path's kprobe where it has kprobes (a
+/// `kprobe` PMU), else the `sys_enter` tracepoint (this sandbox's kernel: CONFIG_KPROBES off).
+fn expected_hook() -> &'static str {
+    if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+        "kprobe:do_sys_openat2"
+    } else {
+        "raw_tracepoint:sys_enter"
+    }
+}
+
 #[test]
 fn discovery_reads_only_the_maps_of_processes_the_kernel_names() {
     let Some(env) = env() else { return };
@@ -105,8 +115,19 @@ fn discovery_reads_only_the_maps_of_processes_the_kernel_names() {
         mode.as_ref().map(|m| m["mode"].clone())
     );
     assert_eq!(
-        mode.map(|m| m["mode"].clone()),
-        Some("events".into()),
+        mode.as_ref()
+            .map(|m| (m["mode"].clone(), m["hook"].clone())),
+        Some(("events".into(), expected_hook().into())),
+        "{:?}",
+        traced.stderr
+    );
+    // Where the open path's hook attached, nothing says the fallback runs on every system call.
+    assert_eq!(
+        traced
+            .stderr
+            .iter()
+            .any(|l| l.contains("every system call")),
+        expected_hook() != "kprobe:do_sys_openat2",
         "{:?}",
         traced.stderr
     );
@@ -127,17 +148,17 @@ fn discovery_reads_only_the_maps_of_processes_the_kernel_names() {
     assert_eq!(traced.code, Some(0));
 }
 
-#[test]
-fn without_the_kernels_help_discovery_polls_and_says_so_once() {
-    let Some(env) = env() else { return };
+/// Runs the stand-in's basic job (700 launches) beside a daemon started with `vars`; returns its
+/// discovery event, the launches counted and the daemon's stderr.
+fn discovered_with(
+    vars: &[(&str, &str)],
+    tag: &str,
+) -> (Option<serde_json::Value>, Option<f64>, Vec<String>) {
+    let env = env().expect("checked by the caller");
     let listen = format!("127.0.0.1:{}", free_port());
-    let daemon = Cudatrace::start_daemon(
-        &env,
-        &["--listen", &listen],
-        &[("CUDATRACE_OPENS_TRACEPOINT", "no_such_tracepoint")],
-    );
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], vars);
     let mode = daemon.wait_event(std::time::Duration::from_secs(5), "discovery", |_| true);
-    let dev = device_file("polls");
+    let dev = device_file(tag);
     let job = Workload::new(
         &env,
         Scenario::Basic {
@@ -153,23 +174,76 @@ fn without_the_kernels_help_discovery_polls_and_says_so_once() {
         exposition::wait_for_launches(&listen, &pid, 700.0, std::time::Duration::from_secs(10));
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    let said: Vec<&String> = traced
-        .stderr
+    assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
+    (mode, counted, traced.stderr)
+}
+
+#[test]
+fn without_the_open_path_discovery_hooks_system_calls_and_says_so_once() {
+    if env().is_none() {
+        return;
+    }
+    let (mode, counted, stderr) = discovered_with(
+        &[("CUDATRACE_OPENS_FUNCTION", "no_such_function")],
+        "syscalls",
+    );
+    let said: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("every system call"))
+        .collect();
+    eprintln!(
+        "e2e without_the_open_path_discovery_hooks_system_calls_and_says_so_once: {said:?}; launches in=700 counted={counted:?}"
+    );
+    assert_eq!(said.len(), 1, "{stderr:?}");
+    assert!(
+        said[0].starts_with("cudatrace: discovery's open hook runs on every system call of the node (raw_tracepoint:sys_enter), since the kernel's open path cannot be probed (kprobe no_such_function: cannot create a multi link for cuda_opened_path in kernel function no_such_function")
+            && said[0].contains("; no perf-event kprobe on no_such_function either"),
+        "{}",
+        said[0]
+    );
+    assert_eq!(
+        mode.map(|m| (m["mode"].clone(), m["hook"].clone())),
+        Some(("events".into(), "raw_tracepoint:sys_enter".into()))
+    );
+    assert_eq!(counted, Some(700.0), "{stderr:?}");
+}
+
+#[test]
+fn without_the_kernels_help_discovery_polls_and_says_so_once() {
+    if env().is_none() {
+        return;
+    }
+    let (mode, counted, stderr) = discovered_with(
+        &[
+            ("CUDATRACE_OPENS_FUNCTION", "no_such_function"),
+            ("CUDATRACE_OPENS_TRACEPOINT", "no_such_tracepoint"),
+        ],
+        "polls",
+    );
+    let said: Vec<&String> = stderr
         .iter()
         .filter(|l| l.contains("the kernel cannot say which process opens a libcuda"))
         .collect();
     eprintln!(
         "e2e without_the_kernels_help_discovery_polls_and_says_so_once: {said:?}; launches in=700 counted={counted:?}"
     );
-    assert_eq!(said.len(), 1, "{:?}", traced.stderr);
+    assert_eq!(said.len(), 1, "{stderr:?}");
     assert!(
-        said[0].starts_with("cudatrace: the kernel cannot say which process opens a libcuda (cannot attach to the raw tracepoint no_such_tracepoint")
+        said[0].starts_with("cudatrace: the kernel cannot say which process opens a libcuda (kprobe no_such_function: ")
+            && said[0].contains("; cannot attach to the raw tracepoint no_such_tracepoint")
             && said[0].ends_with("discovering by reading every process's maps every 250 ms instead"),
         "{}",
         said[0]
     );
-    assert_eq!(mode.map(|m| m["mode"].clone()), Some("poll".into()));
-    assert_eq!(counted, Some(700.0), "{:?}", traced.stderr);
+    assert!(
+        !stderr.iter().any(|l| l.contains("every system call")),
+        "{stderr:?}"
+    );
+    assert_eq!(
+        mode.map(|m| (m["mode"].clone(), m["hook"].clone())),
+        Some(("poll".into(), "".into()))
+    );
+    assert_eq!(counted, Some(700.0), "{stderr:?}");
 }
 
 /// A tenant opening a file named libcuda.so.1 in a loop for 5 s: the kernel reports it at most

@@ -29,8 +29,11 @@ pub const STAT_RATE_LIMITED: u32 = 2;
 pub const STAT_OPENS_LOST: u32 = 3;
 /// Index of the slot counting `CUDA_ERROR_NOT_READY` answers to polls, filtered in the kernel.
 pub const STAT_POLLS_NOT_READY: u32 = 4;
+/// Index of the slot counting launches added to their `LAUNCHES` cell: while its sum stands
+/// still, no cell changed, and user space does not read the map.
+pub const STAT_COUNTED: u32 = 5;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 5;
+pub const STAT_COUNT: u32 = 6;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;

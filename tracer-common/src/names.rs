@@ -49,6 +49,11 @@ pub const PROG_RENAME: &str = "cuda_rename";
 pub const PROG_OPENED: &str = "cuda_opened";
 /// The raw tracepoint [`PROG_OPENED`] is attached to.
 pub const OPENED_TRACEPOINT: &str = "sys_enter";
+/// The kprobe program of discovery on the kernel's open path (only opens run it).
+pub const PROG_OPENED_PATH: &str = "cuda_opened_path";
+/// The kernel function [`PROG_OPENED_PATH`] probes: every `open`, `openat` and `openat2`, the
+/// user-space path its second argument.
+pub const OPENED_FUNCTION: &str = "do_sys_openat2";
 
 /// The `signal_generate` raw tracepoint program: synchronous faults of probed threads.
 pub const PROG_FAULT: &str = "cuda_fault";
@@ -87,7 +92,7 @@ pub const MAPS: [&str; 18] = [
     MAP_UNSLOTTED,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 9] = [
+pub const PROGRAMS: [&str; 10] = [
     PROG_FAULT,
     PROG_LAUNCH,
     PROG_LAUNCH_EX,
@@ -96,5 +101,6 @@ pub const PROGRAMS: [&str; 9] = [
     PROG_EXIT,
     PROG_RENAME,
     PROG_OPENED,
+    PROG_OPENED_PATH,
     PROG_CENSUS,
 ];

@@ -13,6 +13,7 @@ use tracer_common::{
         OVERFLOW_FUNCTION,
     },
     Entry, CONFIG_CELL_QUOTA, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
+    STAT_COUNTED,
 };
 
 use crate::maps::{config, CELLS, LAUNCHES, PROCS};
@@ -86,6 +87,8 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
         }
         add(core::ptr::addr_of_mut!((*cell).sum_ns), duration_ns);
     }
+    // After the cell: a reader that sees this count sees the cell's adds (or reads again).
+    crate::maps::bump(STAT_COUNTED);
     true
 }
 

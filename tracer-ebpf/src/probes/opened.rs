@@ -1,7 +1,9 @@
-//! `sys_enter` (a raw tracepoint: no tracefs, no BTF, no ftrace needed): an `open`, `openat` or
-//! `openat2` whose path's last component is named like libcuda names its process to discovery
-//! through `OPENS`, which then reads that process's maps and no other's. Every other system
-//! call returns after one comparison of its number.
+//! `sys_enter` (a raw tracepoint: no tracefs, no BTF, no ftrace needed), the fallback open hook
+//! of discovery where the kernel cannot probe its open path (`opened_path`): an `open`, `openat`
+//! or `openat2` whose path's last component is named like libcuda names its process to
+//! discovery through `OPENS`, which then reads that process's maps and no other's. Every other
+//! system call returns after one comparison of its number, but it does run the program: a tax
+//! on every system call of the node.
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user_str_bytes,
@@ -59,6 +61,13 @@ fn try_cuda_opened(ctx: &RawTracePointContext) {
     else {
         return;
     };
+    report_if_libcuda(filename);
+}
+
+/// Names the calling process to discovery when the user-space path at `filename` names a
+/// libcuda (at most once per [`OPEN_REPORT_GAP_NS`] per process). Shared by both open hooks.
+#[inline(always)]
+pub fn report_if_libcuda(filename: u64) {
     let mut path = [0u8; OPEN_PATH_BYTES];
     // SAFETY: a faulting user read is an error, and the open is then not reported.
     let len = match unsafe { bpf_probe_read_user_str_bytes(filename as *const u8, &mut path) } {

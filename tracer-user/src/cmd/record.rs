@@ -89,7 +89,7 @@ enum Tick {
 impl Stages for Recorder {
     type Tick = Tick;
 
-    async fn tick(&mut self) -> Tick {
+    async fn tick(&mut self, _quiet: bool) -> Tick {
         tokio::select! {
             _ = self.nvml_tick.tick(), if self.sampler.up() => Tick::Nvml,
             _ = self.detect_tick.tick() => Tick::Detect,

@@ -84,6 +84,8 @@ struct Daemonized {
     metrics_url: String,
     /// Saves the per-workload memory (`[state] dir`).
     saver: Option<crate::state::Saver>,
+    /// The session traced nothing at the last wait (the timers were off).
+    quiet: bool,
 }
 
 /// What wakes `run` besides the session.
@@ -101,10 +103,17 @@ super::daemon::consume_through_daemon!(Daemonized);
 impl Stages for Daemonized {
     type Tick = Tick;
 
-    async fn tick(&mut self) -> Tick {
+    async fn tick(&mut self, quiet: bool) -> Tick {
+        // Tracing nothing, only a scrape wakes `run` (it samples NVML then); the timers start
+        // a full period after the first process shows.
+        if self.quiet && !quiet {
+            self.nvml_tick.reset();
+            self.detect_tick.reset();
+        }
+        self.quiet = quiet;
         tokio::select! {
-            _ = self.nvml_tick.tick() => Tick::Nvml,
-            _ = self.detect_tick.tick() => Tick::Detect,
+            _ = self.nvml_tick.tick(), if !quiet => Tick::Nvml,
+            _ = self.detect_tick.tick(), if !quiet => Tick::Detect,
             Some(reply) = self.requests.recv() => Tick::Scrape(reply),
         }
     }
@@ -129,6 +138,9 @@ impl Stages for Daemonized {
                 }
             }
             Tick::Scrape(reply) => {
+                if self.quiet && self.sampler.up() {
+                    self.daemon.sample(&mut self.sampler);
+                }
                 name_pods(self.pod_names.as_ref(), &mut session.registry);
                 let _ = reply.send(Arc::new(self.daemon.snapshot(session)));
             }
@@ -253,6 +265,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             started: Instant::now(),
             metrics_url,
             saver,
+            quiet: false,
         })
     })?;
     // Nothing is recorded before `run`: every process is named by the config's rules.

@@ -192,7 +192,7 @@ impl Shown {
 impl Stages for Shown {
     type Tick = Tick;
 
-    async fn tick(&mut self) -> Tick {
+    async fn tick(&mut self, _quiet: bool) -> Tick {
         let up = self.sampler.up();
         tokio::select! {
             _ = self.nvml_tick.tick(), if up => Tick::Nvml,

@@ -32,7 +32,7 @@ impl Consumer for Printer {
 impl Stages for Printer {
     type Tick = ();
 
-    async fn tick(&mut self) {
+    async fn tick(&mut self, _quiet: bool) {
         std::future::pending::<()>().await;
     }
 

@@ -35,8 +35,9 @@ pub trait Stages: Consumer {
     type Tick;
 
     /// Waits for the command's next tick (only its own timers and channels: the session is
-    /// waited on beside it). A command without ticks never returns.
-    fn tick(&mut self) -> impl Future<Output = Self::Tick>;
+    /// waited on beside it). A command without ticks never returns. `quiet`: the session
+    /// traces no process now, and timers with nothing to do should not wake the process.
+    fn tick(&mut self, quiet: bool) -> impl Future<Output = Self::Tick>;
 
     /// Handles a tick; `Some` ends the loop.
     fn on_tick(&mut self, tick: Self::Tick, session: &mut Session) -> Result<Option<Ending>>;
@@ -96,6 +97,7 @@ impl<S: Stages> Pipeline<S> {
     async fn drive(&mut self) -> Result<Ending> {
         let Pipeline { session, stages } = self;
         loop {
+            let quiet = session.quiet();
             tokio::select! {
                 wake = session.wake() => {
                     let flow = session.act(wake?, stages);
@@ -106,7 +108,7 @@ impl<S: Stages> Pipeline<S> {
                         return Ok(ending);
                     }
                 }
-                tick = stages.tick() => {
+                tick = stages.tick(quiet) => {
                     if let Some(ending) = stages.on_tick(tick, session)? {
                         return Ok(ending);
                     }

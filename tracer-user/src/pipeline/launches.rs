@@ -4,7 +4,7 @@
 //! and hands the gains to its consumer.
 use std::time::Instant;
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
 use tracer_common::{
     launches::{latency_bucket, LaunchCell, LaunchKey, OVERFLOW_BUCKET, OVERFLOW_FUNCTION},
     Api,
@@ -17,14 +17,20 @@ use crate::event::LaunchDelta;
 #[derive(Default)]
 pub struct Harvest {
     last: HashMap<LaunchKey, LaunchCell>,
+    /// The kernel's count of launches added to cells when they were last read: while it
+    /// stands still, the map is not walked (a walk visits every bucket, counted or not).
+    counted: Option<u64>,
 }
 
 impl Harvest {
     /// An empty harvest.
     pub fn new() -> Harvest {
-        Harvest {
-            last: HashMap::new(),
-        }
+        Harvest::default()
+    }
+
+    /// Makes the next read walk the cells whatever the kernel's count says (the last read).
+    pub fn reread(&mut self) {
+        self.counted = None;
     }
 
     /// What `cells` (every cell now) gained since the last read, with its pid. A cell read
@@ -104,6 +110,14 @@ impl Session {
         // An error is the consumer's output closing, which the next drain reports.
         let _ = self.read_ring(consumer);
         self.harvested_at = Instant::now();
+        // Read before the cells (the programs add to a cell, then to this count): a launch
+        // counted after it makes the next harvest read again. A process leaving, or the end,
+        // reads the cells whatever it says.
+        let counted = self.probes.maps.launches_counted();
+        if self.harvest.counted == Some(counted) && self.leaving.is_empty() {
+            return;
+        }
+        self.harvest.counted = Some(counted);
         let cells = self.probes.maps.launch_cells();
         if cells.is_empty() {
             return;

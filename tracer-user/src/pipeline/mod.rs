@@ -178,6 +178,15 @@ impl Session {
             .map_or(Drops::default(), |(dropped, _)| dropped)
     }
 
+    /// Whether no process is traced now: none in the registry (running or kept after its
+    /// exit), none leaving, none waiting for its identity. Timers with nothing to do then stop.
+    pub fn quiet(&self) -> bool {
+        self.registry.is_empty()
+            && self.leaving.is_empty()
+            && self.gone.is_empty()
+            && self.headless.is_empty()
+    }
+
     /// Waits for the next thing to do.
     pub async fn wake(&mut self) -> io::Result<Wake> {
         /// What woke the loop below.
@@ -194,13 +203,14 @@ impl Session {
         }
         loop {
             let watching = self.discovery.is_some();
+            let quiet = self.quiet();
             let step = tokio::select! {
                 _ = self.sigint.recv() => Step::Wake(Wake::Stop),
                 _ = self.sigterm.recv() => Step::Wake(Wake::Stop),
                 _ = &mut self.deadline => Step::Wake(Wake::Stop),
                 _ = self.rescan.tick(), if watching => Step::Tick,
                 f = found(&mut self.discovery), if watching => Step::Found(f),
-                _ = self.pace.tick() => Step::Wake(Wake::Drain),
+                _ = self.pace.tick(quiet) => Step::Wake(Wake::Drain),
                 guard = self.ring.readable_mut() => {
                     // Everything is drained right after: readiness that arrives meanwhile wakes again.
                     guard?.clear_ready();
@@ -410,6 +420,7 @@ impl Session {
         if ending != Ending::OutputClosed {
             let _ = self.drain(consumer);
         }
+        self.harvest.reread();
         self.harvest(consumer);
         self.settle_headless();
         self.release_leaving(consumer);

@@ -100,7 +100,16 @@ impl Session {
         // Discovery without polling where the kernel can name the processes that open a libcuda.
         let opens = if watch && !opts.poll_discovery {
             match probes.watch_opens() {
-                Ok(ring) => Some(ring),
+                Ok(opens) => {
+                    if let Some(why) = &opens.fell_back {
+                        log::warn!(
+                            "cudatrace: discovery's open hook runs on every system call of the node \
+                             ({}), since the kernel's open path cannot be probed ({why})",
+                            opens.hook.name()
+                        );
+                    }
+                    Some(opens)
+                }
                 Err(e) => {
                     log::warn!(
                         "cudatrace: the kernel cannot say which process opens a libcuda ({e:#}); \
@@ -123,14 +132,16 @@ impl Session {
             let d = Discovery::start(opens, discovery_stats.clone())
                 .context("cannot start the discovery thread")?;
             let mode = if d.event_driven() { "events" } else { "poll" };
+            let hook = d.hook().map(|h| h.name()).unwrap_or_default();
             log::info!(
                 target: "cudatrace::discovery",
-                mode = mode;
+                mode = mode,
+                hook = hook.as_str();
                 "discovery: {}",
                 if d.event_driven() {
-                    "the kernel names each process that opens a libcuda; only its maps are read"
+                    format!("the kernel names each process that opens a libcuda ({hook}); only its maps are read")
                 } else {
-                    "every process's maps are read at each rescan"
+                    "every process's maps are read at each rescan".to_owned()
                 }
             );
             Some(d)

@@ -2,7 +2,8 @@
 //! wakes the reader only once an eighth of the buffer waits, so that a busy process costs few
 //! wake-ups). Once [`SLEEP_AFTER`] drains in a row found nothing, the programs are told to wake
 //! the reader for every record and the timer slows to [`ASLEEP_PERIOD`]: an idle node costs
-//! one wake-up a second, and the first record after a quiet spell is read at once.
+//! one wake-up a second, and the first record after a quiet spell is read at once. With no
+//! process traced at all, not even that: the timer stops until a record comes.
 use std::time::Duration;
 
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -38,8 +39,12 @@ impl Pace {
         }
     }
 
-    /// Waits for the next drain by the clock.
-    pub(super) async fn tick(&mut self) {
+    /// Waits for the next drain by the clock; asleep with no process traced (`quiet`), never:
+    /// the first record wakes the reader, and nothing else needs the clock.
+    pub(super) async fn tick(&mut self, quiet: bool) {
+        if self.asleep && quiet {
+            std::future::pending::<()>().await;
+        }
         self.poll.tick().await;
     }
 

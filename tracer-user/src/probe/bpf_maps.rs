@@ -12,8 +12,8 @@ use tracer_common::{
         MAP_STATS, MAP_TRACKED, MAP_UNSLOTTED,
     },
     Entry, Filter, CONFIG_AGGREGATE, CONFIG_CELL_QUOTA, CONFIG_ENABLED, CONFIG_RATE_LIMIT,
-    CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_DROPPED,
-    STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_POLLS_NOT_READY, STAT_RATE_LIMITED,
+    CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_COUNTED,
+    STAT_DROPPED, STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_POLLS_NOT_READY, STAT_RATE_LIMITED,
 };
 
 use super::loader::take;
@@ -204,6 +204,12 @@ impl Maps {
     /// Opens of files named like libcuda the kernel could not report (its ring was full).
     pub fn opens_lost(&self) -> u64 {
         self.stat(STAT_OPENS_LOST)
+    }
+
+    /// Launches the kernel added to their cells so far (all CPUs): while it stands still, no
+    /// cell changed.
+    pub fn launches_counted(&self) -> u64 {
+        self.stat(STAT_COUNTED)
     }
 
     /// `CUDA_ERROR_NOT_READY` answers to polls, filtered in the kernel (no record each).

@@ -18,8 +18,8 @@ use aya::{
 };
 use tracer_common::{
     names::{
-        MAP_EVENTS, MAP_OPENS, OPENED_TRACEPOINT, PROG_EXIT, PROG_FAULT, PROG_LAUNCH,
-        PROG_LAUNCH_EX, PROG_OPENED, PROG_REGS, PROG_RENAME, PROG_RETURN,
+        MAP_EVENTS, PROG_EXIT, PROG_FAULT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_OPENED_PATH,
+        PROG_REGS, PROG_RENAME, PROG_RETURN,
     },
     Layout,
 };
@@ -59,7 +59,7 @@ enum Attach {
 /// The loaded programs and their maps; dropping it detaches every probe.
 pub struct Probes {
     /// The loaded object; its programs hold the classic links and the exit tracepoint.
-    ebpf: Ebpf,
+    pub(super) ebpf: Ebpf,
     attach: Attach,
     /// The maps user space reads and writes.
     pub maps: Maps,
@@ -76,6 +76,8 @@ pub struct Probes {
     guard: Guard,
     /// Libraries whose probes harmed a process: never attached again until cleared.
     pub breaker: Breaker,
+    /// Discovery's open-path program, loaded for a kprobe_multi link, or why it was not.
+    pub(super) open_path: Result<std::os::fd::OwnedFd, String>,
 }
 
 pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -147,6 +149,9 @@ pub fn load(
         Some(pid) => UProbeScope::OneProcess(pid),
         None => UProbeScope::AllProcesses,
     };
+    // Loaded while every map is in `ebpf`; attached only if discovery watches the opens.
+    let open_path =
+        super::multi::load_kprobe(EBPF_OBJECT, &ebpf, PROG_OPENED_PATH).map_err(|e| e.to_string());
     let maps = Maps::take(&mut ebpf)?;
     let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
     let log = match log_level {
@@ -167,6 +172,7 @@ pub fn load(
         log,
         guard: Guard::running(false),
         breaker: Breaker::default(),
+        open_path,
     })
 }
 
@@ -404,24 +410,6 @@ impl Probes {
         self.libraries
             .push(LibraryProbes::new(path, resolution, key, sites));
         Ok(self.libraries.last())
-    }
-
-    /// Attaches the open hook of discovery (the `sys_enter` raw tracepoint) and returns the ring
-    /// it writes to; the error says why the kernel cannot. `CUDATRACE_OPENS_TRACEPOINT` names
-    /// another tracepoint (a test names none that exists, to see the fallback).
-    pub fn watch_opens(&mut self) -> Result<RingBuf<MapData>> {
-        let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
-            .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
-        let prog: &mut RawTracePoint = self
-            .ebpf
-            .program_mut(PROG_OPENED)
-            .context("eBPF object lacks program cuda_opened")?
-            .try_into()?;
-        prog.load()
-            .context("the kernel refused eBPF program cuda_opened")?;
-        prog.attach(&tracepoint)
-            .with_context(|| format!("cannot attach to the raw tracepoint {tracepoint}"))?;
-        take(&mut self.ebpf, MAP_OPENS)
     }
 
     /// Prints what the programs logged since the last call.

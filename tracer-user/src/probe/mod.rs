@@ -20,6 +20,7 @@ pub mod kmsg;
 pub mod library;
 pub mod loader;
 pub mod multi;
+pub mod opens;
 pub mod proc_maps;
 pub mod run_as;
 pub mod sandbox;

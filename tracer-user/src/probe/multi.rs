@@ -1,4 +1,4 @@
-//! uprobe_multi links (Linux 6.6+): one BPF link per library and program for all of its
+//! uprobe_multi links (Linux 6.6+), and the one kprobe_multi link of discovery's open hook: one BPF link per library and program for all of its
 //! symbols, with a cookie per symbol. Unlike a classic perf-event uprobe, creating one needs only
 //! CAP_BPF and CAP_PERFMON (no CAP_SYS_ADMIN), and closing it removes every probe of the link at
 //! once, where classic uprobes wait for an RCU grace period each.
@@ -27,6 +27,7 @@ use super::symbols::Resolved;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
+const BPF_TRACE_KPROBE_MULTI: u32 = 42;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
 
@@ -37,7 +38,7 @@ pub enum MultiError {
     #[error("cannot prepare the eBPF programs for uprobe_multi: {0}")]
     Object(String),
     /// The kernel refused to load a program with the uprobe_multi attach type.
-    #[error("the kernel refused program {program} for uprobe_multi ({source})")]
+    #[error("the kernel refused program {program} for a multi link ({source})")]
     Load {
         /// Which program.
         program: &'static str,
@@ -45,7 +46,7 @@ pub enum MultiError {
         source: io::Error,
     },
     /// The kernel refused the link.
-    #[error("cannot create a uprobe_multi link for {program} in {path} ({source})")]
+    #[error("cannot create a multi link for {program} in {path} ({source})")]
     Link {
         /// Which program.
         program: &'static str,
@@ -182,6 +183,15 @@ fn relocated(object: &[u8], ebpf: &Ebpf) -> Result<aya_obj::Object, MultiError> 
 
 /// Loads program `name` of a relocated object with the uprobe_multi attach type.
 fn load_one(obj: &aya_obj::Object, name: &'static str) -> Result<OwnedFd, MultiError> {
+    load_as(obj, name, BPF_TRACE_UPROBE_MULTI)
+}
+
+/// Loads program `name` of a relocated object with the expected attach type `attach_type`.
+fn load_as(
+    obj: &aya_obj::Object,
+    name: &'static str,
+    attach_type: u32,
+) -> Result<OwnedFd, MultiError> {
     let prog = obj
         .programs
         .get(name)
@@ -193,7 +203,7 @@ fn load_one(obj: &aya_obj::Object, name: &'static str) -> Result<OwnedFd, MultiE
         insn_cnt: function.instructions.len() as u32,
         insns: function.instructions.as_ptr() as u64,
         license: license.as_ptr() as u64,
-        expected_attach_type: BPF_TRACE_UPROBE_MULTI,
+        expected_attach_type: attach_type,
         ..Default::default()
     };
     let bytes = name.as_bytes();
@@ -207,6 +217,52 @@ fn load_one(obj: &aya_obj::Object, name: &'static str) -> Result<OwnedFd, MultiE
 /// Loads one program of `object` for uprobe_multi links, relocated against `ebpf`'s maps.
 pub fn load_program(object: &[u8], ebpf: &Ebpf, name: &'static str) -> Result<OwnedFd, MultiError> {
     load_one(&relocated(object, ebpf)?, name)
+}
+
+/// `union bpf_attr` for BPF_LINK_CREATE with its `kprobe_multi` member.
+#[repr(C)]
+#[derive(Default)]
+struct KprobeLinkAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    multi_flags: u32,
+    cnt: u32,
+    syms: u64,
+    addrs: u64,
+    cookies: u64,
+}
+const _: () = assert!(std::mem::offset_of!(KprobeLinkAttr, syms) == 24);
+
+/// Program `name` of `object`, relocated against `ebpf`'s maps (which must all still be in it),
+/// loaded for kprobe_multi links.
+pub fn load_kprobe(object: &[u8], ebpf: &Ebpf, name: &'static str) -> Result<OwnedFd, MultiError> {
+    load_as(&relocated(object, ebpf)?, name, BPF_TRACE_KPROBE_MULTI)
+}
+
+/// A kprobe_multi link of `prog` (named `program` in errors) on the kernel function `function`
+/// (Linux 5.18+ with fprobe; CAP_BPF and CAP_PERFMON).
+pub fn kprobe_link(
+    prog: &OwnedFd,
+    program: &'static str,
+    function: &str,
+) -> Result<OwnedFd, MultiError> {
+    let symbol = CString::new(function)
+        .map_err(|_| MultiError::Object(format!("{function:?} has a NUL byte")))?;
+    let syms = [symbol.as_ptr() as u64];
+    let mut attr = KprobeLinkAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        attach_type: BPF_TRACE_KPROBE_MULTI,
+        cnt: 1,
+        syms: syms.as_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_LINK_CREATE, &mut attr).map_err(|source| MultiError::Link {
+        program,
+        path: format!("kernel function {function}"),
+        source,
+    })
 }
 
 /// One uprobe_multi link of `prog` (named `program` in errors) on `offsets` of the library at

@@ -372,8 +372,7 @@ impl Registry {
         self.by_pid.len()
     }
 
-    /// Whether it holds nothing.
-    #[cfg(test)]
+    /// Whether it holds nothing (no process running, none kept after its exit).
     pub fn is_empty(&self) -> bool {
         self.by_pid.is_empty()
     }

@@ -82,6 +82,10 @@ pub fn run(console: &str, expect: &Expect) -> Vec<(&'static str, Outcome)> {
         ),
         ("dlopen after start discovered", discovered(get("run.err"))),
         (
+            "discovery hooks the open path, not every system call",
+            open_path(get("run.err")),
+        ),
+        (
             "launches counted in the kernel, in /metrics",
             counted(
                 get("metrics.txt"),
@@ -347,6 +351,23 @@ fn discovered(err: Result<&str, String>) -> Outcome {
         Some(line) => Ok(line.to_string()),
         None => Err(format!(
             "no attach of /opt/cuda/libcuda.so.1 after ready; stderr:\n{err}"
+        )),
+    }
+}
+
+/// Debian's kernels have kprobes: discovery's open hook is the open path's kprobe, and nothing
+/// says it fell back to the `sys_enter` tracepoint.
+fn open_path(err: Result<&str, String>) -> Outcome {
+    let err = err?;
+    let said = err.lines().find(|l| l.starts_with("discovery: "));
+    match said {
+        Some(line)
+            if line.contains("(kprobe:do_sys_openat2)") && !err.contains("every system call") =>
+        {
+            Ok(line.to_string())
+        }
+        _ => Err(format!(
+            "discovery did not hook the open path; stderr:\n{err}"
         )),
     }
 }

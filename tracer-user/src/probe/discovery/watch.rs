@@ -8,7 +8,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
 
 use super::{
@@ -35,15 +34,22 @@ pub struct Discovery {
     /// When the pass now running was asked for.
     pending_since: Option<Instant>,
     warned: bool,
+    /// The open hook (its link is held here while discovery runs).
+    hook: Option<super::super::opens::OpenHook>,
+    _link: Option<std::os::fd::OwnedFd>,
 }
 
 impl Discovery {
     /// Starts the thread (its scanner remembers failures between passes): driven by the
     /// kernel's `opens` when given, else polling. `stats` counts what it does.
     pub fn start(
-        opens: Option<RingBuf<MapData>>,
+        opens: Option<super::super::opens::Opens>,
         stats: std::sync::Arc<super::Stats>,
     ) -> std::io::Result<Discovery> {
+        let (opens, hook, link) = match opens {
+            Some(o) => (Some(o.ring), Some(o.hook), o.link),
+            None => (None, None, None),
+        };
         let (requests, incoming) = std_mpsc::channel::<Request>();
         let (out, found) = mpsc::unbounded_channel();
         let events = opens.is_some();
@@ -73,7 +79,14 @@ impl Discovery {
             found,
             pending_since: None,
             warned: false,
+            hook,
+            _link: link,
         })
+    }
+
+    /// The kernel's hook that names the processes to read; none when polling.
+    pub fn hook(&self) -> Option<&super::super::opens::OpenHook> {
+        self.hook.as_ref()
     }
 
     /// Whether the kernel names the processes to read.

@@ -1,0 +1,123 @@
+//! The open hook of discovery: the kernel names each process that opens a file named like
+//! libcuda. First choice, a kprobe_multi link on the kernel's open path (`do_sys_openat2`): only
+//! opens run it. Where the kernel cannot (no fprobe, the function renamed), the `sys_enter` raw
+//! tracepoint, which every system call of the node runs. Where neither attaches, the caller
+//! polls.
+use std::os::fd::OwnedFd;
+
+use anyhow::{Context as _, Result};
+use aya::{
+    maps::{MapData, RingBuf},
+    programs::{KProbe, RawTracePoint},
+};
+use tracer_common::names::{
+    MAP_OPENS, OPENED_FUNCTION, OPENED_TRACEPOINT, PROG_OPENED, PROG_OPENED_PATH,
+};
+
+use super::{
+    loader::{take, Probes},
+    multi,
+};
+
+/// Which hook names the processes that open a libcuda.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpenHook {
+    /// A kprobe on the kernel's open path: other system calls pay nothing.
+    OpenPath(String),
+    /// The `sys_enter` raw tracepoint: every system call of the node runs it.
+    Syscalls(String),
+}
+
+impl OpenHook {
+    /// How the hook is named in logs and metrics: `kprobe:FUNCTION` or `raw_tracepoint:NAME`.
+    pub fn name(&self) -> String {
+        match self {
+            OpenHook::OpenPath(f) => format!("kprobe:{f}"),
+            OpenHook::Syscalls(t) => format!("raw_tracepoint:{t}"),
+        }
+    }
+}
+
+/// The attached open hook and the ring it writes to.
+pub struct Opens {
+    /// Where the hook writes each process that opened a libcuda.
+    pub ring: RingBuf<MapData>,
+    /// Which hook attached.
+    pub hook: OpenHook,
+    /// Why the open-path hook did not attach, when the `sys_enter` one did instead.
+    pub fell_back: Option<String>,
+    /// The kprobe_multi link (the hook stays while it is held); none for the tracepoint, which
+    /// aya's program holds.
+    pub link: Option<OwnedFd>,
+}
+
+impl Probes {
+    /// Attaches the open hook of discovery, the open path's first; the error says why neither
+    /// attaches. `CUDATRACE_OPENS_FUNCTION` and `CUDATRACE_OPENS_TRACEPOINT` name others (a
+    /// test names ones that do not exist, to see each fallback).
+    pub fn watch_opens(&mut self) -> Result<Opens> {
+        let function = std::env::var("CUDATRACE_OPENS_FUNCTION")
+            .unwrap_or_else(|_| OPENED_FUNCTION.to_owned());
+        // A kprobe_multi link (fprobe) first, else a perf-event kprobe (aya's, held by its
+        // program), else the tracepoint.
+        let linked = match &self.open_path {
+            Ok(prog) => {
+                multi::kprobe_link(prog, PROG_OPENED_PATH, &function).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.clone()),
+        };
+        let fell_back = match linked {
+            Ok(link) => {
+                return Ok(Opens {
+                    ring: take(&mut self.ebpf, MAP_OPENS)?,
+                    hook: OpenHook::OpenPath(function),
+                    fell_back: None,
+                    link: Some(link),
+                })
+            }
+            Err(multi) => match self.perf_kprobe(&function) {
+                Ok(()) => {
+                    return Ok(Opens {
+                        ring: take(&mut self.ebpf, MAP_OPENS)?,
+                        hook: OpenHook::OpenPath(function),
+                        fell_back: None,
+                        link: None,
+                    })
+                }
+                Err(perf) => format!("kprobe {function}: {multi}; {perf:#}"),
+            },
+        };
+        let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
+            .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
+        let prog: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(PROG_OPENED)
+            .context("eBPF object lacks program cuda_opened")?
+            .try_into()?;
+        prog.load()
+            .context("the kernel refused eBPF program cuda_opened")?;
+        prog.attach(&tracepoint).with_context(|| {
+            format!("{fell_back}; cannot attach to the raw tracepoint {tracepoint}")
+        })?;
+        Ok(Opens {
+            ring: take(&mut self.ebpf, MAP_OPENS)?,
+            hook: OpenHook::Syscalls(tracepoint),
+            fell_back: Some(fell_back),
+            link: None,
+        })
+    }
+
+    /// The open-path program as a perf-event kprobe on `function` (kernels without fprobe).
+    fn perf_kprobe(&mut self, function: &str) -> Result<()> {
+        let prog: &mut KProbe = self
+            .ebpf
+            .program_mut(PROG_OPENED_PATH)
+            .context("eBPF object lacks program cuda_opened_path")?
+            .try_into()?;
+        prog.load()
+            .context("the kernel refused eBPF program cuda_opened_path")?;
+        prog.attach(function, 0)
+            .with_context(|| format!("no perf-event kprobe on {function} either"))?;
+        Ok(())
+    }
+}
