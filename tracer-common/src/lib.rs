@@ -32,8 +32,11 @@ pub const STAT_POLLS_NOT_READY: u32 = 4;
 /// Index of the slot counting launches added to their `LAUNCHES` cell: while its sum stands
 /// still, no cell changed, and user space does not read the map.
 pub const STAT_COUNTED: u32 = 5;
+/// Index of the slot counting cells made in `LAUNCHES`: while it stands still, user space reads
+/// the cells it knows one by one instead of walking every bucket of the map.
+pub const STAT_CELLS_MADE: u32 = 6;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 6;
+pub const STAT_COUNT: u32 = 7;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;

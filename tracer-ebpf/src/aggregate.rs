@@ -13,7 +13,7 @@ use tracer_common::{
         OVERFLOW_FUNCTION,
     },
     Entry, CONFIG_CELL_QUOTA, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
-    STAT_COUNTED,
+    STAT_CELLS_MADE, STAT_COUNTED,
 };
 
 use crate::maps::{config, CELLS, LAUNCHES, PROCS};
@@ -61,11 +61,13 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
             // Made empty, then added to like any other: a CPU that made it meanwhile wins, and
             // both adds land. Only the CPU that made a cell counts it against the quota (other
             // CPUs racing on new keys can pass the quota by at most one cell each).
-            if LAUNCHES
+            let inserted = LAUNCHES
                 .insert(&key, &LaunchCell::default(), BPF_NOEXIST)
-                .is_ok()
-                && !over
-            {
+                .is_ok();
+            if inserted {
+                crate::maps::bump(STAT_CELLS_MADE);
+            }
+            if inserted && !over {
                 add(made, 1);
             }
             match LAUNCHES.get_ptr_mut(&key) {

@@ -107,6 +107,8 @@ pub struct Session {
     discovery_stats: std::sync::Arc<discovery::Stats>,
     /// Libraries refused and opens the kernel lost when a full pass was last asked for.
     asked_full: (u64, u64),
+    /// Opens were lost and their full pass waits out `LOST_OPENS_PASS_GAP`.
+    full_deferred: bool,
     /// When a full pass was last asked for because the kernel lost opens.
     full_at: Instant,
     /// When the ring buffer is drained (see `pace`).
@@ -203,12 +205,13 @@ impl Session {
         }
         loop {
             let watching = self.discovery.is_some();
+            let clock = self.discovery_clock();
             let quiet = self.quiet();
             let step = tokio::select! {
                 _ = self.sigint.recv() => Step::Wake(Wake::Stop),
                 _ = self.sigterm.recv() => Step::Wake(Wake::Stop),
                 _ = &mut self.deadline => Step::Wake(Wake::Stop),
-                _ = self.rescan.tick(), if watching => Step::Tick,
+                _ = self.rescan.tick(), if clock => Step::Tick,
                 f = found(&mut self.discovery), if watching => Step::Found(f),
                 _ = self.pace.tick(quiet) => Step::Wake(Wake::Drain),
                 guard = self.ring.readable_mut() => {

@@ -200,6 +200,7 @@ impl Session {
             found: discovery::Pass::default(),
             discovery_stats,
             asked_full: (0, 0),
+            full_deferred: false,
             full_at: std::time::Instant::now(),
             pace: Pace::new(opts.ringbuf_bytes / 8),
             read_budget: Some(std::time::Duration::from_millis(100)),

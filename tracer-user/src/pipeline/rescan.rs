@@ -14,6 +14,8 @@ impl Session {
         // when a library waits for a slot: see `rescan`).
         let lost = self.probes.maps.opens_lost();
         let mut full = lost != self.asked_full.1 && self.full_at.elapsed() >= LOST_OPENS_PASS_GAP;
+        // Lost opens that must wait out the gap keep the clock on until their pass is asked.
+        self.full_deferred = lost != self.asked_full.1 && !full;
         if full {
             self.asked_full.1 = lost;
             self.full_at = Instant::now();
@@ -71,6 +73,22 @@ impl Session {
                 d.request(settled, true);
             }
         }
+        // Event-driven, the loop has no clock of its own while discovery is quiet: each pass
+        // (the thread sends one at least every second while opens come) is its tick.
+        if self.discovery.as_ref().is_some_and(|d| d.event_driven()) {
+            self.tick_discovery();
+        }
         changed || self.probes.libraries.len() > before
+    }
+
+    /// Whether discovery needs the rescan clock now: polling always; event-driven, only while
+    /// the slots are in demand (a holder's exit is noticed by the clock) or a full pass for
+    /// lost opens waits out its gap.
+    pub(super) fn discovery_clock(&self) -> bool {
+        match &self.discovery {
+            Some(d) if d.event_driven() => self.probes.slots_in_demand() || self.full_deferred,
+            Some(_) => true,
+            None => false,
+        }
     }
 }

@@ -12,8 +12,9 @@ use tracer_common::{
         MAP_STATS, MAP_TRACKED, MAP_UNSLOTTED,
     },
     Entry, Filter, CONFIG_AGGREGATE, CONFIG_CELL_QUOTA, CONFIG_ENABLED, CONFIG_RATE_LIMIT,
-    CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_COUNTED,
-    STAT_DROPPED, STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_POLLS_NOT_READY, STAT_RATE_LIMITED,
+    CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US, CONFIG_WAKEUP_BYTES, STAT_CELLS_MADE,
+    STAT_COUNTED, STAT_DROPPED, STAT_OPENS_LOST, STAT_ORPHAN_RETURNS, STAT_POLLS_NOT_READY,
+    STAT_RATE_LIMITED,
 };
 
 use super::loader::take;
@@ -210,6 +211,17 @@ impl Maps {
     /// cell changed.
     pub fn launches_counted(&self) -> u64 {
         self.stat(STAT_COUNTED)
+    }
+
+    /// Cells the kernel made in the launch map so far: while it stands still, the keys known
+    /// are all there are.
+    pub fn cells_made(&self) -> u64 {
+        self.stat(STAT_CELLS_MADE)
+    }
+
+    /// One launch cell now (one system call), if it is there.
+    pub fn launch_cell(&self, key: &LaunchKey) -> Option<LaunchCell> {
+        self.launches.get(key, 0).ok()
     }
 
     /// `CUDA_ERROR_NOT_READY` answers to polls, filtered in the kernel (no record each).

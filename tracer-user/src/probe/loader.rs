@@ -247,6 +247,11 @@ impl Probes {
         self.slots.holder_gone()
     }
 
+    /// Whether the slots are in demand (a holder's exit may then free one for a waiting file).
+    pub fn slots_in_demand(&self) -> bool {
+        self.slots.in_demand()
+    }
+
     /// Files attached or refused, not opened again, and `--lib-allow`'s files: what discovery
     /// is told.
     pub fn settled(&self) -> Settled {

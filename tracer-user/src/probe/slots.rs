@@ -98,6 +98,11 @@ impl Slots {
         self.attached.iter().chain(refused).copied().collect()
     }
 
+    /// Whether the slots are in demand: half of them held, or a file waiting for one.
+    pub fn in_demand(&self) -> bool {
+        self.holding.len() * 2 >= self.max_libraries || !self.waiting.is_empty()
+    }
+
     /// Libraries refused for want of a slot.
     pub fn refused(&self) -> u64 {
         self.refused
@@ -169,7 +174,7 @@ impl Slots {
     /// then tells whether anyone still maps it. Without demand no pass is spent on it (the
     /// next pass gives the slot back).
     pub fn holder_gone(&mut self) -> bool {
-        if self.holding.len() * 2 < self.max_libraries && self.waiting.is_empty() {
+        if !self.in_demand() {
             return false;
         }
         let gone: Vec<FileKey> = self

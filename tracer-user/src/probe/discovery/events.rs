@@ -25,6 +25,8 @@ use super::{
 /// Longest sleep of the thread with nothing to do: the kernel's opens and the loop's [`Bell`]
 /// wake it before.
 const IDLE_WAIT: Duration = Duration::from_secs(10);
+/// While opens come, the loop hears from the thread at least this often (an empty pass).
+const HEARD_EVERY: Duration = Duration::from_secs(1);
 
 /// Wakes the discovery thread when the event loop sends it a request (an eventfd), so that the
 /// thread sleeps while nothing happens.
@@ -80,6 +82,10 @@ pub fn run(
     let mut queue = Queue::new(scanner.stats.clone(), Instant::now());
     let mut sweep: Option<Sweep> = None;
     let mut first = true;
+    // When the loop last heard from this thread: while opens come, at least once a
+    // [`HEARD_EVERY`], so that it can look at what the kernel lost (it keeps no timer of its
+    // own while discovery is quiet).
+    let mut told = Instant::now();
     loop {
         let mut full = false;
         loop {
@@ -100,7 +106,9 @@ pub fn run(
             }
         }
         let now = Instant::now();
+        let mut heard = false;
         while let Some(item) = opens.next() {
+            heard = true;
             if item.len() < std::mem::size_of::<OpenEvent>() {
                 continue;
             }
@@ -144,6 +152,12 @@ pub fn run(
         {
             sweep = None;
             passes.push(done);
+        }
+        if passes.is_empty() && heard && told.elapsed() >= HEARD_EVERY {
+            passes.push(Pass::default());
+        }
+        if !passes.is_empty() {
+            told = Instant::now();
         }
         for pass in passes {
             settled.skip.extend(pass.found.iter().map(|p| {
