@@ -1,7 +1,8 @@
 //! Discovery's cost on a crowded node, polling against event-driven, side by side: whole-process
 //! idle CPU of `cudatrace run` (no `--lib`) beside 1, 100 and 1,000 processes of 200 mappings
 //! each; the time from a `dlopen` of a new library file to its `discovered` line in the crowd
-//! of 1,000; and what the `sys_enter` hook adds to every system call of the node.
+//! of 1,000; and what event-driven discovery's hook adds to every system call of the node (the
+//! open path's kprobe: nothing; the `sys_enter` fallback: every call runs it).
 use std::{
     io::{BufRead, BufReader},
     path::Path,
@@ -13,12 +14,14 @@ use std::{
 use anyhow::{bail, Context as _, Result};
 use serde_json::{json, Value};
 
-use super::{cpu_seconds, median, Paths};
+use super::{cpu_seconds, median, switches, Paths};
 
 /// Idle CPU is measured over this long.
 const IDLE: Duration = Duration::from_secs(10);
 /// New library files loaded per mode, for the latency.
 const LOADS: usize = 15;
+/// Interleaved rounds of the system-call cost.
+const SYSCALL_ROUNDS: usize = 5;
 
 /// A `cudatrace run` without `--lib`, its stderr lines kept.
 struct Daemon {
@@ -67,6 +70,21 @@ impl Daemon {
                 .flatten()
         })
     }
+
+    /// The open hook its `discovery` line names (`kprobe:...` or `raw_tracepoint:...`).
+    fn hook(&self) -> String {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|l| {
+                let l = l.strip_prefix(
+                    "discovery: the kernel names each process that opens a libcuda (",
+                )?;
+                Some(l.split_once(')')?.0.to_owned())
+            })
+            .unwrap_or_else(|| "none".into())
+    }
 }
 
 impl Drop for Daemon {
@@ -112,27 +130,33 @@ fn syscall_ns(p: &Paths) -> Result<f64> {
 pub fn measure(p: &Paths, dir: &Path) -> Result<(Value, String)> {
     let modes = ["poll", "events"];
     let mut idle = serde_json::Map::new();
-    let mut md = "\n## Discovery on a crowded node\n\n| processes of 200 mappings | poll: idle CPU ms/s | events: idle CPU ms/s |\n|---|---|---|\n".to_owned();
+    let mut md = "\n## Discovery on a crowded node\n\n| processes of 200 mappings | poll: idle CPU ms/s | events: idle CPU ms/s | events: wake-ups/s |\n|---|---|---|---|\n".to_owned();
     let mut latency = serde_json::Map::new();
     for n in [1usize, 100, 1000] {
         eprintln!("bench: discovery, idle beside {n} crowded processes, poll then events");
         let kids = crowd(p, n)?;
-        let mut row = Vec::new();
+        let (mut row, mut wakes) = (Vec::new(), 0.0);
         for mode in modes {
             let d = Daemon::start(p, mode)?;
             std::thread::sleep(Duration::from_secs(2));
-            let (c0, t0) = (cpu_seconds(d.child.id())?, Instant::now());
+            let (c0, w0, t0) = (
+                cpu_seconds(d.child.id())?,
+                switches(d.child.id())?,
+                Instant::now(),
+            );
             std::thread::sleep(IDLE);
-            let ms_per_s = (cpu_seconds(d.child.id())? - c0) * 1e3 / t0.elapsed().as_secs_f64();
+            let secs = t0.elapsed().as_secs_f64();
+            let ms_per_s = (cpu_seconds(d.child.id())? - c0) * 1e3 / secs;
+            wakes = (switches(d.child.id())? - w0) as f64 / secs;
             row.push(ms_per_s);
             if n == 1000 {
                 latency.insert(mode.into(), json!(dlopen_ms(p, &d, dir)?));
             }
         }
-        md += &format!("| {n} | {:.1} | {:.1} |\n", row[0], row[1]);
+        md += &format!("| {n} | {:.2} | {:.2} | {wakes:.2} |\n", row[0], row[1]);
         idle.insert(
             n.to_string(),
-            json!({"poll_ms_per_s": row[0], "events_ms_per_s": row[1]}),
+            json!({"poll_ms_per_s": row[0], "events_ms_per_s": row[1], "events_wakeups_per_s": wakes}),
         );
         end(kids);
     }
@@ -145,21 +169,31 @@ pub fn measure(p: &Paths, dir: &Path) -> Result<(Value, String)> {
             l.last().copied().unwrap_or(f64::NAN)
         );
     }
-    eprintln!("bench: discovery, ns per system call without cudatrace, with events, with poll");
-    let bare = syscall_ns(p)?;
-    let with_events = {
-        let _d = Daemon::start(p, "events")?;
-        syscall_ns(p)?
-    };
-    let with_poll = {
+    eprintln!(
+        "bench: discovery, ns per system call: {SYSCALL_ROUNDS} interleaved rounds without cudatrace, with event-driven discovery, beside polling"
+    );
+    let (mut bare, mut with_events, mut with_poll) = (Vec::new(), Vec::new(), Vec::new());
+    let mut hook = String::new();
+    for _ in 0..SYSCALL_ROUNDS {
+        bare.push(syscall_ns(p)?);
+        let d = Daemon::start(p, "events")?;
+        with_events.push(syscall_ns(p)?);
+        hook = d.hook();
+        drop(d);
         let _d = Daemon::start(p, "poll")?;
-        syscall_ns(p)?
-    };
+        with_poll.push(syscall_ns(p)?);
+    }
+    let (bare, with_events, with_poll) = (
+        median(&mut bare),
+        median(&mut with_events),
+        median(&mut with_poll),
+    );
     md += &format!(
-        "\n\nA getppid() system call, 5 million in a row: {bare:.0} ns untraced, {with_events:.0} ns with event-driven discovery's `sys_enter` hook, {with_poll:.0} ns beside polling discovery.\n"
+        "\n\nA getppid() system call, 5 million in a row, medians of {SYSCALL_ROUNDS} interleaved rounds: {bare:.0} ns untraced, {with_events:.0} ns ({:+.1}%) with event-driven discovery (its hook: `{hook}`), {with_poll:.0} ns beside polling discovery.\n",
+        (with_events / bare - 1.0) * 100.0
     );
     let v = json!({"idle_cpu": idle, "dlopen_to_discovered_ms": latency,
-                   "syscall_ns": {"untraced": bare, "events": with_events, "poll": with_poll}});
+                   "syscall_ns": {"untraced": bare, "events": with_events, "poll": with_poll, "events_hook": hook}});
     Ok((v, md))
 }
 

@@ -150,17 +150,39 @@ fn workload(p: &Paths, args: &[&str]) -> Result<Value> {
     )?)
 }
 
-/// User plus system CPU seconds of a process, from /proc/PID/stat.
+/// CPU seconds of a process so far, every thread's time on a CPU added up (the scheduler's
+/// nanoseconds, /proc/PID/task/*/schedstat: /proc/PID/stat's clock ticks are 10 ms each, too
+/// coarse for an idle daemon).
 fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat[stat.rfind(')').context("stat")? + 2..]
-        .split_whitespace()
-        .collect();
-    // utime and stime are fields 14 and 15: indexes 11 and 12 after the state field.
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok(ticks as f64 / hz)
+    Ok(threads_sum(pid, "schedstat", |s| {
+        s.split_whitespace().next()?.parse().ok()
+    })? as f64
+        / 1e9)
+}
+
+/// Context switches of every thread of a process so far (each wake-up of a sleeping thread
+/// is one).
+fn switches(pid: u32) -> Result<u64> {
+    threads_sum(pid, "status", |s| {
+        Some(
+            s.lines()
+                .filter(|l| l.contains("voluntary_ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum(),
+        )
+    })
+}
+
+/// `read` of /proc/PID/task/TID/`file`, added up over the threads.
+fn threads_sum(pid: u32, file: &str, read: impl Fn(&str) -> Option<u64>) -> Result<u64> {
+    let mut sum = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+        // A thread that ended meanwhile counts for nothing.
+        if let Ok(text) = std::fs::read_to_string(task.path().join(file)) {
+            sum += read(&text).unwrap_or(0);
+        }
+    }
+    Ok(sum)
 }
 
 fn rss_bytes(pid: u32) -> Result<u64> {

@@ -39,9 +39,13 @@ show trace.jsonl trace.jsonl
 
 # 2. run: a library outside the loader's folders, found when the workload dlopens it after
 # cudatrace started; launches counted in the kernel, read from /metrics.
+# getppid() timed untraced, beside the daemon (its open hook) and untraced again: what its
+# discovery hook costs other system calls (under emulation: a ratio, not a time).
+cuda-workload syscalls 200000 > sys-bare.json
 cudatrace run --listen 127.0.0.1:9464 > run.out 2> run.err &
 daemon=$!
 ready run.err
+cuda-workload syscalls 200000 > sys-hooked.json
 cuda-workload --lib /opt/cuda/libcuda.so.1 --settle 3000 basic "$RUN_LAUNCHES" 0 > run.json
 pid=$(sed -n 's/^{"pid":\([0-9]*\).*/\1/p' run.json)
 # Until this pid's cuLaunchKernel count reaches RUN_LAUNCHES (at most 60 s): the host checks
@@ -63,6 +67,9 @@ show run.json run.json
 show metrics.txt metrics.txt
 show run.rc run.rc
 show run.err run.err
+cuda-workload syscalls 200000 > sys-after.json
+cat sys-bare.json sys-hooked.json sys-after.json > syscalls.txt
+show syscalls syscalls.txt
 show bpf-during bpf-during.txt
 show bpf-after bpf-after.txt
 
