@@ -49,25 +49,28 @@ impl Harvest {
     /// Every cell now: the known ones one by one while no cell was made since the last walk
     /// (read before the walk: a cell made during it makes the next read walk again), else a
     /// walk of the map.
+    ///
+    /// Also says whether that was every cell: `false` when new cells wait for a later walk.
     fn cells(
         &mut self,
         maps: &crate::probe::bpf_maps::Maps,
         leaving: bool,
-    ) -> Vec<(LaunchKey, LaunchCell)> {
+    ) -> (Vec<(LaunchKey, LaunchCell)>, bool) {
         let made = maps.cells_made();
-        let known = match self.made {
-            Some((m, at)) => m == made || (!leaving && at.elapsed() < WALK_GAP),
-            None => false,
+        let (all_known, may_wait) = match self.made {
+            Some((m, at)) => (m == made, !leaving && at.elapsed() < WALK_GAP),
+            None => (false, false),
         };
-        if known && self.last.len() <= READ_ONE_BY_ONE {
-            return self
+        if (all_known || may_wait) && self.last.len() <= READ_ONE_BY_ONE {
+            let cells = self
                 .last
                 .keys()
                 .filter_map(|k| Some((*k, maps.launch_cell(k)?)))
                 .collect();
+            return (cells, all_known);
         }
         self.made = Some((made, Instant::now()));
-        maps.launch_cells()
+        (maps.launch_cells(), true)
     }
 
     /// What `cells` (every cell now) gained since the last read, with its pid. A cell read
@@ -154,10 +157,11 @@ impl Session {
         if self.harvest.counted == Some(counted) && self.leaving.is_empty() {
             return;
         }
-        self.harvest.counted = Some(counted);
-        let cells = self
+        let (cells, complete) = self
             .harvest
             .cells(&self.probes.maps, !self.leaving.is_empty());
+        // A read that left new cells for a later walk must not let the count say all was read.
+        self.harvest.counted = complete.then_some(counted);
         if cells.is_empty() {
             return;
         }
