@@ -20,15 +20,10 @@ pub struct Harvest {
     /// The kernel's count of launches added to cells when they were last read: while it
     /// stands still, the map is not walked (a walk visits every bucket, counted or not).
     counted: Option<u64>,
-    /// The kernel's count of cells made when the map was last walked, and when: while it
-    /// stands still, the keys in `last` are every cell, and they are read one by one.
-    made: Option<(u64, Instant)>,
+    /// The kernel's count of cells made when the map was last walked: while it stands still,
+    /// the keys in `last` are every cell, and they are read one by one.
+    made: Option<u64>,
 }
-
-/// New cells are looked for (the map walked) at most this often, unless a process leaves or
-/// the run ends: a cell made meanwhile is read, whole (its counts are cumulative), at the next
-/// walk. A new kernel or latency bucket otherwise cost a walk at every read.
-const WALK_GAP: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Up to this many known cells are read one by one (a system call each, under a microsecond)
 /// rather than by walking the map's 131,072 buckets (about 4 ms here).
@@ -48,29 +43,20 @@ impl Harvest {
 
     /// Every cell now: the known ones one by one while no cell was made since the last walk
     /// (read before the walk: a cell made during it makes the next read walk again), else a
-    /// walk of the map.
-    ///
-    /// Also says whether that was every cell: `false` when new cells wait for a later walk.
-    fn cells(
-        &mut self,
-        maps: &crate::probe::bpf_maps::Maps,
-        leaving: bool,
-    ) -> (Vec<(LaunchKey, LaunchCell)>, bool) {
+    /// walk of the map. Always every cell: a detection window must see a new aggressor's
+    /// first launches (a walk deferred by 2 s, tried first, left a trainer unseen by the
+    /// window that fired, and the verdict unexplained).
+    fn cells(&mut self, maps: &crate::probe::bpf_maps::Maps) -> Vec<(LaunchKey, LaunchCell)> {
         let made = maps.cells_made();
-        let (all_known, may_wait) = match self.made {
-            Some((m, at)) => (m == made, !leaving && at.elapsed() < WALK_GAP),
-            None => (false, false),
-        };
-        if (all_known || may_wait) && self.last.len() <= READ_ONE_BY_ONE {
-            let cells = self
+        if self.made == Some(made) && self.last.len() <= READ_ONE_BY_ONE {
+            return self
                 .last
                 .keys()
                 .filter_map(|k| Some((*k, maps.launch_cell(k)?)))
                 .collect();
-            return (cells, all_known);
         }
-        self.made = Some((made, Instant::now()));
-        (maps.launch_cells(), true)
+        self.made = Some(made);
+        maps.launch_cells()
     }
 
     /// What `cells` (every cell now) gained since the last read, with its pid. A cell read
@@ -157,11 +143,8 @@ impl Session {
         if self.harvest.counted == Some(counted) && self.leaving.is_empty() {
             return;
         }
-        let (cells, complete) = self
-            .harvest
-            .cells(&self.probes.maps, !self.leaving.is_empty());
-        // A read that left new cells for a later walk must not let the count say all was read.
-        self.harvest.counted = complete.then_some(counted);
+        self.harvest.counted = Some(counted);
+        let cells = self.harvest.cells(&self.probes.maps);
         if cells.is_empty() {
             return;
         }
