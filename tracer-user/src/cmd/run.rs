@@ -104,15 +104,16 @@ impl Stages for Daemonized {
     type Tick = Tick;
 
     async fn tick(&mut self, quiet: bool) -> Tick {
-        // Tracing nothing, only a scrape wakes `run` (it samples NVML then); the timers start
-        // a full period after the first process shows.
+        // Tracing nothing, only a scrape (or NVML's sample, where it is up) wakes `run`; the
+        // detection window starts a full period after the first process shows.
         if self.quiet && !quiet {
-            self.nvml_tick.reset();
             self.detect_tick.reset();
         }
         self.quiet = quiet;
         tokio::select! {
-            _ = self.nvml_tick.tick(), if !quiet => Tick::Nvml,
+            // NVML where it is up (a GPU node): a first call's span and the GPU metrics need a
+            // sample taken before it; without NVML, nothing to sample while nothing is traced.
+            _ = self.nvml_tick.tick(), if !quiet || self.sampler.up() => Tick::Nvml,
             _ = self.detect_tick.tick(), if !quiet => Tick::Detect,
             Some(reply) = self.requests.recv() => Tick::Scrape(reply),
         }
@@ -138,9 +139,6 @@ impl Stages for Daemonized {
                 }
             }
             Tick::Scrape(reply) => {
-                if self.quiet && self.sampler.up() {
-                    self.daemon.sample(&mut self.sampler);
-                }
                 name_pods(self.pod_names.as_ref(), &mut session.registry);
                 let _ = reply.send(Arc::new(self.daemon.snapshot(session)));
             }

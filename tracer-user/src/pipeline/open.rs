@@ -100,16 +100,7 @@ impl Session {
         // Discovery without polling where the kernel can name the processes that open a libcuda.
         let opens = if watch && !opts.poll_discovery {
             match probes.watch_opens() {
-                Ok(opens) => {
-                    if let Some(why) = &opens.fell_back {
-                        log::warn!(
-                            "cudatrace: discovery's open hook runs on every system call of the node \
-                             ({}), since the kernel's open path cannot be probed ({why})",
-                            opens.hook.name()
-                        );
-                    }
-                    Some(opens)
-                }
+                Ok(opens) => Some(opens),
                 Err(e) => {
                     log::warn!(
                         "cudatrace: the kernel cannot say which process opens a libcuda ({e:#}); \
@@ -126,6 +117,16 @@ impl Session {
         // libraries, a pod list).
         if let Some(to) = opts.run_as {
             run_as::switch(to)?;
+        }
+        // Said once running as its own uid: a run that cannot switch says that one line only.
+        if let Some((why, hook)) = opens
+            .as_ref()
+            .and_then(|o| Some((o.fell_back.as_ref()?, o.hook.name())))
+        {
+            log::warn!(
+                "cudatrace: discovery's open hook runs on every system call of the node ({hook}), \
+                 since the kernel's open path cannot be probed ({why})"
+            );
         }
         let discovery_stats = std::sync::Arc::new(discovery::Stats::default());
         let mut discovery = if watch {
