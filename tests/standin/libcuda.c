@@ -40,7 +40,7 @@
 /* ---- configuration and clock ---------------------------------------------------------------- */
 
 static uint64_t cfg_call_ns = 1000, cfg_ns_per_block = 100, cfg_graph_ns = 10000, cfg_bytes_per_us = 10000;
-static uint64_t cfg_outlier_ppm, cfg_memory_bytes;
+static uint64_t cfg_outlier_ppm, cfg_outlier_every, cfg_memory_bytes;
 
 struct device {
     uint64_t compute_busy_until; /* CLOCK_MONOTONIC ns when queued kernels finish */
@@ -83,6 +83,7 @@ static void init_once(void) {
     cfg_graph_ns = env_u64("CUDA_STANDIN_GRAPH_NS", cfg_graph_ns);
     cfg_bytes_per_us = env_u64("CUDA_STANDIN_COPY_BYTES_PER_US", cfg_bytes_per_us);
     cfg_outlier_ppm = env_u64("CUDA_STANDIN_OUTLIER_PPM", 0);
+    cfg_outlier_every = env_u64("CUDA_STANDIN_OUTLIER_EVERY", 0);
     cfg_memory_bytes = env_u64("CUDA_STANDIN_MEMORY_BYTES", 0);
     cfg_fresh_handles = env_u64("CUDA_STANDIN_FRESH_HANDLES", 0);
     if (cfg_bytes_per_us == 0) cfg_bytes_per_us = 1;
@@ -100,9 +101,11 @@ static void init_once(void) {
 
 static void init(void) { pthread_once(&once, init_once); }
 
-/* 10 for a random CUDA_STANDIN_OUTLIER_PPM share of calls, else 1 (xorshift per thread). */
+/* 10 for every CUDA_STANDIN_OUTLIER_EVERY-th call of a thread (a periodic workload), or for a
+ * random CUDA_STANDIN_OUTLIER_PPM share of calls (xorshift per thread); else 1. */
 static uint64_t outlier_factor(void) {
-    static __thread uint64_t x;
+    static __thread uint64_t x, calls;
+    if (cfg_outlier_every) return ++calls % cfg_outlier_every == 0 ? 10 : 1;
     if (!cfg_outlier_ppm) return 1;
     if (!x) x = now_ns() ^ ((uint64_t)pthread_self() << 1) ^ 0x9E3779B97F4A7C15ull;
     x ^= x << 13;

@@ -28,12 +28,17 @@ pub struct Entry {
     pub entry_ip: u64,
     /// `bpf_ktime_get_ns` at the return of the thread's last call (0: none returned yet).
     pub ended_ns: u64,
+    /// 1 when a uprobe session's entry asked for this call's return (it is sampled, may open a
+    /// stream batch, or could not be counted at entry): the return counts and writes it without
+    /// sampling it again. 0 for every other call.
+    pub session: u64,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<Entry>() == 112 && offset_of!(Entry, last_stream) == 64);
+    assert!(size_of::<Entry>() == 120 && offset_of!(Entry, last_stream) == 64);
     assert!(offset_of!(Entry, entry_ip) == 96 && offset_of!(Entry, ended_ns) == 104);
+    assert!(offset_of!(Entry, session) == 112);
     assert!(offset_of!(Entry, polls) == 80 && offset_of!(Entry, last_launch_ns) == 88);
     assert!(offset_of!(Entry, cookie) == 8 && offset_of!(Entry, args) == 16);
 };

@@ -157,6 +157,11 @@ pub const POLLS_SHIFT: u32 = 8;
 /// far below it; such a cell does not count against the quota (a process has at most one per
 /// launch entry point).
 pub const OVERFLOW_BUCKET: u16 = u16::MAX;
+/// `LaunchKey::bucket` of the launches a uprobe session's entry counted without asking for
+/// their return: their count and threads are exact, their durations and results unknown (user
+/// space spreads them over the sampled launches' buckets of the same kernel). Counts against
+/// the quota like a bucket.
+pub const UNTIMED_BUCKET: u16 = u16::MAX - 1;
 /// `LaunchKey::function` of an overflow cell.
 pub const OVERFLOW_FUNCTION: u64 = u64::MAX;
 /// Default quota of `LAUNCHES` cells per process: eight processes at their quota fill the map.

@@ -39,8 +39,14 @@ pub const PROG_LAUNCH: &str = "cuda_launch";
 pub const PROG_LAUNCH_EX: &str = "cuda_launch_ex";
 /// Entry program for calls whose arguments all sit in registers.
 pub const PROG_REGS: &str = "cuda_regs";
-/// The return program, on every probed symbol.
+/// The return program, on every probed symbol (on the ones a session program covers, only where
+/// uprobe sessions are not available).
 pub const PROG_RETURN: &str = "cuda_ret";
+/// The uprobe-session program of `cuLaunchKernel`-shaped calls: entry and, when the entry asks
+/// for it, return (Linux 6.13+).
+pub const PROG_SESSION: &str = "cuda_session";
+/// The uprobe-session program of `cuLaunchKernelEx`.
+pub const PROG_SESSION_EX: &str = "cuda_session_ex";
 /// The `sched_process_exit` raw tracepoint program.
 pub const PROG_EXIT: &str = "cuda_exit";
 /// The `task_rename` raw tracepoint program.
@@ -92,12 +98,14 @@ pub const MAPS: [&str; 18] = [
     MAP_UNSLOTTED,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 10] = [
+pub const PROGRAMS: [&str; 12] = [
     PROG_FAULT,
     PROG_LAUNCH,
     PROG_LAUNCH_EX,
     PROG_REGS,
     PROG_RETURN,
+    PROG_SESSION,
+    PROG_SESSION_EX,
     PROG_EXIT,
     PROG_RENAME,
     PROG_OPENED,

@@ -10,11 +10,13 @@ use tracer_common::{
     api::{COOKIE_API_MASK, COOKIE_PER_THREAD},
     launches::{
         latency_bucket, threads, LaunchCell, LaunchKey, ProcWindow, OVERFLOW_BUCKET,
-        OVERFLOW_FUNCTION,
+        OVERFLOW_FUNCTION, UNTIMED_BUCKET,
     },
     Entry, CONFIG_CELL_QUOTA, CONFIG_SAMPLE_EVERY, CONFIG_SAMPLE_FIRST, CONFIG_SLOW_US,
     STAT_CELLS_MADE, STAT_COUNTED,
 };
+
+use aya_ebpf::helpers::generated::bpf_get_prandom_u32;
 
 use crate::maps::{config, CELLS, LAUNCHES, PROCS};
 
@@ -105,10 +107,58 @@ fn made_cells(pid: u32) -> Option<*mut u64> {
     CELLS.get_ptr_mut(&pid)
 }
 
+/// Counts at entry a launch whose return a uprobe session skips, in its process's
+/// `UNTIMED_BUCKET` cell of the kernel: its count and threads, no duration. `false` when that
+/// cell is missing and cannot be made (the map full, or the process at its quota of cells): the
+/// caller then asks for the return, which counts the launch as without sessions.
+#[inline(always)]
+pub fn count_untimed(pid: u32, entry: &Entry) -> bool {
+    let key = LaunchKey {
+        pid,
+        api: (entry.cookie & COOKIE_API_MASK) as u16,
+        bucket: UNTIMED_BUCKET,
+        function: entry.args[0],
+    };
+    let cell = match LAUNCHES.get_ptr_mut(&key) {
+        Some(c) => c,
+        None => {
+            let Some(made) = made_cells(pid) else {
+                return false;
+            };
+            let quota = u64::from(config(CONFIG_CELL_QUOTA));
+            // SAFETY: `made` points into a CELLS value, valid while this program runs.
+            if quota != 0 && unsafe { *made } >= quota {
+                return false;
+            }
+            if LAUNCHES
+                .insert(&key, &LaunchCell::default(), BPF_NOEXIST)
+                .is_ok()
+            {
+                crate::maps::bump(STAT_CELLS_MADE);
+                add(made, 1);
+            }
+            match LAUNCHES.get_ptr_mut(&key) {
+                Some(c) => c,
+                None => return false,
+            }
+        }
+    };
+    // SAFETY: as in `count`.
+    unsafe {
+        add(core::ptr::addr_of_mut!((*cell).count), 1);
+        add(
+            core::ptr::addr_of_mut!((*cell).threads),
+            threads(&entry.args),
+        );
+    }
+    crate::maps::bump(STAT_COUNTED);
+    true
+}
+
 /// The stream a launch goes to, as the GPU-time estimate tells them apart for one thread
 /// (stream 0 is `CU_STREAM_PER_THREAD` for the `_ptsz` entry points, else `CU_STREAM_LEGACY`).
 #[inline(always)]
-fn stream_of(cookie: u64, stream: u64) -> u64 {
+pub fn stream_of(cookie: u64, stream: u64) -> u64 {
     match stream {
         0 if cookie & COOKIE_PER_THREAD != 0 => STREAM_PER_THREAD,
         0 => STREAM_LEGACY,
@@ -147,9 +197,37 @@ pub fn wanted(
     sampled || (slow_us != 0 && duration_ns >= u64::from(slow_us) * 1_000)
 }
 
-/// Counts a launch in its process's one-second window: (whether it is sampled, the epoch).
+/// Brings a thread's last-launch fields up to date after a launch a session's entry already
+/// chose to write (see [`wanted`]).
 #[inline(always)]
-fn sample(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (bool, u64) {
+pub fn note_stream(window: Option<*mut ProcWindow>, slot: *mut Entry, entry: &Entry) {
+    // SAFETY: a plain read of a map value that stays valid while this program runs.
+    let epoch = window.map_or(entry.last_epoch, |w| unsafe { (*w).epoch });
+    // SAFETY: the thread's own slot (see `entry::save`), valid while this program runs.
+    unsafe {
+        (*slot).last_stream = stream_of(entry.cookie, entry.args[5]);
+        (*slot).last_epoch = epoch;
+    }
+}
+
+/// Counts a launch in its process's one-second window at a session's entry: (whether it is
+/// sampled, the epoch). The first `CONFIG_SAMPLE_FIRST` of each second are; past those, each
+/// is with probability one in `CONFIG_SAMPLE_EVERY`, drawn at random (every n-th call would
+/// alias with a step of n kernels, and time only one of them).
+#[inline(always)]
+pub fn sample_at_random(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (bool, u64) {
+    let (count, epoch) = tick(pid, window, now);
+    let first = u64::from(config(CONFIG_SAMPLE_FIRST));
+    let every = config(CONFIG_SAMPLE_EVERY);
+    // SAFETY: bpf_get_prandom_u32 has no preconditions.
+    let drawn = every != 0 && unsafe { bpf_get_prandom_u32() } % every == 0;
+    (count <= first || drawn, epoch)
+}
+
+/// Counts a launch in its process's one-second window (made on its first): (its count in the
+/// window, the epoch).
+#[inline(always)]
+fn tick(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (u64, u64) {
     let Some(w) = window else {
         let _ = PROCS.insert(
             &pid,
@@ -161,18 +239,28 @@ fn sample(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (bool, u64) {
             },
             0,
         );
-        return (true, now);
+        return (1, now);
     };
     // SAFETY: the value stays valid while this program runs; a concurrent update from another
     // CPU can only be lost, which moves a sample, never a count.
-    let (count, epoch) = unsafe {
+    unsafe {
         if now.wrapping_sub((*w).start_ns) >= 1_000_000_000 {
             (*w).start_ns = now;
             (*w).count = 0;
         }
         (*w).count += 1;
         ((*w).count, (*w).epoch)
-    };
+    }
+}
+
+/// Counts a launch in its process's one-second window: (whether it is sampled, the epoch).
+#[inline(always)]
+fn sample(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (bool, u64) {
+    let (count, epoch) = tick(pid, window, now);
+    if window.is_none() {
+        // A process's first launch is written.
+        return (true, epoch);
+    }
     let first = u64::from(config(CONFIG_SAMPLE_FIRST));
     let every = u64::from(config(CONFIG_SAMPLE_EVERY));
     (

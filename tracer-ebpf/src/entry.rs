@@ -46,11 +46,12 @@ fn wanted() -> bool {
 
 /// Saves the entry state of the calling thread in its slot, made on its first call and reused
 /// after (an in-place write: no map insert or delete per call); the timestamp is taken last so
-/// that the work of the probe itself is not counted in the call's duration.
+/// that the work of the probe itself is not counted in the call's duration. `true` when the
+/// thread's slot holds the call.
 #[inline(always)]
-pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
+pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> bool {
     if !enabled() || !wanted() {
-        return;
+        return false;
     }
     // SAFETY: the context pointer is the program's own, as bpf_get_attach_cookie requires.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
@@ -72,7 +73,9 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             (*slot).cookie = cookie;
             (*slot).args = args;
             (*slot).entry_ip = entry_ip(ctx);
+            (*slot).session = 0;
             (*slot).start_ns = bpf_ktime_get_ns();
+            true
         },
         None => {
             // The thread's first traced call (or the first since its share let it have a
@@ -81,7 +84,7 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             // SAFETY: bpf_get_current_cgroup_id has no preconditions.
             let cgroup = unsafe { bpf_get_current_cgroup_id() };
             if !slots::take(pid, cgroup) {
-                return;
+                return false;
             }
             // Its name, once (records carry none).
             emit_name(
@@ -100,6 +103,7 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
                 last_launch_ns: 0,
                 entry_ip: entry_ip(ctx),
                 ended_ns: 0,
+                session: 0,
             };
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };
@@ -107,7 +111,9 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) {
             if ENTRIES.insert(&id, &entry, 1).is_err() {
                 slots::give_back(pid, cgroup);
                 crate::maps::count_for(&crate::maps::UNSLOTTED, pid);
+                return false;
             }
+            true
         }
     }
 }

@@ -16,6 +16,7 @@ mod arch;
 mod entry;
 mod maps;
 mod probes;
+mod session;
 mod slots;
 
 #[cfg(not(test))]

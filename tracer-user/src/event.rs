@@ -236,6 +236,11 @@ pub struct LaunchDelta {
     pub sum_ns: u64,
     /// Threads the successful ones asked for (grid x block, summed).
     pub threads: u64,
+    /// Of `count`, launches counted without their return (uprobe sessions): placed in this
+    /// bucket in proportion to the sampled ones (`pipeline::untimed`).
+    pub untimed: u64,
+    /// Failures estimated among the untimed ones (the sample's rate; not in `errors`).
+    pub estimated_errors: u64,
 }
 
 fn cstr(bytes: &[u8]) -> String {

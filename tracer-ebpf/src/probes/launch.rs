@@ -18,8 +18,9 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Saves the launch's entry state; `true` when the thread's slot holds it.
 #[inline(always)]
-fn try_cuda_launch(ctx: &ProbeContext) {
+pub fn try_cuda_launch(ctx: &ProbeContext) -> bool {
     let at = stack_pointer(ctx) + CONV.stack_offset;
     // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad address is
     // an error, never a fault. One read for the stack words; a fault leaves them 0 rather than
@@ -37,5 +38,5 @@ fn try_cuda_launch(ctx: &ProbeContext) {
                 [0; LAUNCH_STACK_WORDS]
             }
         };
-    save(ctx, CONV.launch_args(|n| arg(ctx, n), &stack));
+    save(ctx, CONV.launch_args(|n| arg(ctx, n), &stack))
 }

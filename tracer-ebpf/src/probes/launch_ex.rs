@@ -13,8 +13,9 @@ pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
     0
 }
 
+/// Saves the launch's entry state; `true` when the thread's slot holds it.
 #[inline(always)]
-fn try_cuda_launch_ex(ctx: &ProbeContext) {
+pub fn try_cuda_launch_ex(ctx: &ProbeContext) -> bool {
     let config = arg(ctx, 0);
     let words: [u64; 5] = if config == 0 {
         [0; 5]
@@ -44,5 +45,5 @@ fn try_cuda_launch_ex(ctx: &ProbeContext) {
             words[3] as u32 as u64,
             words[4],
         ],
-    );
+    )
 }

@@ -1,5 +1,5 @@
 //! The hooks, one file per family: an entry program per argument layout (`launch`, `launch_ex`,
-//! `registers`), the one return program (`ret`), the process-exit hook (`exit`) and the
+//! `registers`), the one return program (`ret`), the uprobe-session programs of the launch families (`session`), the process-exit hook (`exit`) and the
 //! process-rename hook (`rename`), the open hooks of discovery (`opened_path` on the kernel's open path, `opened` on `sys_enter` where that cannot attach), the fault hook of the harm check (`fault`), and the count-only entry
 //! program of `cudatrace census` (`census`). Each hook is a thin wrapper over a `try_*` function that does
 //! the work.
@@ -13,3 +13,4 @@ pub mod opened_path;
 pub mod registers;
 pub mod rename;
 pub mod ret;
+pub mod session;

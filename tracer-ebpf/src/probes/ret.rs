@@ -48,8 +48,10 @@ pub fn cuda_ret(ctx: RetProbeContext) -> u32 {
     0
 }
 
+/// The return half: also a session program's (`super::session`), on the calls its entry asked
+/// to see return.
 #[inline(always)]
-fn try_cuda_ret(ctx: &RetProbeContext) {
+pub fn try_cuda_ret(ctx: &RetProbeContext) {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let end = unsafe { bpf_ktime_get_ns() };
     let id = bpf_get_current_pid_tgid();
@@ -60,6 +62,7 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
         unsafe {
             let e = *slot;
             (*slot).start_ns = 0;
+            (*slot).session = 0;
             (*slot).ended_ns = end;
             (slot, e)
         },
@@ -122,7 +125,10 @@ fn try_cuda_ret(ctx: &RetProbeContext) {
             // One lookup of the process's window serves the capture check and the sampling.
             let window = aggregate::window(pid);
             if !aggregate::capturing(window) && aggregate::count(pid, &entry, duration, result) {
-                if !aggregate::wanted(pid, window, slot, &entry, end, duration, result) {
+                if entry.session != 0 {
+                    // A session's entry chose to write this one (and counted it in the window).
+                    aggregate::note_stream(window, slot, &entry);
+                } else if !aggregate::wanted(pid, window, slot, &entry, end, duration, result) {
                     return;
                 }
                 flags = FLAG_COUNTED;

@@ -63,12 +63,19 @@ pub struct Series {
     pub buckets: [u64; BUCKETS.len() + 1],
     /// The failed calls among those (their results and durations), once one failed.
     pub failed: Option<Box<Failed>>,
+    /// Of `calls`, launches counted without their return (uprobe sessions): their durations
+    /// (in `buckets`, `sum_ns`) are the sample's, spread.
+    pub untimed: u64,
+    /// Failures estimated among the untimed launches (not in `errors`).
+    pub errors_estimated: u64,
 }
 
 impl Series {
     fn add(&mut self, other: &Series) {
         self.calls += other.calls;
         self.errors += other.errors;
+        self.untimed += other.untimed;
+        self.errors_estimated += other.errors_estimated;
         self.runs += other.runs;
         // Saturating: a tenant's calls can claim any duration or copy size.
         self.bytes = self.bytes.saturating_add(other.bytes);
@@ -232,6 +239,8 @@ impl Aggregator {
         let s = self.series_of(p, d.api, d.function, kernel);
         s.calls += d.count;
         s.errors += d.errors;
+        s.untimed += d.untimed;
+        s.errors_estimated += d.estimated_errors;
         s.runs += d.count.saturating_sub(d.errors);
         s.sum_ns = s.sum_ns.saturating_add(d.sum_ns);
         if d.errors > 0 {

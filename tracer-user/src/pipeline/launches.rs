@@ -2,11 +2,15 @@
 //! since the last one, so that a launch is counted once however often the map is read; the
 //! cells of exited processes are deleted after their last read. The [`Session`] reads them here
 //! and hands the gains to its consumer.
+mod untimed;
+
 use std::time::Instant;
 
 use foldhash::HashMap;
 use tracer_common::{
-    launches::{latency_bucket, LaunchCell, LaunchKey, OVERFLOW_BUCKET, OVERFLOW_FUNCTION},
+    launches::{
+        latency_bucket, LaunchCell, LaunchKey, OVERFLOW_BUCKET, OVERFLOW_FUNCTION, UNTIMED_BUCKET,
+    },
     Api,
 };
 
@@ -61,9 +65,11 @@ impl Harvest {
 
     /// What `cells` (every cell now) gained since the last read, with its pid. A cell read
     /// twice in one pass (the kernel's iteration restarts when a key goes) gains nothing the
-    /// second time.
+    /// second time. Untimed launches (uprobe sessions) are spread over the sampled ones'
+    /// buckets (`super::untimed`).
     pub fn gains(&mut self, cells: Vec<(LaunchKey, LaunchCell)>) -> Vec<(u32, LaunchDelta)> {
         let mut out = Vec::new();
+        let mut untimed = Vec::new();
         for (key, cell) in cells {
             let Some(api) = Api::from_id(u32::from(key.api)) else {
                 continue;
@@ -74,6 +80,17 @@ impl Harvest {
                 continue;
             }
             let sum_ns = cell.sum_ns.saturating_sub(last.sum_ns);
+            if key.bucket == UNTIMED_BUCKET {
+                untimed.push(untimed::Untimed {
+                    pid: key.pid,
+                    api,
+                    function: key.function,
+                    count,
+                    threads: cell.threads.wrapping_sub(last.threads),
+                });
+                *last = cell;
+                continue;
+            }
             // An overflow cell (its process past its quota of cells) keeps no bucket: its
             // launches are placed at their mean.
             let (function, bucket) = match key.bucket {
@@ -91,10 +108,14 @@ impl Harvest {
                     sum_ns,
                     // The kernel's sum wraps (hostile grids are capped per launch, not per sum).
                     threads: cell.threads.wrapping_sub(last.threads),
+                    untimed: 0,
+                    estimated_errors: 0,
                 },
             ));
             *last = cell;
         }
+        let spread = untimed::spread(&untimed, &out, &self.last);
+        out.extend(spread);
         out
     }
 
@@ -219,7 +240,9 @@ mod tests {
                     count: 10,
                     errors: 1,
                     sum_ns: 15_000,
-                    threads: 9 * 256
+                    threads: 9 * 256,
+                    untimed: 0,
+                    estimated_errors: 0,
                 }
             )]
         );

@@ -91,13 +91,12 @@ pub struct Session {
     /// What was read of the launches counted in-kernel.
     harvest: Harvest,
     harvested_at: Instant,
-    /// Processes whose leader exited while other threads run on (`pthread_exit` in `main`):
-    /// the kernel reports no later exit, so they are looked at about once a second. With each,
-    /// the leader's exit status and when it came: an exit_group's other threads can outlive the
-    /// leader's record by a moment, and then that status is the process's.
+    /// Processes whose leader exited while other threads run on (`pthread_exit` in `main`),
+    /// looked at about once a second (the kernel reports no later exit); with each, the
+    /// leader's exit status and when it came (an exit_group's threads can outlive its record).
     headless: Vec<(u32, Option<i32>, Instant)>,
     /// When running processes were last looked at in /proc.
-    checked_at: std::time::Instant,
+    checked_at: Instant,
     cmdline: bool,
     /// The discovery thread, while watching.
     discovery: Option<Discovery>,
@@ -113,9 +112,8 @@ pub struct Session {
     full_at: Instant,
     /// When the ring buffer is drained (see `pace`).
     pace: pace::Pace,
-    /// How long one read of the ring buffer may go on while recording (`None` once recording
-    /// stopped: the last drain reads everything). Under a flood a slow consumer would otherwise
-    /// never come back to the loop, and a signal would wait for the flood to end.
+    /// How long one read of the ring buffer may go on while recording (`None` once stopped: the
+    /// last drain reads all); else a flood would keep a slow consumer (and a signal) waiting.
     read_budget: Option<std::time::Duration>,
     /// Probe harms by (library, symbol, signal).
     harms: harm::HarmCounts,
@@ -449,6 +447,7 @@ impl Session {
         let (ring_full, rate_limited, undecodable) =
             (dropped.ring_full, dropped.rate_limited, c.decode_errors);
         let (probes, exits, live) = (self.probes.probe_count(), c.exits, live.len());
+        let launch_probes = self.probes.launch_probes().name();
         log::info!(
             target: "cudatrace::summary",
             events = events,
@@ -460,13 +459,15 @@ impl Session {
             polls_not_ready = polls,
             undecodable = undecodable,
             probes = probes,
+            launch_probes = launch_probes,
             exits = exits,
             live_processes = live,
             inflight_entries = inflight,
             tracked_processes = tracked;
             "summary: events={events} launches_counted={counted} launch_samples={samples} \
              dropped={ring_full} rate_limited={rate_limited} orphan_returns={orphans} \
-             polls_not_ready={polls} undecodable={undecodable} probes={probes} exits={exits} live_processes={live} \
+             polls_not_ready={polls} undecodable={undecodable} probes={probes} \
+             launch_probes={launch_probes:?} exits={exits} live_processes={live} \
              inflight_entries={inflight} tracked_processes={tracked}"
         );
         Ok(())

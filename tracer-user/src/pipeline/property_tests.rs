@@ -98,6 +98,8 @@ fn delta() -> impl Strategy<Value = (u32, LaunchDelta)> {
                     errors: errors % (count + 1),
                     sum_ns,
                     threads: sum_ns / 7,
+                    untimed: 0,
+                    estimated_errors: 0,
                 },
             )
         })

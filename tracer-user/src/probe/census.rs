@@ -99,7 +99,7 @@ impl Census {
                         lib,
                         offsets,
                         &cookies,
-                        false,
+                        multi::Mode::Entry,
                         pid,
                     )?);
                 }

@@ -43,7 +43,7 @@ use super::{
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
 /// How probes are attached.
-enum Attach {
+pub(super) enum Attach {
     /// uprobe_multi links, per library: needs CAP_BPF and CAP_PERFMON only, and closing them
     /// detaches at once.
     Multi {
@@ -60,7 +60,7 @@ enum Attach {
 pub struct Probes {
     /// The loaded object; its programs hold the classic links and the exit tracepoint.
     pub(super) ebpf: Ebpf,
-    attach: Attach,
+    pub(super) attach: Attach,
     /// The maps user space reads and writes.
     pub maps: Maps,
     /// The ring buffer, until the reader takes it.
@@ -131,14 +131,16 @@ pub fn load(
             "cudatrace: the probe-harm check is off: {e:#} (faults of traced threads are not examined)"
         );
     }
-    // uprobe_multi unless asked for classic uprobes (CUDATRACE_ATTACH=classic, which the tests
-    // use to keep the fallback exercised); the programs are loaded while every map is in `ebpf`.
-    let attach = if std::env::var("CUDATRACE_ATTACH").is_ok_and(|v| v == "classic") {
+    // uprobe_multi (with sessions for launches where the kernel has them) unless asked for
+    // classic uprobes or the pair (CUDATRACE_ATTACH=classic or pair, which the tests use to keep
+    // the fallbacks exercised); the programs are loaded while every map is in `ebpf`.
+    let asked = std::env::var("CUDATRACE_ATTACH").unwrap_or_default();
+    let attach = if asked == "classic" {
         load_classic(&mut ebpf)?
     } else {
-        match MultiPrograms::load(EBPF_OBJECT, &ebpf) {
+        match MultiPrograms::load(EBPF_OBJECT, &ebpf, asked == "pair") {
             Ok(programs) => Attach::Multi {
-                programs,
+                programs: super::session::say(programs),
                 links: Vec::new(),
             },
             Err(e) if e.unsupported() => fall_back(&mut ebpf, &e)?,

@@ -18,7 +18,7 @@ use std::{
 use aya::{maps::Map, Ebpf};
 use thiserror::Error;
 use tracer_common::{
-    names::{PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN},
+    names::{PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN, PROG_SESSION, PROG_SESSION_EX},
     Layout,
 };
 
@@ -30,6 +30,20 @@ const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_KPROBE_MULTI: u32 = 42;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
+/// Linux 6.13's attach type of uprobe sessions (`enum bpf_attach_type`, after
+/// `BPF_TRACE_KPROBE_SESSION` = 56).
+const BPF_TRACE_UPROBE_SESSION: u32 = 57;
+
+/// What a uprobe_multi link runs its program on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The symbols' entries.
+    Entry,
+    /// Their returns.
+    Return,
+    /// Both, one program: the return only when the entry returned 0 (Linux 6.13+).
+    Session,
+}
 
 /// Why the multi-uprobe path cannot be used, or a library not attached through it.
 #[derive(Debug, Error)]
@@ -139,9 +153,12 @@ fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// The four uprobe programs, loaded for uprobe_multi links.
+/// The uprobe programs, loaded for uprobe_multi links; the session programs of the launch
+/// families where the kernel has uprobe sessions.
 pub struct MultiPrograms {
     by_name: HashMap<&'static str, OwnedFd>,
+    /// Why launches are probed by the classic pair (`None`: by the session programs).
+    pair_because: Option<String>,
 }
 
 /// The raw fd of a map aya created, for the map types this object declares.
@@ -266,7 +283,7 @@ pub fn kprobe_link(
 }
 
 /// One uprobe_multi link of `prog` (named `program` in errors) on `offsets` of the library at
-/// `path` (`shown` names it), a cookie each; a return probe when `ret`; `pid` restricts it.
+/// `path` (`shown` names it), a cookie each, run as `mode` says; `pid` restricts it.
 #[allow(clippy::too_many_arguments)]
 pub fn link(
     prog: &OwnedFd,
@@ -275,19 +292,27 @@ pub fn link(
     shown: &Path,
     offsets: &[u64],
     cookies: &[u64],
-    ret: bool,
+    mode: Mode,
     pid: Option<u32>,
 ) -> Result<OwnedFd, MultiError> {
     let c_path = CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| MultiError::Object(format!("{} has a NUL byte", path.display())))?;
     let mut attr = LinkCreateAttr {
         prog_fd: prog.as_raw_fd() as u32,
-        attach_type: BPF_TRACE_UPROBE_MULTI,
+        attach_type: if mode == Mode::Session {
+            BPF_TRACE_UPROBE_SESSION
+        } else {
+            BPF_TRACE_UPROBE_MULTI
+        },
         path: c_path.as_ptr() as u64,
         offsets: offsets.as_ptr() as u64,
         cookies: cookies.as_ptr() as u64,
         cnt: offsets.len() as u32,
-        multi_flags: if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 },
+        multi_flags: if mode == Mode::Return {
+            BPF_F_UPROBE_MULTI_RETURN
+        } else {
+            0
+        },
         pid: pid.unwrap_or(0),
         ..Default::default()
     };
@@ -300,14 +325,39 @@ pub fn link(
 
 impl MultiPrograms {
     /// Loads the uprobe programs of `object` relocated against `ebpf`'s maps (which must all
-    /// still be in it).
-    pub fn load(object: &[u8], ebpf: &Ebpf) -> Result<MultiPrograms, MultiError> {
+    /// still be in it), and the session programs unless the kernel refuses them or `pair` asks
+    /// for the classic pair.
+    pub fn load(object: &[u8], ebpf: &Ebpf, pair: bool) -> Result<MultiPrograms, MultiError> {
         let obj = relocated(object, ebpf)?;
         let mut by_name = HashMap::new();
         for name in [PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RETURN] {
             by_name.insert(name, load_one(&obj, name)?);
         }
-        Ok(MultiPrograms { by_name })
+        let pair_because = if pair {
+            Some("asked for by CUDATRACE_ATTACH=pair".to_string())
+        } else {
+            let sessions = [PROG_SESSION, PROG_SESSION_EX]
+                .into_iter()
+                .map(|name| Ok((name, load_as(&obj, name, BPF_TRACE_UPROBE_SESSION)?)))
+                .collect::<Result<Vec<_>, MultiError>>();
+            match sessions {
+                Ok(loaded) => {
+                    by_name.extend(loaded);
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            }
+        };
+        Ok(MultiPrograms {
+            by_name,
+            pair_because,
+        })
+    }
+
+    /// Why launches are probed by the classic uprobe and uretprobe pair (`None`: by uprobe
+    /// sessions, the return only for the launches sampled).
+    pub fn pair_because(&self) -> Option<&str> {
+        self.pair_because.as_deref()
     }
 
     /// Attaches every resolved symbol of the library at `path` (`shown` names it in errors): one
@@ -321,13 +371,23 @@ impl MultiPrograms {
         pid: Option<u32>,
     ) -> Result<Vec<OwnedFd>, MultiError> {
         let mut links = Vec::new();
-        let groups = [
-            (PROG_LAUNCH, Some(Layout::Launch)),
-            (PROG_LAUNCH_EX, Some(Layout::LaunchEx)),
-            (PROG_REGS, Some(Layout::Regs)),
-            (PROG_RETURN, None),
-        ];
-        for (program, layout) in groups {
+        // With sessions, the launch families' returns are their session programs'.
+        let groups = if self.pair_because.is_none() {
+            [
+                (PROG_SESSION, Some(Layout::Launch), Mode::Session),
+                (PROG_SESSION_EX, Some(Layout::LaunchEx), Mode::Session),
+                (PROG_REGS, Some(Layout::Regs), Mode::Entry),
+                (PROG_RETURN, Some(Layout::Regs), Mode::Return),
+            ]
+        } else {
+            [
+                (PROG_LAUNCH, Some(Layout::Launch), Mode::Entry),
+                (PROG_LAUNCH_EX, Some(Layout::LaunchEx), Mode::Entry),
+                (PROG_REGS, Some(Layout::Regs), Mode::Entry),
+                (PROG_RETURN, None, Mode::Return),
+            ]
+        };
+        for (program, layout, mode) in groups {
             let chosen: Vec<&Resolved> = found
                 .iter()
                 .filter(|r| layout.is_none_or(|l| r.api.info().layout == l))
@@ -344,7 +404,7 @@ impl MultiPrograms {
                 shown,
                 &offsets,
                 &cookies,
-                layout.is_none(),
+                mode,
                 pid,
             )?);
         }

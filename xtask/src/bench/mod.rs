@@ -102,8 +102,15 @@ fn bpftrace(lib: &Path, symbol: &str, histogram: bool) -> Result<Running> {
     })
 }
 
-fn start_binary(bin: &Path, p: &Paths, port: u16, extra: &[&str]) -> Result<Running> {
+/// `bin run` on the stand-in, `extra` its arguments and `vars` its environment's additions.
+fn start_binary(
+    bin: &Path,
+    p: &Paths,
+    port: u16,
+    (extra, vars): (&[&str], &[(&str, &str)]),
+) -> Result<Running> {
     let mut child = Command::new(bin)
+        .envs(vars.iter().copied())
         .args(["run", "--lib"])
         .arg(&p.lib)
         .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -227,12 +234,13 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     };
     let dir = root.join("bench/results");
     std::fs::create_dir_all(&dir)?;
-    // CUDATRACE_BENCH_ONLY=discovery (or otlp) runs that part alone.
+    // CUDATRACE_BENCH_ONLY=discovery (or otlp, overhead) runs that part alone.
     let only = std::env::var("CUDATRACE_BENCH_ONLY").unwrap_or_default();
     type Part = fn(&Paths, &Path) -> Result<(Value, String)>;
     for (name, part) in [
         ("discovery", discovery::measure as Part),
         ("otlp", otlp::measure),
+        ("overhead", overhead::part),
     ] {
         if only == name {
             let (v, md) = part(&p, &dir)?;
@@ -247,14 +255,14 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
     }
     let (discovery_json, discovery_md) = discovery::measure(&p, &dir)?;
     let (otlp_json, otlp_md) = otlp::measure(&p, &dir)?;
-    let setups = if p.before.is_some() { 6 } else { 5 };
+    let setups = if p.before.is_some() { 7 } else { 6 };
     let mut overheads = Vec::new();
     for sym in &overhead::SYMBOLS {
         eprintln!(
             "bench: {ROUNDS} interleaved rounds of {} {} calls, setups A to {}",
             sym.calls,
             sym.name,
-            if setups == 6 { "F" } else { "E" }
+            if setups == 7 { "G, F" } else { "E, G" }
         );
         overheads.push(overhead::measure(&p, sym, ROUNDS)?);
     }
@@ -297,6 +305,7 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
             sym.name.into(),
             json!({"first_instruction": overhead::first_instruction(&p.lib, sym.name), "calls_per_round": sym.calls,
                    "setups": setups_json, "ratio_run_to_floor": med(o, 3) / med(o, 1), "ratio_run_to_bpftrace": med(o, 3) / med(o, 2),
+                   "ratio_pair_to_floor": med(o, overhead::PAIR) / med(o, 1),
                    "attach_ms": o.attach_ms, "stop_ms": o.stop_ms}),
         );
     }
@@ -347,11 +356,12 @@ pub fn run(root: &Path, cudatrace: PathBuf, standin: PathBuf) -> Result<()> {
             );
         }
         md += &format!(
-            "\nD/B = {:.2}, D/C = {:.2}, E/B = {:.2}{}; D attach (start to ready) median {:.0} ms, stop (SIGINT to exit) median {:.0} ms.\n",
+            "\nD/B = {:.2}, D/C = {:.2}, E/B = {:.2}, G/B = {:.2}{}; D attach (start to ready) median {:.0} ms, stop (SIGINT to exit) median {:.0} ms.\n",
             med(o, 3) / med(o, 1),
             med(o, 3) / med(o, 2),
             med(o, 4) / med(o, 1),
-            if setups == 6 { format!(", D/F = {:.2}", med(o, 3) / med(o, 5)) } else { String::new() },
+            med(o, overhead::PAIR) / med(o, 1),
+            if setups == 7 { format!(", D/F = {:.2}", med(o, 3) / med(o, overhead::BEFORE)) } else { String::new() },
             median(&mut o.attach_ms.clone()),
             median(&mut o.stop_ms.clone())
         );
@@ -398,14 +408,18 @@ fn targets(launch: &overhead::Overhead, one: &Throughput, two: &Throughput) -> S
                 .collect::<Vec<_>>(),
         )
     };
-    let (b, c, d) = (added(1), added(2), added(3));
+    let (b, c, d, g) = (added(1), added(2), added(3), added(overhead::PAIR));
     let stop = median(&mut launch.stop_ms.clone());
     let mib = |v: u64| v as f64 / 1048576.0;
     let yes = |ok: bool| if ok { "reached" } else { "not reached" };
     let rows = [
         (
-            format!("D within 1.15x of B on cuLaunchKernel: D/B = {:.2}", d / b),
-            d <= 1.15 * b,
+            format!("D (uprobe sessions where the kernel has them) below B on cuLaunchKernel: D/B = {:.2}", d / b),
+            d < b,
+        ),
+        (
+            format!("G (the uprobe_multi pair) within 1.15x of B on cuLaunchKernel: G/B = {:.2}", g / b),
+            g <= 1.15 * b,
         ),
         (
             format!("D below C on cuLaunchKernel: D {d:.0} ns, C {c:.0} ns added"),
@@ -456,7 +470,7 @@ fn targets(launch: &overhead::Overhead, one: &Throughput, two: &Throughput) -> S
 /// and one of 10,000 kernels.
 fn memory(p: &Paths) -> Result<serde_json::Map<String, Value>> {
     eprintln!("bench: resident memory with 1, 100, 1000 processes and 10, 10000 kernels");
-    let t = start_binary(&p.cudatrace, p, free_port(), &[])?;
+    let t = start_binary(&p.cudatrace, p, free_port(), (&[], &[]))?;
     let mut rss = serde_json::Map::new();
     rss.insert("idle".into(), json!(rss_bytes(t.pid())?));
     let mut done = 0;

@@ -39,15 +39,21 @@ pub const SYMBOLS: [Symbol; 2] = [
     },
 ];
 
-/// The setups, in the order they run each round.
-pub const SETUPS: [&str; 6] = [
+/// The setups, in the order they run each round: D attaches launches by uprobe sessions where
+/// the kernel has them, G by the uprobe_multi pair (`CUDATRACE_ATTACH=pair`).
+pub const SETUPS: [&str; 7] = [
     "A untraced",
     "B floor: empty uprobe+uretprobe",
     "C bpftrace latency histogram",
     "D cudatrace run",
     "E cudatrace trace --json > /dev/null",
+    "G cudatrace run, uprobe_multi pair (no sessions)",
     "F cudatrace run, before",
 ];
+/// Index of G in [`SETUPS`].
+pub const PAIR: usize = 5;
+/// Index of F in [`SETUPS`] (run only with a before binary).
+pub const BEFORE: usize = 6;
 
 /// One symbol's rounds.
 pub struct Overhead {
@@ -98,9 +104,9 @@ pub fn first_instruction(lib: &Path, symbol: &str) -> String {
 /// `rounds` interleaved rounds on `sym`.
 pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
     let calls = sym.calls.to_string();
-    let setups = if p.before.is_some() { 6 } else { 5 };
+    let setups = if p.before.is_some() { 7 } else { 6 };
     let mut o = Overhead {
-        ns: vec![Vec::new(); 6],
+        ns: vec![Vec::new(); 7],
         attach_ms: Vec::new(),
         stop_ms: Vec::new(),
     };
@@ -113,13 +119,19 @@ pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
                 0 => None,
                 1 => Some(bpftrace(&p.lib, sym.name, false)?),
                 2 => Some(bpftrace(&p.lib, sym.name, true)?),
-                3 => Some(start_binary(&p.cudatrace, p, free_port(), &[])?),
+                3 => Some(start_binary(&p.cudatrace, p, free_port(), (&[], &[]))?),
                 4 => Some(start_trace(&p.cudatrace, &p.lib)?),
+                PAIR => Some(start_binary(
+                    &p.cudatrace,
+                    p,
+                    free_port(),
+                    (&[], &[("CUDATRACE_ATTACH", "pair")]),
+                )?),
                 _ => Some(start_binary(
                     p.before.as_deref().expect("F only with a before binary"),
                     p,
                     free_port(),
-                    &[],
+                    (&[], &[]),
                 )?),
             };
             if i == 3 {
@@ -144,4 +156,31 @@ pub fn measure(p: &Paths, sym: &Symbol, rounds: usize) -> Result<Overhead> {
         }
     }
     Ok(o)
+}
+
+/// `CUDATRACE_BENCH_ONLY=overhead`: the interleaved rounds on cuLaunchKernel alone, each setup's
+/// added ns per call (median over rounds) and the ratios to the floor.
+pub fn part(p: &Paths, _dir: &Path) -> Result<(serde_json::Value, String)> {
+    let o = measure(p, &SYMBOLS[0], super::ROUNDS)?;
+    let setups = if p.before.is_some() { 7 } else { 6 };
+    let added = |i: usize| {
+        let mut a: Vec<f64> = o.ns[i].iter().zip(&o.ns[0]).map(|(t, u)| t - u).collect();
+        super::median(&mut a)
+    };
+    let mut md = format!(
+        "# cuLaunchKernel, {} interleaved rounds of {} calls\n\n| setup | ns per call, median | added ns, median | / B |\n|---|---|---|---|\n",
+        super::ROUNDS,
+        SYMBOLS[0].calls
+    );
+    let mut rows = serde_json::Map::new();
+    for (i, name) in SETUPS.iter().enumerate().take(setups) {
+        let (ns, add) = (super::median(&mut o.ns[i].clone()), added(i));
+        let ratio = if i == 0 { 0.0 } else { add / added(1) };
+        md += &format!("| {name} | {ns:.0} | {add:.0} | {ratio:.2} |\n");
+        rows.insert((*name).into(), serde_json::json!({"ns_per_call": o.ns[i], "added_ns_median": add, "ratio_to_floor": ratio}));
+    }
+    Ok((
+        serde_json::json!({"rounds": super::ROUNDS, "setups": rows}),
+        md,
+    ))
 }

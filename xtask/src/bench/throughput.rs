@@ -43,7 +43,7 @@ pub(super) fn throughput(
     extra: &[&str],
 ) -> Result<Throughput> {
     let port = free_port();
-    let t = start_binary(bin, p, port, extra)?;
+    let t = start_binary(bin, p, port, (extra, &[]))?;
     let stop = Arc::new(AtomicBool::new(false));
     let (scrapes, slowest_us) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let scraper = scrape_hz.map(|hz| {

@@ -82,6 +82,32 @@ impl Collector for CallsCollector {
             "Driver calls that returned an error (CUresult != 0), by result.",
             &errors,
         )?;
+        // Launches that uprobe sessions counted without their return: how much of the
+        // durations and failures is the sample's estimate.
+        let untimed: Vec<(Labels, f64)> = snap
+            .calls
+            .iter()
+            .filter(|c| c.series.untimed > 0)
+            .map(|c| (call_labels(c), c.series.untimed as f64))
+            .collect();
+        counter(
+            &mut enc,
+            "cudatrace_calls_untimed",
+            "Launches counted at entry without their return (uprobe sessions): exact in cudatrace_calls_total, their durations in the histogram estimated from the sampled launches of the same kernel.",
+            &untimed,
+        )?;
+        let estimated: Vec<(Labels, f64)> = snap
+            .calls
+            .iter()
+            .filter(|c| c.series.errors_estimated > 0)
+            .map(|c| (call_labels(c), c.series.errors_estimated as f64))
+            .collect();
+        counter(
+            &mut enc,
+            "cudatrace_call_errors_estimated",
+            "Failures estimated among the untimed launches (the sampled launches' failure rate): an estimate, not in cudatrace_call_errors_total.",
+            &estimated,
+        )?;
         if !snap.calls.is_empty() {
             let mut m = enc.encode_descriptor(
                 "cudatrace_call_duration_seconds",
