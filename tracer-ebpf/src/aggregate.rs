@@ -63,16 +63,7 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
             // Made empty, then added to like any other: a CPU that made it meanwhile wins, and
             // both adds land. Only the CPU that made a cell counts it against the quota (other
             // CPUs racing on new keys can pass the quota by at most one cell each).
-            let inserted = LAUNCHES
-                .insert(&key, &LaunchCell::default(), BPF_NOEXIST)
-                .is_ok();
-            if inserted {
-                crate::maps::bump(STAT_CELLS_MADE);
-            }
-            if inserted && !over {
-                add(made, 1);
-            }
-            match LAUNCHES.get_ptr_mut(&key) {
+            match make_cell(&key, if over { None } else { Some(made) }) {
                 Some(c) => c,
                 None => return false,
             }
@@ -94,6 +85,23 @@ pub fn count(pid: u32, entry: &Entry, duration_ns: u64, result: i32) -> bool {
     // After the cell: a reader that sees this count sees the cell's adds (or reads again).
     crate::maps::bump(STAT_COUNTED);
     true
+}
+
+/// Makes the cell of `key` empty (a CPU that made it meanwhile wins, and both adds land) and
+/// returns it; `made`, the process's count of cells, counts it when this CPU made it (`None`:
+/// an overflow cell, which counts against no quota).
+#[inline(always)]
+fn make_cell(key: &LaunchKey, made: Option<*mut u64>) -> Option<*mut LaunchCell> {
+    if LAUNCHES
+        .insert(key, &LaunchCell::default(), BPF_NOEXIST)
+        .is_ok()
+    {
+        crate::maps::bump(STAT_CELLS_MADE);
+        if let Some(m) = made {
+            add(m, 1);
+        }
+    }
+    LAUNCHES.get_ptr_mut(key)
 }
 
 /// The count of cells `pid` has made (made 0 on its first); `None` when `CELLS` is full, which
@@ -130,14 +138,7 @@ pub fn count_untimed(pid: u32, entry: &Entry) -> bool {
             if quota != 0 && unsafe { *made } >= quota {
                 return false;
             }
-            if LAUNCHES
-                .insert(&key, &LaunchCell::default(), BPF_NOEXIST)
-                .is_ok()
-            {
-                crate::maps::bump(STAT_CELLS_MADE);
-                add(made, 1);
-            }
-            match LAUNCHES.get_ptr_mut(&key) {
+            match make_cell(&key, Some(made)) {
                 Some(c) => c,
                 None => return false,
             }

@@ -363,7 +363,26 @@ impl MultiPrograms {
     /// Attaches every resolved symbol of the library at `path` (`shown` names it in errors): one
     /// link per entry program (by argument layout) and one for the return program, each
     /// symbol's api in its cookie. `pid` restricts the probes to one process.
+    /// A kernel that loads the session programs but refuses their links (before 6.13 the
+    /// attach type is not checked at load) gets the pair, said once.
     pub fn attach(
+        &mut self,
+        path: &Path,
+        shown: &Path,
+        found: &[Resolved],
+        pid: Option<u32>,
+    ) -> Result<Vec<OwnedFd>, MultiError> {
+        match self.attach_as_loaded(path, shown, found, pid) {
+            Err(e) if self.pair_because.is_none() && e.unsupported() => {
+                self.pair_because = Some(format!("a session link was refused: {e}"));
+                super::session::say_pair(self.pair_because.as_deref().unwrap_or_default());
+                self.attach_as_loaded(path, shown, found, pid)
+            }
+            attached => attached,
+        }
+    }
+
+    fn attach_as_loaded(
         &self,
         path: &Path,
         shown: &Path,

@@ -34,12 +34,17 @@ impl LaunchProbes {
 /// programs on.
 pub fn say(programs: MultiPrograms) -> MultiPrograms {
     if let Some(why) = programs.pair_because() {
-        log::info!(
-            "cudatrace: every launch is timed by a uprobe and uretprobe pair, since uprobe sessions \
-             are not available ({why}; they need Linux 6.13 or later)"
-        );
+        say_pair(why);
     }
     programs
+}
+
+/// The line that says launches pay the pair, and `why`.
+pub fn say_pair(why: &str) {
+    log::info!(
+        "cudatrace: every launch is timed by a uprobe and uretprobe pair, since uprobe sessions \
+         are not available ({why}; they need Linux 6.13 or later)"
+    );
 }
 
 impl Probes {
