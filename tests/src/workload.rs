@@ -48,6 +48,9 @@ pub enum Scenario {
     Rename(String, u64),
     /// A kernel looked up by this name (any bytes a tenant chooses), launched once.
     Lookup(String),
+    /// Each of these kernels looked up, then launched (`WORKLOAD_LAUNCHES` times each, after
+    /// `WORKLOAD_LAUNCH_AFTER_MS`).
+    LookupEach(Vec<String>),
     /// `launches` launches, each of its own made-up kernel handle, then `hold_s` seconds alive
     /// without a call.
     Handles {
@@ -134,6 +137,9 @@ impl Scenario {
             Scenario::CopyCalls(n) => vec!["copy-calls".into(), n.to_string()],
             Scenario::Headless(seconds) => vec!["headless".into(), seconds.to_string()],
             Scenario::Lookup(name) => vec!["lookup".into(), name.clone()],
+            Scenario::LookupEach(names) => std::iter::once("lookup".to_owned())
+                .chain(names.iter().cloned())
+                .collect(),
             Scenario::Rename(name, n) => vec!["rename".into(), name.clone(), n.to_string()],
             Scenario::Handles { launches, hold_s } => {
                 vec!["handles".into(), launches.to_string(), hold_s.to_string()]

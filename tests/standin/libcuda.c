@@ -214,8 +214,9 @@ static uint64_t all_tail(void) {
 
 struct CUctx_st { int device; };
 struct CUmod_st { int is_library; };
-struct CUfunc_st { char name[256]; };
-struct CUkern_st { char name[256]; struct CUfunc_st *function; };
+/* Names kept whole (CUTLASS and FlashAttention names run to thousands of bytes). */
+struct CUfunc_st { char *name; };
+struct CUkern_st { char *name; struct CUfunc_st *function; };
 struct CUstream_st { int id; };
 /* A graph: its kernel nodes (libcuda_serving.c). */
 struct graph_node {
@@ -252,7 +253,7 @@ static struct CUfunc_st *function_named(const char *name) {
         if (strcmp(funcs[i].name, name) == 0) f = &funcs[i];
     if (!f && nfuncs < MAX_FUNCS) {
         f = &funcs[nfuncs++];
-        strncpy(f->name, name, sizeof f->name - 1);
+        f->name = strdup(name);
     }
     pthread_mutex_unlock(&objs_lock);
     return f;
@@ -265,7 +266,7 @@ static struct CUkern_st *kernel_named(const char *name) {
         if (strcmp(kerns[i].name, name) == 0) k = &kerns[i];
     if (!k && nkerns < MAX_FUNCS) {
         k = &kerns[nkerns++];
-        strncpy(k->name, name, sizeof k->name - 1);
+        k->name = strdup(name);
     }
     pthread_mutex_unlock(&objs_lock);
     return k;

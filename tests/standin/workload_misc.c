@@ -82,14 +82,23 @@ static void run_huge_copies(long n) {
     printf("{\"pid\":%d,\"copies\":%ld,\"failed\":%ld}\n", getpid(), n, failed);
 }
 
-static void run_lookup(const char *name) {
+/* cuModuleGetFunction of each name, then WORKLOAD_LAUNCHES launches of each (1 by default), after
+ * WORKLOAD_LAUNCH_AFTER_MS (0 by default: a tracer started meanwhile sees launches, no lookup). */
+static void run_lookup(int n, char **names) {
     setup(4096);
     PFN_cuModuleGetFunction getfn = (PFN_cuModuleGetFunction)sym("cuModuleGetFunction", 1);
     PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
-    CUfunction f;
-    CHECK(getfn(&f, module, name));
-    CHECK(launch(f, 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
-    printf("{\"pid\":%d,\"function\":%lu}\n", getpid(), (unsigned long)(uintptr_t)f);
+    const char *l = getenv("WORKLOAD_LAUNCHES"), *after = getenv("WORKLOAD_LAUNCH_AFTER_MS");
+    long launches = l ? atol(l) : 1;
+    CUfunction f[16];
+    if (n > 16) n = 16;
+    for (int i = 0; i < n; i++) CHECK(getfn(&f[i], module, names[i]));
+    if (after) usleep((useconds_t)(atol(after) * 1000));
+    for (int i = 0; i < n; i++)
+        for (long k = 0; k < launches; k++) CHECK(launch(f[i], 1, 1, 1, 32, 1, 1, 0, NULL, kernel_params, NULL));
+    printf("{\"pid\":%d,\"function\":%lu,\"functions\":[", getpid(), (unsigned long)(uintptr_t)f[0]);
+    for (int i = 0; i < n; i++) printf("%s%lu", i ? "," : "", (unsigned long)(uintptr_t)f[i]);
+    printf("],\"launches\":%ld}\n", launches * n);
 }
 
 static void run_rename(const char *name, long n) {
@@ -129,7 +138,7 @@ int run_misc(const char *scenario, int argc, char **argv) {
     else if (!strcmp(scenario, "unpaged-config") && argc == 1) run_unpaged_config(atol(argv[0]));
     else if (!strcmp(scenario, "huge-copies") && argc == 1) run_huge_copies(atol(argv[0]));
     else if (!strcmp(scenario, "headless") && argc == 1) run_headless(atof(argv[0]));
-    else if (!strcmp(scenario, "lookup") && argc == 1) run_lookup(argv[0]);
+    else if (!strcmp(scenario, "lookup") && argc >= 1) run_lookup(argc, argv);
     else if (!strcmp(scenario, "rename") && argc == 2) run_rename(argv[0], atol(argv[1]));
     else if (!strcmp(scenario, "park") && argc == 2) run_park(atol(argv[0]), (unsigned)atol(argv[1]));
     else return 0;

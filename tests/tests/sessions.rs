@@ -91,7 +91,7 @@ fn compare(slow: (&str, &str), name: &str) {
         error * 100.0
     );
     assert_eq!(session.probes, "uprobe_session");
-    assert_eq!(pair.probes, "uprobe_multi pair");
+    assert_eq!(pair.probes, "uprobe_multi_pair");
     assert_eq!(
         (session.calls, pair.calls),
         (LAUNCHES as f64, LAUNCHES as f64)

@@ -1,8 +1,12 @@
 //! Ring-buffer records. Every record starts with a `u32` tag ([`EventTag`]) so the reader can tell
 //! a plain call from a kernel-name lookup, which carries the looked-up name.
 
-/// Bytes of a kernel name carried by a lookup record (C++ names longer than this are cut).
+/// Bytes of a kernel name carried by a lookup record; a name that fills it is read again into a
+/// [`LongLookupEvent`].
 pub const NAME_MAX: usize = 256;
+/// Bytes of a kernel name carried by a long lookup record (CUTLASS, FlashAttention and FlashInfer
+/// names run to thousands of bytes); names longer than this are cut, and told apart by what fits.
+pub const LONG_NAME_MAX: usize = 4096;
 
 /// First field of every ring-buffer record.
 #[repr(u32)]
@@ -18,6 +22,8 @@ pub enum EventTag {
     Name = 4,
     /// A [`FaultEvent`].
     Fault = 5,
+    /// A [`LongLookupEvent`].
+    LongLookup = 6,
 }
 
 /// A synchronous fault signal (SIGSEGV, SIGILL, SIGBUS, SIGTRAP) generated for a thread that
@@ -132,6 +138,17 @@ pub struct LookupEvent {
     pub name: [u8; NAME_MAX],
 }
 
+/// A kernel-name lookup whose name filled a [`LookupEvent`]'s: read again, up to
+/// [`LONG_NAME_MAX`] bytes. Lookups are rare (at module load), so the size costs little.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LongLookupEvent {
+    /// The call itself; `call.tag` is [`EventTag::LongLookup`].
+    pub call: CallEvent,
+    /// The name, NUL-terminated unless it filled the buffer.
+    pub name: [u8; LONG_NAME_MAX],
+}
+
 impl CallEvent {
     /// Grid dimensions of a launch record.
     pub fn grid(&self) -> [u32; 3] {
@@ -171,6 +188,7 @@ const _: () = {
     assert!(offset_of!(CallEvent, result) == 32 && offset_of!(CallEvent, args) == 40);
     assert!(offset_of!(CallEvent, flags) == 36 && offset_of!(CallEvent, out) == 88);
     assert!(size_of::<LookupEvent>() == 96 + NAME_MAX && offset_of!(LookupEvent, name) == 96);
+    assert!(size_of::<LongLookupEvent>() == 96 + LONG_NAME_MAX);
 };
 
 #[cfg(feature = "user")]
@@ -180,6 +198,8 @@ mod pod {
     unsafe impl aya::Pod for super::CallEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::LookupEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::LongLookupEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::ExitEvent {}
     // SAFETY: as above.

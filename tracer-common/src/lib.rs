@@ -15,7 +15,8 @@ pub mod results;
 pub use api::{Api, Kind, Layout};
 pub use entry::Entry;
 pub use event::{
-    CallEvent, EventTag, ExitEvent, FaultEvent, LookupEvent, NameEvent, EXIT_STATUS_KNOWN, NAME_MAX,
+    CallEvent, EventTag, ExitEvent, FaultEvent, LongLookupEvent, LookupEvent, NameEvent,
+    EXIT_STATUS_KNOWN, LONG_NAME_MAX, NAME_MAX,
 };
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.

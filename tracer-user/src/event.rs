@@ -6,7 +6,7 @@ use crate::identity::Comm;
 use tracer_common::{
     api::{Direction, Shape},
     launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
-    Api, CallEvent, EventTag, ExitEvent, LookupEvent, NameEvent,
+    Api, CallEvent, EventTag, ExitEvent, LongLookupEvent, LookupEvent, NameEvent,
 };
 
 /// A record that could not be decoded (an ABI mismatch between the two sides).
@@ -316,6 +316,10 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         t if t == EventTag::Call as u32 => (read::<CallEvent>(bytes)?, None),
         t if t == EventTag::Lookup as u32 => {
             let l: LookupEvent = read(bytes)?;
+            (l.call, Some(cstr(&l.name)))
+        }
+        t if t == EventTag::LongLookup as u32 => {
+            let l: LongLookupEvent = read(bytes)?;
             (l.call, Some(cstr(&l.name)))
         }
         t => return Err(DecodeError::Tag(t)),

@@ -23,8 +23,8 @@ use tracer_common::{
         CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_NOT_READY,
     },
     launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
-    CallEvent, Entry, EventTag, LookupEvent, CONFIG_AGGREGATE, NAME_MAX, STAT_ORPHAN_RETURNS,
-    STAT_POLLS_NOT_READY,
+    CallEvent, Entry, EventTag, LongLookupEvent, LookupEvent, CONFIG_AGGREGATE, LONG_NAME_MAX,
+    NAME_MAX, STAT_ORPHAN_RETURNS, STAT_POLLS_NOT_READY,
 };
 
 use crate::{
@@ -231,18 +231,47 @@ fn emit_lookup<C: EbpfContext>(ctx: &C, call: CallEvent, name_ptr: u64) {
     // written through a raw pointer (no reference to uninitialised memory): the call whole,
     // then the name's first byte (an empty name if the read below fails), then the name by the
     // kernel's string read, which writes at most NAME_MAX bytes into the field.
+    let read = unsafe {
+        addr_of_mut!((*p).call).write(call);
+        let name = addr_of_mut!((*p).name).cast::<u8>();
+        name.write(0);
+        if name_ptr == 0 {
+            0
+        } else {
+            bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _)
+        }
+    };
+    if read < 0 {
+        debug!(
+            ctx,
+            "cannot read the kernel name at {:x}; recorded as empty", name_ptr
+        );
+    }
+    if read == NAME_MAX as i64 {
+        // The name filled the record (it may go on): read again, whole up to LONG_NAME_MAX.
+        slot.discard(0);
+        emit_long_lookup(call, name_ptr);
+        return;
+    }
+    slot.submit(submit_flags());
+}
+
+/// A lookup whose name did not fit a [`LookupEvent`], as a [`LongLookupEvent`].
+#[inline(always)]
+fn emit_long_lookup(mut call: CallEvent, name_ptr: u64) {
+    let Some(mut slot) = EVENTS.reserve::<LongLookupEvent>(0) else {
+        dropped(call.pid);
+        return;
+    };
+    call.tag = EventTag::LongLookup as u32;
+    let p: *mut LongLookupEvent = slot.as_mut_ptr();
+    // SAFETY: as in `emit_lookup`, for a LongLookupEvent: the string read writes at most
+    // LONG_NAME_MAX bytes into the field (an empty name if it fails).
     unsafe {
         addr_of_mut!((*p).call).write(call);
         let name = addr_of_mut!((*p).name).cast::<u8>();
         name.write(0);
-        if name_ptr != 0
-            && bpf_probe_read_user_str(name.cast(), NAME_MAX as u32, name_ptr as *const _) < 0
-        {
-            debug!(
-                ctx,
-                "cannot read the kernel name at {:x}; recorded as empty", name_ptr
-            );
-        }
+        bpf_probe_read_user_str(name.cast(), LONG_NAME_MAX as u32, name_ptr as *const _);
     }
     slot.submit(submit_flags());
 }

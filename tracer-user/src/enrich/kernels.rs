@@ -57,9 +57,14 @@ impl std::fmt::Write for Capped {
 /// The demangled form of `mangled`, at most [`MAX_DEMANGLED`] bytes (cut names end in `...`);
 /// the symbol itself when it is not a mangled C++ name, or too deep to demangle.
 pub fn demangle(mangled: &str) -> String {
+    demangled(mangled).0
+}
+
+/// [`demangle`], and whether what it returns is cut (so that two names may share it).
+fn demangled(mangled: &str) -> (String, bool) {
     let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
     let Ok(symbol) = cpp_demangle::Symbol::new_with_options(mangled, &parse) else {
-        return cut(mangled);
+        return (cut(mangled), mangled.len() > MAX_DEMANGLED);
     };
     let options = cpp_demangle::DemangleOptions::default().recursion_limit(RECURSION_LIMIT);
     let mut sink = Capped {
@@ -67,15 +72,22 @@ pub fn demangle(mangled: &str) -> String {
         full: false,
     };
     match symbol.structured_demangle(&mut sink, &options) {
-        Ok(()) => sink.out,
+        Ok(()) => (sink.out, false),
         Err(_) if sink.full => {
             while sink.out.len() > MAX_DEMANGLED - 3 {
                 sink.out.pop();
             }
-            sink.out + "..."
+            (sink.out + "...", true)
         }
-        Err(_) => cut(mangled),
+        Err(_) => (cut(mangled), mangled.len() > MAX_DEMANGLED),
     }
+}
+
+/// FNV-1a, 64 bits: a stable hash of a name (the same label on every node and release).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// `s` cut to at most [`MAX_DEMANGLED`] bytes, at a character boundary.
@@ -88,11 +100,18 @@ fn cut(s: &str) -> String {
 }
 
 impl KernelName {
-    /// Builds both forms from the looked-up symbol.
+    /// Builds both forms from the looked-up symbol. A readable form that is cut (past
+    /// [`MAX_DEMANGLED`]), or of a symbol as long as a lookup record carries (it may have been
+    /// cut there), ends in ` #` and a hash of the whole symbol read, so that two kernels never
+    /// share a label because their names begin alike.
     pub fn new(mangled: &str) -> Self {
+        let (mut readable, cut) = demangled(mangled);
+        if cut || mangled.len() >= tracer_common::LONG_NAME_MAX - 1 {
+            readable = format!("{readable} #{:016x}", fnv1a(mangled.as_bytes()));
+        }
         KernelName {
             mangled: mangled.to_owned(),
-            demangled: demangle(mangled).into(),
+            demangled: readable.into(),
         }
     }
 }
@@ -264,6 +283,32 @@ mod tests {
 
     fn launch(pid: u32, function: u64) -> Event {
         Event::launch(Api::LaunchKernel, pid, function, 0)
+    }
+
+    /// `_Z<n><ident>v`: a function `ident()` whose identifier is `len` bytes, `tail` last.
+    fn long_name(len: usize, tail: char) -> String {
+        let ident: String = std::iter::repeat_n('k', len - 1).chain([tail]).collect();
+        format!("_Z{}{ident}v", ident.len())
+    }
+
+    #[test]
+    fn long_names_are_whole_and_never_share_a_label() {
+        // 600-byte names differing after byte 300: demangled whole, two labels.
+        let (a, b) = (long_name(600, 'a'), long_name(600, 'b'));
+        let (ka, kb) = (KernelName::new(&a), KernelName::new(&b));
+        assert_eq!(&*ka.demangled, format!("{}()", &a[5..605]));
+        assert_ne!(ka.demangled, kb.demangled);
+        // Past MAX_DEMANGLED the readable forms are cut alike: the hash of the whole tells them
+        // apart, and stays the same for the same name.
+        let (c, d) = (long_name(2000, 'c'), long_name(2000, 'd'));
+        let (kc, kd) = (KernelName::new(&c), KernelName::new(&d));
+        assert!(kc.demangled.contains("... #"), "{}", kc.demangled);
+        assert_ne!(kc.demangled, kd.demangled);
+        assert_eq!(kc.demangled, KernelName::new(&c).demangled);
+        assert_eq!(
+            &kc.demangled[kc.demangled.len() - 16..],
+            format!("{:016x}", fnv1a(c.as_bytes()))
+        );
     }
 
     #[test]

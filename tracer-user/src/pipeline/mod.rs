@@ -467,7 +467,7 @@ impl Session {
             "summary: events={events} launches_counted={counted} launch_samples={samples} \
              dropped={ring_full} rate_limited={rate_limited} orphan_returns={orphans} \
              polls_not_ready={polls} undecodable={undecodable} probes={probes} \
-             launch_probes={launch_probes:?} exits={exits} live_processes={live} \
+             launch_probes={launch_probes} exits={exits} live_processes={live} \
              inflight_entries={inflight} tracked_processes={tracked}"
         );
         Ok(())

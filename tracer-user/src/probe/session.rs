@@ -20,12 +20,12 @@ pub enum LaunchProbes {
 }
 
 impl LaunchProbes {
-    /// Its name, as the bench and the `attached` line print it.
+    /// Its name, as the summary line prints it (`launch_probes=`).
     pub fn name(self) -> &'static str {
         match self {
             LaunchProbes::Session => "uprobe_session",
-            LaunchProbes::Pair => "uprobe_multi pair",
-            LaunchProbes::Classic => "classic uprobe pair",
+            LaunchProbes::Pair => "uprobe_multi_pair",
+            LaunchProbes::Classic => "classic_pair",
         }
     }
 }

@@ -144,13 +144,22 @@ fn classic(err: Result<&str, String>, multi: bool) -> Outcome {
     let attached = err
         .lines()
         .find(|l| l.contains("aarch64-linux-gnu/libcuda.so.1: attached 60 of 60 entry points"));
+    // Launches: both kernels predate uprobe sessions (6.13), so the pair, of the kind attached.
+    let pair = if multi {
+        "launch_probes=uprobe_multi_pair"
+    } else {
+        "launch_probes=classic_pair"
+    };
+    let paired = err
+        .lines()
+        .any(|l| l.starts_with("summary:") && l.contains(pair));
     match (fallback, attached) {
-        (true, Some(line)) if !multi => {
-            Ok(format!("uprobe_multi refused, classic uprobes: {line}"))
-        }
-        (false, Some(line)) if multi => Ok(format!("uprobe_multi links: {line}")),
+        (true, Some(line)) if !multi && paired => Ok(format!(
+            "uprobe_multi refused, classic uprobes: {line}; {pair}"
+        )),
+        (false, Some(line)) if multi && paired => Ok(format!("uprobe_multi links: {line}; {pair}")),
         _ => Err(format!(
-            "expected {} and 60 of 60 attached; stderr:\n{err}",
+            "expected {} and 60 of 60 attached, {pair} in the summary; stderr:\n{err}",
             if multi {
                 "uprobe_multi links"
             } else {

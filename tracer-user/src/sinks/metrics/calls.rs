@@ -12,6 +12,7 @@ use super::{
     SnapshotCell,
 };
 use crate::aggregate::{Failed, BUCKETS};
+use tracer_common::Kind;
 
 /// The calls collector.
 #[derive(Debug)]
@@ -95,6 +96,34 @@ impl Collector for CallsCollector {
             "cudatrace_calls_untimed",
             "Launches counted at entry without their return (uprobe sessions): exact in cudatrace_calls_total, their durations in the histogram estimated from the sampled launches of the same kernel.",
             &untimed,
+        )?;
+        // Per process: the share of its launches whose kernel has no known name (its lookup
+        // came before cudatrace attached: a restarted agent, a long-lived server), labelled by
+        // handle; so a late attach says how much it cannot name.
+        let mut launches: std::collections::BTreeMap<u32, (Labels, u64, u64)> = Default::default();
+        for c in snap
+            .calls
+            .iter()
+            .filter(|c| c.api.info().kind == Kind::Launch)
+        {
+            let e = launches
+                .entry(c.process.pid)
+                .or_insert_with(|| (c.process.labels(), 0, 0));
+            e.2 += c.series.calls;
+            if c.kernel.starts_with("0x") {
+                e.1 += c.series.calls;
+            }
+        }
+        let unnamed: Vec<(Labels, f64)> = launches
+            .into_values()
+            .filter(|(_, _, all)| *all > 0)
+            .map(|(labels, unnamed, all)| (labels, unnamed as f64 / all as f64))
+            .collect();
+        gauge(
+            &mut enc,
+            "cudatrace_launches_unnamed_ratio",
+            "Share of a process's launches whose kernel has no known name (looked up before cudatrace attached): labelled by handle.",
+            &unnamed,
         )?;
         let estimated: Vec<(Labels, f64)> = snap
             .calls
