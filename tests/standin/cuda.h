@@ -16,6 +16,16 @@ typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+/* cuda.h's CUmemAllocationProp: type 1 is pinned, location type 1 a device (id at offset 12). */
+typedef struct {
+    int type;
+    int requestedHandleTypes;
+    struct { int type; int id; } location;
+    void *win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -90,5 +100,12 @@ typedef CUresult (*PFN_cuMemAlloc)(CUdeviceptr *, size_t);
 typedef CUresult (*PFN_cuMemFree)(CUdeviceptr);
 typedef CUresult (*PFN_cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
 typedef CUresult (*PFN_cuMemFreeAsync)(CUdeviceptr, CUstream);
+typedef CUresult (*PFN_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                                    unsigned long long);
+typedef CUresult (*PFN_cuMemRelease)(CUmemGenericAllocationHandle);
+typedef CUresult (*PFN_cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef CUresult (*PFN_cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
+typedef CUresult (*PFN_cuMemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+typedef CUresult (*PFN_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 
 #endif

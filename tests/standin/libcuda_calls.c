@@ -45,6 +45,41 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s;
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return mem_alloc(p, n); }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return mem_free(p); }
+/* VMM: physical memory by handle (the device's memory limit counts it), released by handle. */
+static unsigned long long vmm_handles;
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const CUmemAllocationProp *prop,
+                            unsigned long long flags) {
+    (void)flags;
+    if (!h || !prop) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p;
+    CUresult r = mem_alloc(&p, n);
+    *h = r == CUDA_SUCCESS ? 0x5000 + __atomic_add_fetch(&vmm_handles, 1, __ATOMIC_RELAXED) : 0;
+    return r;
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return mem_free(h); }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
+    (void)s;
+    return pool ? mem_alloc(p, n) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s) {
+    (void)s;
+    return pool ? mem_alloc(p, n) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags) { (void)flags; return mem_alloc(p, n); }
+/* The pitch is the width itself here (a real driver rounds it up). */
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem) {
+    (void)elem;
+    if (!pitch) return CUDA_ERROR_INVALID_VALUE;
+    *pitch = width;
+    return mem_alloc(p, width * height);
+}
+/* Not probed: the pool cuMemAllocFromPoolAsync takes. */
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
+    (void)d;
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    *pool = (CUmemoryPool)(uintptr_t)0x9000;
+    return CUDA_SUCCESS;
+}
 
 /* ---- kernel names ----------------------------------------------------------------------------- */
 

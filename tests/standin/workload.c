@@ -19,7 +19,8 @@
  *     syscalls N                N getppid() system calls, timed (the cost of a sys_enter hook)
  *     graph, evented, polled, join: the serving-stack scenarios (workload_serving.c)
  *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
- *     allocs BYTES N HOLD       N cuMemAlloc_v2 of BYTES each (failures go on), then HOLD seconds idle
+ *     allocs BYTES N HOLD       N allocations of BYTES each (failures go on), then HOLD seconds idle;
+ *                               WORKLOAD_ALLOC picks the entry point (see alloc_by_kind)
  *     grow BYTES EVERY_MS SECONDS  a cuMemAlloc_v2 of BYTES every EVERY_MS for SECONDS, none freed
  *     copies SECONDS BYTES GAP_US
  *                               synchronous host-to-device copies of BYTES, GAP_US apart
@@ -334,11 +335,9 @@ static void run_handles(long n, double hold) {
 /* N allocations of BYTES each, going on past failures, then HOLD seconds alive holding them. */
 static void run_allocs(size_t bytes, long n, double hold) {
     setup(4096);
-    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
     long ok = 0, oom = 0;
     for (long i = 0; i < n; i++) {
-        CUdeviceptr p;
-        CUresult r = alloc(&p, bytes);
+        CUresult r = alloc_by_kind(bytes);
         ok += r == CUDA_SUCCESS;
         oom += r == CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -350,12 +349,10 @@ static void run_allocs(size_t bytes, long n, double hold) {
 /* A leak: BYTES more device memory every EVERY_MS for SECONDS, nothing freed. */
 static void run_grow(size_t bytes, long every_ms, double seconds) {
     setup(4096);
-    PFN_cuMemAlloc alloc = (PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1);
     uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
     long ok = 0;
     while (now_ns() < end) {
-        CUdeviceptr p;
-        ok += alloc(&p, bytes) == CUDA_SUCCESS;
+        ok += alloc_by_kind(bytes) == CUDA_SUCCESS;
         usleep((useconds_t)(every_ms * 1000));
     }
     printf("{\"pid\":%d,\"allocated\":%ld}\n", getpid(), ok);

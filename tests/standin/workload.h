@@ -33,6 +33,8 @@ extern const char *PTX;
 extern void *lib;
 extern const char *lib_path;
 extern int real_driver;
+/* One allocation through the entry point WORKLOAD_ALLOC names (workload.c). */
+CUresult alloc_by_kind(size_t bytes);
 extern uint64_t loaded_ns;
 extern CUcontext ctx;
 extern CUmodule module;

@@ -10,6 +10,52 @@ static void count(const char *api, long n) {
     first_count = 0;
 }
 
+/* VMM, pools, managed and pitched memory: N calls each of 2 MiB (the VMM granularity; pitched:
+ * 256 x 8 bytes); VMM handles released, the rest left to the process's exit. */
+static void each_memory(long n, CUstream s) {
+    PFN_cuMemCreate create = (PFN_cuMemCreate)sym("cuMemCreate", 0);
+    PFN_cuMemRelease release = (PFN_cuMemRelease)sym("cuMemRelease", 0);
+    if (create && release) {
+        CUmemAllocationProp prop = {.type = 1, .location = {.type = 1, .id = 0}};
+        CUmemGenericAllocationHandle *h = calloc((size_t)n, sizeof *h);
+        for (long i = 0; i < n; i++) CHECK(create(&h[i], (size_t)2 << 20, &prop, 0));
+        for (long i = 0; i < n; i++) CHECK(release(h[i]));
+        count("cuMemCreate", n);
+        count("cuMemRelease", n);
+        free(h);
+    }
+    PFN_cuDeviceGetDefaultMemPool get_pool = (PFN_cuDeviceGetDefaultMemPool)sym("cuDeviceGetDefaultMemPool", 0);
+    CUmemoryPool pool = NULL;
+    if (get_pool) CHECK(get_pool(&pool, 0));
+    static const char *from_pool[] = {"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz"};
+    for (size_t v = 0; v < 2 && pool; v++) {
+        PFN_cuMemAllocFromPoolAsync p = (PFN_cuMemAllocFromPoolAsync)sym(from_pool[v], 0);
+        if (!p) continue;
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr d;
+            CHECK(p(&d, (size_t)2 << 20, pool, v ? NULL : s));
+        }
+        count(from_pool[v], n);
+    }
+    PFN_cuMemAllocManaged managed = (PFN_cuMemAllocManaged)sym("cuMemAllocManaged", 0);
+    if (managed) {
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr d;
+            CHECK(managed(&d, (size_t)2 << 20, 1));
+        }
+        count("cuMemAllocManaged", n);
+    }
+    PFN_cuMemAllocPitch pitched = (PFN_cuMemAllocPitch)sym("cuMemAllocPitch_v2", 0);
+    if (pitched) {
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr d;
+            size_t pitch;
+            CHECK(pitched(&d, &pitch, 256, 8, 4));
+        }
+        count("cuMemAllocPitch_v2", n);
+    }
+}
+
 /* Events, polling, capture and graphs: N calls each, after which the stream is idle. */
 static void each_serving(long n, CUstream s, CUevent e) {
     static const char *records[] = {"cuEventRecord", "cuEventRecord_ptsz"};
@@ -237,6 +283,7 @@ void run_each(long n) {
         count(async_allocs[v][0], n);
         count(async_allocs[v][1], n);
     }
+    each_memory(n, s);
     CHECK(ctxsync());
     count("cuCtxSynchronize(final)", 1);
     printf("},\"function\":%llu,\"kernel\":%llu,\"kernel_function\":%llu,\"graph\":%llu}\n",

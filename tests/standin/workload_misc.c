@@ -132,6 +132,33 @@ static void run_unpaged_config(long n) {
     printf("{\"pid\":%d,\"launches\":%ld}\n", getpid(), n);
 }
 
+/* One allocation of BYTES through the entry point WORKLOAD_ALLOC names: `mem` (cuMemAlloc_v2, the
+ * default), `vmm` (cuMemCreate of pinned device memory), `pool` (cuMemAllocFromPoolAsync from the
+ * device's default pool), `managed` (cuMemAllocManaged), `pitch` (cuMemAllocPitch_v2, rows of
+ * 256 bytes). */
+CUresult alloc_by_kind(size_t bytes) {
+    const char *kind = getenv("WORKLOAD_ALLOC");
+    CUdeviceptr p;
+    if (!kind || !strcmp(kind, "mem")) return ((PFN_cuMemAlloc)sym("cuMemAlloc_v2", 1))(&p, bytes);
+    if (!strcmp(kind, "vmm")) {
+        CUmemAllocationProp prop = {.type = 1, .location = {.type = 1, .id = 0}};
+        CUmemGenericAllocationHandle h;
+        return ((PFN_cuMemCreate)sym("cuMemCreate", 1))(&h, bytes, &prop, 0);
+    }
+    if (!strcmp(kind, "pool")) {
+        CUmemoryPool pool;
+        CHECK(((PFN_cuDeviceGetDefaultMemPool)sym("cuDeviceGetDefaultMemPool", 1))(&pool, 0));
+        return ((PFN_cuMemAllocFromPoolAsync)sym("cuMemAllocFromPoolAsync", 1))(&p, bytes, pool, NULL);
+    }
+    if (!strcmp(kind, "managed")) return ((PFN_cuMemAllocManaged)sym("cuMemAllocManaged", 1))(&p, bytes, 1);
+    if (!strcmp(kind, "pitch")) {
+        size_t pitch;
+        return ((PFN_cuMemAllocPitch)sym("cuMemAllocPitch_v2", 1))(&p, &pitch, 256, bytes / 256, 4);
+    }
+    fprintf(stderr, "WORKLOAD_ALLOC=%s: expected mem, vmm, pool, managed or pitch\n", kind);
+    exit(2);
+}
+
 /* Runs one of these scenarios; 0 when `scenario` is none of them. */
 int run_misc(const char *scenario, int argc, char **argv) {
     if (!strcmp(scenario, "die-in-call") && argc == 0) run_die_in_call();

@@ -27,7 +27,11 @@ fn every_entry_point_exact() {
         let api = api.split('(').next().unwrap_or(api);
         *want.entry(api.to_owned()).or_default() += n.as_u64().unwrap();
     }
-    assert_eq!(want.len(), 60, "the workload calls every entry point");
+    assert_eq!(
+        want.len(),
+        tracer_common::Api::ALL.len(),
+        "the workload calls every entry point"
+    );
     let mut got: BTreeMap<String, u64> = BTreeMap::new();
     for e in &events {
         *got.entry(e["api"].as_str().unwrap().to_owned())
@@ -134,19 +138,33 @@ fn every_entry_point_exact() {
         assert!(by_api(api).all(|e| e["dptr"].as_u64().unwrap() != 0 && e["stream"] == stream));
     }
 
-    // Device memory: two 1 MiB buffers stay; the peak adds the N allocations of one phase.
+    // Device memory: two 1 MiB buffers stay, and what the last phase leaves: N of 2 MiB from
+    // each pool variant and managed, N pitched of 256 x 8 (the VMM handles are released, the
+    // other frees matched), which is also the peak.
     let memory = traced
         .stderr
         .iter()
         .find(|l| l.starts_with(&format!("memory: pid={pid} ")))
         .expect("memory line");
-    let peak = 2 * (1 << 20) + 4096 * N * (N + 1) / 2;
-    let allocs = 2 + 3 * N;
-    let frees = 3 * N;
+    let current = (2 << 20) + 3 * N * (2 << 20) + N * 2048;
+    let allocs = 2 + 8 * N;
+    let frees = 4 * N;
     assert_eq!(
         memory,
-        &format!("memory: pid={pid} current_bytes={} peak_bytes={peak} allocs={allocs} frees={frees} unknown_frees=1", 2 << 20)
+        &format!("memory: pid={pid} current_bytes={current} peak_bytes={current} allocs={allocs} frees={frees} unknown_frees=1")
     );
+    for (api, bytes) in [
+        ("cuMemCreate", 2 << 20),
+        ("cuMemAllocFromPoolAsync", 2 << 20),
+        ("cuMemAllocFromPoolAsync_ptsz", 2 << 20),
+        ("cuMemAllocManaged", 2 << 20),
+        ("cuMemAllocPitch_v2", 2048),
+    ] {
+        assert!(
+            by_api(api).all(|e| e["bytes"] == bytes && e["dptr"].as_u64().unwrap() != 0),
+            "{api}: {bytes} bytes each"
+        );
+    }
     let summary = traced.summary();
     assert_eq!(summary["dropped"], 0);
     let launches = events.iter().filter(|e| e["kind"] == "launch").count();

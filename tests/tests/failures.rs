@@ -19,6 +19,18 @@ use integration_tests::{
 /// its `CUresult` name and its duration under `outcome="error"`.
 #[test]
 fn out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics() {
+    out_of_memory(("mem", "cuMemAlloc_v2"));
+}
+
+/// The same with VMM (`cuMemCreate`, as PyTorch's expandable segments and NCCL allocate): the
+/// holders are named by the memory their handles hold.
+#[test]
+fn out_of_memory_under_vmm_names_the_holders() {
+    out_of_memory(("vmm", "cuMemCreate"));
+}
+
+/// `kind`: the workloads' `WORKLOAD_ALLOC`, and the entry point it calls.
+fn out_of_memory((kind, api): (&str, &str)) {
     let Some(env) = env() else { return };
     let hook = Webhook::start();
     let dir = TempDir::new("oom");
@@ -29,6 +41,7 @@ fn out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics() {
         // 8 GiB and 1 MiB: room for the workloads' own 2 x 4 KiB buffers (setup) besides.
         ("CUDA_STANDIN_MEMORY_BYTES", "8590983168"),
         ("CUDA_VISIBLE_DEVICES", "0"),
+        ("WORKLOAD_ALLOC", kind),
     ];
     const GIB: u64 = 1 << 30;
     let allocs = |n, hold_s| Scenario::Allocs {
@@ -92,7 +105,7 @@ fn out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics() {
     let m = exposition::parse(&http::scrape(&listen));
     let pid = server_pid.to_string();
     let of = |name: &str, more: &[(&str, &str)]| {
-        let mut with = vec![("pid", pid.as_str()), ("api", "cuMemAlloc_v2")];
+        let mut with = vec![("pid", pid.as_str()), ("api", api)];
         with.extend_from_slice(more);
         exposition::sum(&m, name, &with)
     };
@@ -111,18 +124,22 @@ fn out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics() {
         ),
         1.0
     );
-    // Its setup's two buffers and two of its three blocks.
+    // Two of its three blocks, and its setup's two buffers when they share the entry point.
+    let setup = if api == "cuMemAlloc_v2" { 2.0 } else { 0.0 };
     assert_eq!(
         of(
             "cudatrace_call_duration_seconds_count",
             &[("outcome", "ok")]
         ),
-        4.0
+        2.0 + setup
     );
-    assert_eq!(of("cudatrace_calls_total", &[]), 5.0);
+    assert_eq!(of("cudatrace_calls_total", &[]), 3.0 + setup);
     drop((trainer, server));
     let _ = daemon.stop();
-    eprintln!("e2e out_of_memory_fires_naming_the_holders_with_the_result_in_the_metrics: fired {:.1} s after the failure", fired_after.as_secs_f64());
+    eprintln!(
+        "e2e out_of_memory ({api}): fired {:.1} s after the failure",
+        fired_after.as_secs_f64()
+    );
     assert!(fired_after <= Duration::from_secs(11), "{fired_after:?}");
 }
 
@@ -190,6 +207,17 @@ fn a_restart_loop_fires_with_the_exit_statuses_the_kernel_reported() {
 /// time to full; a trainer that takes 8 GiB in one go beside it is not a leak.
 #[test]
 fn steady_device_memory_growth_fires_a_leak_warning() {
+    leak("mem");
+}
+
+/// The same growth through VMM handles never released.
+#[test]
+fn a_vmm_leak_fires_a_leak_warning() {
+    leak("vmm");
+}
+
+/// `kind`: the leaking server's `WORKLOAD_ALLOC` (the trainer's 8 GiB are cuMemAlloc_v2's).
+fn leak(kind: &str) {
     let Some(env) = env() else { return };
     let hook = Webhook::start();
     let dir = TempDir::new("leak");
@@ -228,6 +256,7 @@ fn steady_device_memory_growth_fires_a_leak_warning() {
     )
     .comm("model-server")
     .vars(&vars)
+    .var("WORKLOAD_ALLOC", kind)
     .spawn();
     let trainer = Workload::new(
         &env,

@@ -117,6 +117,15 @@ pub enum Shape {
     ExecUpdate,
     /// `(const char *symbol, void **pfn, int version, cuuint64_t flags, status *)`.
     ProcAddress,
+    /// `(CUmemGenericAllocationHandle *out, size_t size, const CUmemAllocationProp *, flags)`:
+    /// physical memory, held by handle until released.
+    VmmCreate,
+    /// `(CUmemGenericAllocationHandle)`.
+    VmmRelease,
+    /// `(CUdeviceptr *dptr, bytes, CUmemoryPool, CUstream)`.
+    AllocFromPool,
+    /// `(CUdeviceptr *dptr, size_t *pitch, widthInBytes, height, elementSize)`.
+    AllocPitch,
 }
 
 /// Direction of a copy.
@@ -314,6 +323,12 @@ apis! {
     GraphInstantiateWithParamsPtsz = "cuGraphInstantiateWithParams_ptsz": GraphBuild, Regs, Instantiate, false, None;
     GraphExecUpdate = "cuGraphExecUpdate_v2": GraphBuild, Regs, ExecUpdate, false, None;
     GetProcAddress = "cuGetProcAddress_v2": Resolve, Regs, ProcAddress, false, None;
+    MemCreate = "cuMemCreate": Alloc, Regs, VmmCreate, false, None;
+    MemRelease = "cuMemRelease": Free, Regs, VmmRelease, false, None;
+    MemAllocFromPoolAsync = "cuMemAllocFromPoolAsync": Alloc, Regs, AllocFromPool, true, None;
+    MemAllocFromPoolAsyncPtsz = "cuMemAllocFromPoolAsync_ptsz": Alloc, Regs, AllocFromPool, true, None;
+    MemAllocManaged = "cuMemAllocManaged": Alloc, Regs, Alloc, false, None;
+    MemAllocPitch = "cuMemAllocPitch_v2": Alloc, Regs, AllocPitch, false, None;
 }
 
 impl Api {
@@ -327,7 +342,11 @@ impl Api {
     pub const fn cookie(self) -> u64 {
         let info = self.info();
         let mut flags = match info.shape {
-            Shape::Alloc | Shape::KernelGetFunction => COOKIE_READ_OUT,
+            Shape::Alloc
+            | Shape::KernelGetFunction
+            | Shape::VmmCreate
+            | Shape::AllocFromPool
+            | Shape::AllocPitch => COOKIE_READ_OUT,
             Shape::ModuleGetFunction | Shape::LibraryGetKernel => {
                 COOKIE_READ_OUT | COOKIE_READ_NAME
             }
@@ -379,7 +398,7 @@ mod tests {
         assert!(Api::LaunchKernelPtsz.info().per_thread);
         assert!(Api::MemcpyHtoDPtds.info().per_thread);
         assert!(!Api::LaunchKernel.info().per_thread);
-        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 24);
+        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 25);
     }
 
     #[test]

@@ -400,6 +400,27 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             dptr: a[0],
             stream: stream_at(1),
         },
+        // A VMM handle is memory held (a separate key space: see `enrich::memory`).
+        Shape::VmmCreate => Detail::Alloc {
+            dptr: c.out,
+            bytes: a[1],
+            stream: None,
+        },
+        Shape::VmmRelease => Detail::Free {
+            dptr: a[0],
+            stream: None,
+        },
+        Shape::AllocFromPool => Detail::Alloc {
+            dptr: c.out,
+            bytes: a[1],
+            stream: stream_at(3),
+        },
+        // Width x height: the pitch the driver chose (at least the width) is not read.
+        Shape::AllocPitch => Detail::Alloc {
+            dptr: c.out,
+            bytes: a[2].saturating_mul(a[3]),
+            stream: None,
+        },
         Shape::ModuleGetFunction | Shape::LibraryGetKernel => Detail::Lookup {
             handle: c.out,
             source: a[1],

@@ -4,10 +4,16 @@
 use foldhash::HashMap;
 use serde::Serialize;
 
+use tracer_common::api::Shape;
+
 use crate::event::{Detail, Event};
 
 /// Live allocations tracked per process at most (16 bytes each).
 pub const MAX_LIVE: usize = 65_536;
+/// Marks the key of a VMM handle (`cuMemCreate` to `cuMemRelease`), so that handles and device
+/// pointers never meet in one table. A handle imported from another process is not traced
+/// (not new memory); its release is an unknown free.
+const VMM_KEY: u64 = 1 << 63;
 
 /// Device memory of one process (its registry entry holds it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -36,8 +42,11 @@ impl ProcessMemory {
             return;
         }
         let m = self;
+        let vmm = matches!(ev.api.info().shape, Shape::VmmCreate | Shape::VmmRelease);
+        let key = |p: u64| if vmm { p | VMM_KEY } else { p };
         match ev.detail {
             Detail::Alloc { dptr, bytes, .. } if dptr != 0 => {
+                let dptr = key(dptr);
                 if m.live.len() < MAX_LIVE || m.live.contains_key(&dptr) {
                     if let Some(old) = m.live.insert(dptr, bytes) {
                         // The same pointer again without a free we saw: replace, don't double count.
@@ -50,7 +59,7 @@ impl ProcessMemory {
                 m.peak_bytes = m.peak_bytes.max(m.current_bytes);
                 m.allocs += 1;
             }
-            Detail::Free { dptr, .. } => match m.live.remove(&dptr) {
+            Detail::Free { dptr, .. } => match m.live.remove(&key(dptr)) {
                 Some(bytes) => {
                     m.current_bytes = m.current_bytes.saturating_sub(bytes);
                     m.frees += 1;
@@ -104,6 +113,34 @@ mod tests {
             (t.live.len(), t.overflowed, t.current_bytes),
             (MAX_LIVE, 3, 2 * (MAX_LIVE as u64 + 3))
         );
+    }
+
+    #[test]
+    fn vmm_handles_and_device_pointers_are_apart() {
+        let mut t = ProcessMemory::default();
+        let alloc = |api, dptr, bytes| {
+            Event::of(
+                api,
+                1,
+                Detail::Alloc {
+                    dptr,
+                    bytes,
+                    stream: None,
+                },
+            )
+        };
+        let free = |api, dptr| Event::of(api, 1, Detail::Free { dptr, stream: None });
+        // Handle 7 and device pointer 7: two holdings; each released by its own call only.
+        t.observe(&alloc(Api::MemCreate, 7, 2 << 20));
+        t.observe(&alloc(Api::MemAlloc, 7, 100));
+        t.observe(&alloc(Api::MemAllocManaged, 9, 50));
+        assert_eq!(t.current_bytes, (2 << 20) + 150);
+        t.observe(&free(Api::MemRelease, 7));
+        assert_eq!(t.current_bytes, 150);
+        t.observe(&free(Api::MemRelease, 7));
+        assert_eq!((t.current_bytes, t.unknown_frees), (150, 1));
+        t.observe(&free(Api::MemFree, 7));
+        assert_eq!((t.current_bytes, t.frees), (50, 2));
     }
 
     #[test]

@@ -141,9 +141,11 @@ fn kernel(text: Result<&str, String>) -> Outcome {
 fn classic(err: Result<&str, String>, multi: bool) -> Outcome {
     let err = err?;
     let fallback = err.lines().any(|l| l.contains("using classic uprobes"));
-    let attached = err
-        .lines()
-        .find(|l| l.contains("aarch64-linux-gnu/libcuda.so.1: attached 60 of 60 entry points"));
+    let attached = err.lines().find(|l| {
+        l.contains(&format!(
+            "aarch64-linux-gnu/libcuda.so.1: attached {ALL} of {ALL} entry points"
+        ))
+    });
     // Launches: both kernels predate uprobe sessions (6.13), so the pair, of the kind attached.
     let pair = if multi {
         "launch_probes=uprobe_multi_pair"
@@ -159,7 +161,7 @@ fn classic(err: Result<&str, String>, multi: bool) -> Outcome {
         )),
         (false, Some(line)) if multi && paired => Ok(format!("uprobe_multi links: {line}; {pair}")),
         _ => Err(format!(
-            "expected {} and 60 of 60 attached, {pair} in the summary; stderr:\n{err}",
+            "expected {} and {ALL} of {ALL} attached, {pair} in the summary; stderr:\n{err}",
             if multi {
                 "uprobe_multi links"
             } else {
@@ -168,6 +170,9 @@ fn classic(err: Result<&str, String>, multi: bool) -> Outcome {
         )),
     }
 }
+
+/// Entry points the stand-in exports, each probed.
+const ALL: usize = tracer_common::Api::ALL.len();
 
 /// The `summary:` line's `key=value` pairs.
 fn summary(err: &str) -> BTreeMap<String, String> {
@@ -353,10 +358,9 @@ fn discovered(err: Result<&str, String>) -> Outcome {
         .lines()
         .skip_while(|l| !l.starts_with("ready:"))
         .collect();
-    match after
-        .iter()
-        .find(|l| l.contains("/opt/cuda/libcuda.so.1") && l.contains("attached 60 of 60"))
-    {
+    match after.iter().find(|l| {
+        l.contains("/opt/cuda/libcuda.so.1") && l.contains(&format!("attached {ALL} of {ALL}"))
+    }) {
         Some(line) => Ok(line.to_string()),
         None => Err(format!(
             "no attach of /opt/cuda/libcuda.so.1 after ready; stderr:\n{err}"
