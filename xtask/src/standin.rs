@@ -8,9 +8,10 @@ mod tests {
     use tracer_common::Api;
 
     /// Driver functions the stand-in exports for set-up only: not probed, never counted.
-    const SETUP_ONLY: [&str; 10] = [
+    const SETUP_ONLY: [&str; 11] = [
         "cuInit",
         "cuDeviceGet",
+        "cuDeviceGetDefaultMemPool",
         "cuCtxCreate_v2",
         "cuDevicePrimaryCtxRetain",
         "cuCtxSetCurrent",
@@ -80,7 +81,11 @@ mod tests {
             unknown.is_empty(),
             "exported by tests/standin/libcuda.c but neither in tracer-common's table nor a set-up function: {unknown:?}"
         );
-        assert_eq!(table.len(), 60, "the driver-probe list has 60 entry points");
+        assert_eq!(
+            table.len(),
+            66,
+            "the driver-probe list's 60 entry points and the 6 of VMM, pools, managed and pitched memory"
+        );
     }
 
     #[test]
