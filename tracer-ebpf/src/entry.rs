@@ -46,12 +46,12 @@ fn wanted() -> bool {
 
 /// Saves the entry state of the calling thread in its slot, made on its first call and reused
 /// after (an in-place write: no map insert or delete per call); the timestamp is taken last so
-/// that the work of the probe itself is not counted in the call's duration. `true` when the
-/// thread's slot holds the call.
+/// that the work of the probe itself is not counted in the call's duration. The thread's slot
+/// when it holds the call.
 #[inline(always)]
-pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> bool {
+pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> Option<*mut Entry> {
     if !enabled() || !wanted() {
-        return false;
+        return None;
     }
     // SAFETY: the context pointer is the program's own, as bpf_get_attach_cookie requires.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
@@ -75,7 +75,7 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> bool {
             (*slot).entry_ip = entry_ip(ctx);
             (*slot).session = 0;
             (*slot).start_ns = bpf_ktime_get_ns();
-            true
+            Some(slot)
         },
         None => {
             // The thread's first traced call (or the first since its share let it have a
@@ -84,7 +84,7 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> bool {
             // SAFETY: bpf_get_current_cgroup_id has no preconditions.
             let cgroup = unsafe { bpf_get_current_cgroup_id() };
             if !slots::take(pid, cgroup) {
-                return false;
+                return None;
             }
             // Its name, once (records carry none).
             emit_name(
@@ -111,9 +111,10 @@ pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> bool {
             if ENTRIES.insert(&id, &entry, 1).is_err() {
                 slots::give_back(pid, cgroup);
                 crate::maps::count_for(&crate::maps::UNSLOTTED, pid);
-                return false;
+                return None;
             }
-            true
+            // The thread's first call only: its slot looked up once more.
+            ENTRIES.get_ptr_mut(&id)
         }
     }
 }

@@ -5,32 +5,27 @@
 //! writes every launch), or when its cell cannot be made. Everything else is counted in its
 //! kernel's untimed cell: exactly, without its duration or result.
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated::bpf_ktime_get_ns};
-use tracer_common::CONFIG_AGGREGATE;
+use tracer_common::{Entry, CONFIG_AGGREGATE};
 
-use crate::{
-    aggregate,
-    maps::{config, ENTRIES},
-};
+use crate::{aggregate, maps::config};
 
 /// Run the return half.
 const RETURN: u32 = 0;
 /// Skip it (the kernel's `UPROBE_HANDLER_IGNORE` for any non-zero answer).
 const SKIP: u32 = 1;
 
-/// The entry's answer for a launch; `saved` is whether the thread's slot holds it.
+/// The entry's answer for a launch; `slot` is the thread's slot `entry::save` filled (looked up
+/// there once, not again here).
 #[inline(always)]
-pub fn decide(saved: bool) -> u32 {
-    if !saved {
+pub fn decide(slot: Option<*mut Entry>) -> u32 {
+    let Some(slot) = slot else {
         // Nothing to pair with: recording off, filtered out, or no slot (counted at entry).
         return SKIP;
-    }
+    };
     if config(CONFIG_AGGREGATE) != 1 {
         return RETURN;
     }
     let id = bpf_get_current_pid_tgid();
-    let Some(slot) = ENTRIES.get_ptr_mut(&id) else {
-        return RETURN;
-    };
     // SAFETY: this thread's own slot (see `entry::save`), valid while this program runs.
     let entry = unsafe { *slot };
     let pid = (id >> 32) as u32;

@@ -6,6 +6,7 @@
 use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
 use aya_log_ebpf::warn;
 use tracer_common::callconv::LAUNCH_STACK_WORDS;
+use tracer_common::Entry;
 
 use crate::{
     arch::{stack_pointer, CONV},
@@ -18,9 +19,9 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Saves the launch's entry state; `true` when the thread's slot holds it.
+/// Saves the launch's entry state; the thread's slot when it holds it.
 #[inline(always)]
-pub fn try_cuda_launch(ctx: &ProbeContext) -> bool {
+pub fn try_cuda_launch(ctx: &ProbeContext) -> Option<*mut Entry> {
     let at = stack_pointer(ctx) + CONV.stack_offset;
     // SAFETY: bpf_probe_read_user copies from user memory with fault handling: a bad address is
     // an error, never a fault. One read for the stack words; a fault leaves them 0 rather than

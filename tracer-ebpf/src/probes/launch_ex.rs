@@ -4,6 +4,7 @@
 //! packed launch layout of tracer-common.
 use aya_ebpf::{helpers::bpf_probe_read_user, macros::uprobe, programs::ProbeContext};
 use aya_log_ebpf::warn;
+use tracer_common::Entry;
 
 use crate::entry::{arg, save};
 
@@ -13,9 +14,9 @@ pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
     0
 }
 
-/// Saves the launch's entry state; `true` when the thread's slot holds it.
+/// Saves the launch's entry state; the thread's slot when it holds it.
 #[inline(always)]
-pub fn try_cuda_launch_ex(ctx: &ProbeContext) -> bool {
+pub fn try_cuda_launch_ex(ctx: &ProbeContext) -> Option<*mut Entry> {
     let config = arg(ctx, 0);
     let words: [u64; 5] = if config == 0 {
         [0; 5]

@@ -19,6 +19,8 @@ use aya_ebpf::{
     EbpfContext,
 };
 
+use tracer_common::Entry;
+
 use super::{launch::try_cuda_launch, launch_ex::try_cuda_launch_ex, ret::try_cuda_ret};
 use crate::{arch::entry_ip, session::decide};
 
@@ -30,26 +32,27 @@ fn returning(ctx: &ProbeContext) -> bool {
     entry_ip(ctx) != func
 }
 
-/// The session program of `cuLaunchKernel`-shaped calls: its answer at entry is the kernel's.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "uprobe")]
-pub fn cuda_session(ctx: *mut c_void) -> u32 {
+/// One session program: the return half, or the entry saved by `save` and then `decide`d.
+#[inline(always)]
+fn session(ctx: *mut c_void, save: fn(&ProbeContext) -> Option<*mut Entry>) -> u32 {
     let ctx = ProbeContext::new(ctx);
     if returning(&ctx) {
         try_cuda_ret(&RetProbeContext::new(ctx.as_ptr()));
         return 0;
     }
-    decide(try_cuda_launch(&ctx))
+    decide(save(&ctx))
+}
+
+/// The session program of `cuLaunchKernel`-shaped calls: its answer at entry is the kernel's.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe")]
+pub fn cuda_session(ctx: *mut c_void) -> u32 {
+    session(ctx, try_cuda_launch)
 }
 
 /// The session program of `cuLaunchKernelEx`.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "uprobe")]
 pub fn cuda_session_ex(ctx: *mut c_void) -> u32 {
-    let ctx = ProbeContext::new(ctx);
-    if returning(&ctx) {
-        try_cuda_ret(&RetProbeContext::new(ctx.as_ptr()));
-        return 0;
-    }
-    decide(try_cuda_launch_ex(&ctx))
+    session(ctx, try_cuda_launch_ex)
 }
