@@ -56,7 +56,7 @@ fn a_starved_victim_fires_naming_the_holder_and_resolves_after() {
         "fired after the hold: {fired_after:?}"
     );
     assert_eq!(firing["cause"], "starvation");
-    assert_eq!(firing["severity"], "page");
+    assert_eq!(firing["severity"], "page", "{firing}");
     assert_eq!(firing["gpu"], "0");
     assert_eq!(firing["victim"]["comm"], "model-server");
     let holders: Vec<(u64, &str, f64)> = parties(&firing);

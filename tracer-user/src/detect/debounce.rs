@@ -28,6 +28,8 @@ pub struct Track {
     pub fired_at: f64,
     /// Lowest tier over the current run: the severity it sustains.
     pub tier: Severity,
+    /// Whether a window of the current run had a call stuck.
+    pub stuck: bool,
     /// While firing: since when (monotonic seconds) every window breached above the alert's
     /// severity, and the lowest tier over those windows (what it escalates to).
     pub higher: Option<(f64, Severity)>,
@@ -56,6 +58,7 @@ impl Track {
             last_breach: 0.0,
             fired_at: 0.0,
             tier: Severity::Warning,
+            stuck: false,
             higher: None,
             record: None,
             last: None,
@@ -71,6 +74,7 @@ impl Track {
             (Phase::Normal, Some(_)) => {
                 // A run that ended before it alerted: the next one freezes its own reference.
                 self.breaches = 0;
+                self.stuck = false;
                 self.reference = None;
             }
             (Phase::Normal, None) | (Phase::Pending, None) => {}
@@ -88,6 +92,7 @@ impl Track {
     fn end(&mut self) {
         self.phase = Phase::Normal;
         self.breaches = 0;
+        self.stuck = false;
         self.higher = None;
         self.reference = None;
         if let Some(r) = self.record.as_mut() {

@@ -328,6 +328,11 @@ impl Detector {
             t.since = start;
             t.tier = tier;
         }
+        // A call stuck behind others is a condition of its own: not as mild as the slow windows
+        // that led up to it.
+        if stuck_ns.is_some() && !std::mem::replace(&mut t.stuck, true) {
+            t.tier = tier;
+        }
         t.tier = t.tier.min(tier);
         t.last_breach = now;
         if t.phase == Phase::Normal && t.breaches < cfg.pending_windows {

@@ -35,11 +35,11 @@ fn refused(pid: u32, bytes: u64) -> Event {
     alloc
 }
 
-/// pid 1 learns a 1 ms wait for 10 windows alone. Then pid 2 queues work on GPU 0 and holds
-/// it: pid 1's next wait does not return for windows `stuck` (its calls complete nowhere), and
-/// pid 2's own wait is stuck too. Then pid 1's waits are back to 1 ms.
-#[test]
-fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return() {
+/// pid 1 learns a 1 ms wait for 10 windows alone, then waits `before` ns in the window just
+/// before the hold. Then pid 2 queues work on GPU 0 and holds it: pid 1's next wait does not
+/// return for windows `stuck` (its calls complete nowhere), and pid 2's own wait is stuck too.
+/// Then pid 1's waits are back to 1 ms. The changes, by window.
+fn starved(before: u64) -> Vec<(u32, Vec<Record>)> {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
     let gpu0 = gpu0();
     let (mut out, stuck) = (Vec::new(), 10..22u32);
@@ -85,7 +85,12 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
                 d.d.observe(&mut p.signals, &launch, None);
             }
         } else {
-            window(&mut d, 1, &gpu0, 1000, 1_000_000);
+            let wait_ns = if k + 1 == stuck.start {
+                before
+            } else {
+                1_000_000
+            };
+            window(&mut d, 1, &gpu0, 1000, wait_ns);
             if k == stuck.end {
                 // The holder's long kernel ends: its wait returns, closing both batches.
                 for pid in [1, 2] {
@@ -97,6 +102,12 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
         }
         close(&mut d, k, &[], &mut out);
     }
+    out
+}
+
+#[test]
+fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return() {
+    let out = starved(1_000_000);
     let got: Vec<(u32, Vec<_>)> = out.iter().map(|(k, c)| (*k, states(c))).collect();
     let name = "CudatraceGpuStarved";
     assert_eq!(
@@ -126,6 +137,34 @@ fn a_starved_victim_fires_names_the_holder_and_resolves_after_its_calls_return()
         .summary()
         .contains("job1 (pid 1) starved by job2 (pid 2) 100% on GPU 0"));
     assert_eq!(out[2].1[0].reason, Some("back_to_baseline"));
+}
+
+/// The window before the hold was 40% slow (critical, on its own): the starvation that follows
+/// pages all the same, as its stuck windows do, and fires one window sooner (the run began then).
+/// A change's victim, signal, state, alert and severity.
+type Seen = (u32, &'static str, &'static str, &'static str, Severity);
+
+#[test]
+fn a_starvation_after_a_milder_slow_window_pages() {
+    let got: Vec<(u32, Vec<Seen>)> = starved(1_400_000)
+        .iter()
+        .map(|(k, c)| {
+            let s = states(c)
+                .into_iter()
+                .zip(c)
+                .map(|((p, g, st, a), r)| (p, g, st, a, r.severity));
+            (*k, s.collect())
+        })
+        .collect();
+    let (name, page) = ("CudatraceGpuStarved", Severity::Page);
+    assert_eq!(
+        got,
+        vec![
+            (12, vec![(1, "wait_per_launch", "pending", name, page)]),
+            (15, vec![(1, "wait_per_launch", "firing", name, page)]),
+            (34, vec![(1, "wait_per_launch", "resolved", name, page)]),
+        ]
+    );
 }
 
 /// A slowdown that starts at the warning tier and grows to the page tier while firing: the
