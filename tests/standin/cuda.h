@@ -108,4 +108,60 @@ typedef CUresult (*PFN_cuMemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
 typedef CUresult (*PFN_cuMemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
 typedef CUresult (*PFN_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 
+/* cuda.h's 2-D and 3-D copy parameters (memory types: 1 host, 2 device, 3 array, 4 unified). */
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+typedef struct { int srcAccessOrder; struct { int type; int id; } srcLocHint, dstLocHint; unsigned int flags; } CUmemcpyAttributes;
+typedef CUresult (*PFN_cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+typedef CUresult (*PFN_cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
+typedef CUresult (*PFN_cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
+typedef CUresult (*PFN_cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+typedef CUresult (*PFN_cuMemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+typedef CUresult (*PFN_cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+typedef CUresult (*PFN_cuMemsetD2D8)(CUdeviceptr, size_t, unsigned char, size_t, size_t);
+typedef CUresult (*PFN_cuMemsetD2D16)(CUdeviceptr, size_t, unsigned short, size_t, size_t);
+typedef CUresult (*PFN_cuMemsetD2D32)(CUdeviceptr, size_t, unsigned int, size_t, size_t);
+typedef CUresult (*PFN_cuMemsetD2D8Async)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream);
+typedef CUresult (*PFN_cuMemsetD2D16Async)(CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream);
+typedef CUresult (*PFN_cuMemsetD2D32Async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream);
+typedef CUresult (*PFN_cuMemcpy2D)(const CUDA_MEMCPY2D *);
+typedef CUresult (*PFN_cuMemcpy2DAsync)(const CUDA_MEMCPY2D *, CUstream);
+typedef CUresult (*PFN_cuMemcpy3D)(const CUDA_MEMCPY3D *);
+typedef CUresult (*PFN_cuMemcpy3DAsync)(const CUDA_MEMCPY3D *, CUstream);
+/* CUDA 12.8's batch (with failIdx) and CUDA 13's (cuMemcpyBatchAsync_v2, without). */
+typedef CUresult (*PFN_cuMemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                                           size_t *, size_t, size_t *, CUstream);
+typedef CUresult (*PFN_cuMemcpyBatchAsync_v2)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+                                              size_t *, size_t, CUstream);
+
 #endif

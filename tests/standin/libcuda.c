@@ -495,7 +495,7 @@ EXPORT CUresult cuEventSynchronize(CUevent e) {
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 0); }
 EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 1); }
 
-/* ---- copies, memory, names (libcuda_calls.c); serving stacks (libcuda_serving.c) ---------- */
-
+/* ---- copies, memory, names; serving stacks; memsets, 2-D, 3-D and batch copies ---------------- */
 #include "libcuda_calls.c"
 #include "libcuda_serving.c"
+#include "libcuda_sized.c"

@@ -54,6 +54,8 @@ void setup(size_t buf_bytes);
 CUstream new_stream(void);
 /* The `each` scenario (workload_each.c). */
 void run_each(long n);
+/* Its memsets, 2-D, 3-D and batch copies (workload_sized.c), each counted through `count`. */
+void each_sized(long n, CUstream s, void (*count)(const char *, long));
 /* A worker thread's context (a real driver's is per thread). */
 void thread_ctx(void);
 /* The serving-stack scenarios (workload_serving.c): 1 when `scenario` was one of them. */

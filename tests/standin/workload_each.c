@@ -235,6 +235,7 @@ void run_each(long n) {
         }
         count(copies[v].name, n);
     }
+    each_sized(n, s, count);
 
     /* Waits. */
     CHECK(((PFN_cuEventRecord)sym("cuEventRecord", 1))(e, s));

@@ -119,6 +119,7 @@ fn every_entry_point_exact() {
             .collect();
         assert_eq!(bytes, (100..100 + N).collect(), "{api} bytes");
     }
+    sized_calls_exact(&events, &stream);
     assert!(by_api("cuStreamSynchronize").all(|e| e["kind"] == "sync" && e["stream"] == stream));
     assert!(by_api("cuStreamSynchronize_ptsz").all(|e| e["stream"] == 0));
     assert!(by_api("cuEventSynchronize").all(|e| e["event"] == report["event"]));
@@ -251,4 +252,60 @@ fn waits_rise_under_a_busy_neighbour() {
         "wait alone {alone_ns} ns, shared {shared_ns} ns"
     );
     assert_eq!(traced.summary()["dropped"], 0);
+}
+
+/// Memsets, 2-D, 3-D and batch copies of the `each` workload (tests/standin/workload_sized.c):
+/// call i of each variant, its kind, direction, stream and exact bytes.
+fn sized_calls_exact(events: &[&Value], stream: &Value) {
+    let zero = json!(0);
+    let mut checked = 0;
+    for api in tracer_common::Api::ALL {
+        let info = api.info();
+        let sym = api.symbol();
+        let shape = info.shape;
+        use tracer_common::api::Shape;
+        let (kind, direction, bytes): (&str, &str, Box<dyn Fn(u64) -> u64>) = match shape {
+            Shape::Memset => ("memset", "memset", {
+                let el = api.element_bytes();
+                Box::new(move |i| (100 + i) * el)
+            }),
+            Shape::Memset2D => ("memset", "memset", {
+                let el = api.element_bytes();
+                Box::new(move |i| (10 + i) * el * 4)
+            }),
+            Shape::Copy2D if sym.contains("Unaligned") => {
+                ("memcpy", "dtoh", Box::new(|i| 3 * (100 + i)))
+            }
+            Shape::Copy2D if sym.contains("Async") => {
+                ("memcpy", "dtod", Box::new(|i| 3 * (100 + i)))
+            }
+            Shape::Copy2D => ("memcpy", "htod", Box::new(|i| 3 * (100 + i))),
+            Shape::Copy3D if sym.contains("Async") => {
+                ("memcpy", "dtod", Box::new(|i| 6 * (100 + i)))
+            }
+            Shape::Copy3D => ("memcpy", "htod", Box::new(|i| 6 * (100 + i))),
+            Shape::CopyBatch => ("memcpy", "default", Box::new(|i| 600 + i)),
+            _ => continue,
+        };
+        // Memsets are queued on a stream even without one (0, the default); synchronous 2-D and
+        // 3-D copies carry none.
+        let want_stream = match (info.has_stream, shape) {
+            (true, _) => Some(stream),
+            (false, Shape::Memset | Shape::Memset2D) => Some(&zero),
+            (false, _) => None,
+        };
+        let calls: Vec<&Value> = events.iter().filter(|e| e["api"] == sym).copied().collect();
+        assert_eq!(calls.len() as u64, N, "{sym}");
+        for e in &calls {
+            assert_eq!(
+                (e["kind"].as_str(), e["direction"].as_str(), e.get("stream")),
+                (Some(kind), Some(direction), want_stream),
+                "{sym}: {e}"
+            );
+        }
+        let got: BTreeSet<u64> = calls.iter().map(|e| e["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(got, (0..N).map(&bytes).collect(), "{sym} bytes");
+        checked += 1;
+    }
+    assert_eq!(checked, 38, "memsets, 2-D, 3-D and batch copies");
 }

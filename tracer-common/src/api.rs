@@ -12,6 +12,8 @@ pub enum Kind {
     GraphLaunch,
     /// A memory copy.
     Memcpy,
+    /// A memory set (`cuMemsetD*`): device work queued like an asynchronous copy.
+    Memset,
     /// A host wait on a stream, context or event.
     Sync,
     /// A device allocation.
@@ -42,6 +44,7 @@ impl Kind {
             Kind::Launch => "launch",
             Kind::GraphLaunch => "graph_launch",
             Kind::Memcpy => "memcpy",
+            Kind::Memset => "memset",
             Kind::Sync => "sync",
             Kind::Alloc => "alloc",
             Kind::Free => "free",
@@ -126,6 +129,17 @@ pub enum Shape {
     AllocFromPool,
     /// `(CUdeviceptr *dptr, size_t *pitch, widthInBytes, height, elementSize)`.
     AllocPitch,
+    /// `(CUdeviceptr dst, value, size_t n[, stream])`: n elements of the symbol's size.
+    Memset,
+    /// `(CUdeviceptr dst, size_t pitch, value, size_t width, size_t height[, stream])`.
+    Memset2D,
+    /// `(const CUDA_MEMCPY2D *[, stream])`, read at entry (see [`COOKIE_PARAMS_2D`]).
+    Copy2D,
+    /// `(const CUDA_MEMCPY3D *[, stream])`, read at entry (see [`COOKIE_PARAMS_3D`]).
+    Copy3D,
+    /// `(dsts, srcs, size_t *sizes, size_t count, ...)`, the sizes summed at entry (see
+    /// [`COOKIE_BATCH`]).
+    CopyBatch,
 }
 
 /// Direction of a copy.
@@ -141,6 +155,8 @@ pub enum Direction {
     Peer,
     /// Unified addressing: the driver works it out from the pointers.
     Default,
+    /// Not a copy: device memory set to a value.
+    Set,
 }
 
 impl Direction {
@@ -152,6 +168,7 @@ impl Direction {
             Direction::DtoD => "dtod",
             Direction::Peer => "peer",
             Direction::Default => "default",
+            Direction::Set => "memset",
         }
     }
 }
@@ -183,6 +200,16 @@ pub const COOKIE_CAPTURE_BEGIN: u64 = 1 << 26;
 pub const COOKIE_CAPTURE_END: u64 = 1 << 27;
 /// Cookie flag: the name [`COOKIE_READ_NAME`] reads is the first argument's, not the third's.
 pub const COOKIE_NAME_ARG0: u64 = 1 << 28;
+/// Cookie flag: the first argument points at a `CUDA_MEMCPY2D`, read at entry into the record's
+/// arguments as [`crate::params`] lays them out.
+pub const COOKIE_PARAMS_2D: u64 = 1 << 29;
+/// Cookie flag: the first argument points at a `CUDA_MEMCPY3D`, read likewise.
+pub const COOKIE_PARAMS_3D: u64 = 1 << 30;
+/// Cookie flag: a batch of copies `(dsts, srcs, sizes, count, ...)`: the sizes are summed at
+/// entry, and the stream is argument 7 (argument 8 with [`COOKIE_BATCH_FAIL_IDX`]).
+pub const COOKIE_BATCH: u64 = 1 << 31;
+/// Cookie flag: the CUDA 12.8 batch layout, with `failIdx` before the stream.
+pub const COOKIE_BATCH_FAIL_IDX: u64 = 1 << 32;
 /// `CUDA_ERROR_ILLEGAL_STATE`: what `cuStreamEndCapture` answers on a stream that was not
 /// capturing (no capture ended).
 pub const CUDA_ERROR_ILLEGAL_STATE: i32 = 401;
@@ -329,6 +356,44 @@ apis! {
     MemAllocFromPoolAsyncPtsz = "cuMemAllocFromPoolAsync_ptsz": Alloc, Regs, AllocFromPool, true, None;
     MemAllocManaged = "cuMemAllocManaged": Alloc, Regs, Alloc, false, None;
     MemAllocPitch = "cuMemAllocPitch_v2": Alloc, Regs, AllocPitch, false, None;
+    MemsetD8 = "cuMemsetD8_v2": Memset, Regs, Memset, false, Some(Set);
+    MemsetD8Ptds = "cuMemsetD8_v2_ptds": Memset, Regs, Memset, false, Some(Set);
+    MemsetD16 = "cuMemsetD16_v2": Memset, Regs, Memset, false, Some(Set);
+    MemsetD16Ptds = "cuMemsetD16_v2_ptds": Memset, Regs, Memset, false, Some(Set);
+    MemsetD32 = "cuMemsetD32_v2": Memset, Regs, Memset, false, Some(Set);
+    MemsetD32Ptds = "cuMemsetD32_v2_ptds": Memset, Regs, Memset, false, Some(Set);
+    MemsetD8Async = "cuMemsetD8Async": Memset, Regs, Memset, true, Some(Set);
+    MemsetD8AsyncPtsz = "cuMemsetD8Async_ptsz": Memset, Regs, Memset, true, Some(Set);
+    MemsetD16Async = "cuMemsetD16Async": Memset, Regs, Memset, true, Some(Set);
+    MemsetD16AsyncPtsz = "cuMemsetD16Async_ptsz": Memset, Regs, Memset, true, Some(Set);
+    MemsetD32Async = "cuMemsetD32Async": Memset, Regs, Memset, true, Some(Set);
+    MemsetD32AsyncPtsz = "cuMemsetD32Async_ptsz": Memset, Regs, Memset, true, Some(Set);
+    MemsetD2D8 = "cuMemsetD2D8_v2": Memset, Regs, Memset2D, false, Some(Set);
+    MemsetD2D8Ptds = "cuMemsetD2D8_v2_ptds": Memset, Regs, Memset2D, false, Some(Set);
+    MemsetD2D16 = "cuMemsetD2D16_v2": Memset, Regs, Memset2D, false, Some(Set);
+    MemsetD2D16Ptds = "cuMemsetD2D16_v2_ptds": Memset, Regs, Memset2D, false, Some(Set);
+    MemsetD2D32 = "cuMemsetD2D32_v2": Memset, Regs, Memset2D, false, Some(Set);
+    MemsetD2D32Ptds = "cuMemsetD2D32_v2_ptds": Memset, Regs, Memset2D, false, Some(Set);
+    MemsetD2D8Async = "cuMemsetD2D8Async": Memset, Regs, Memset2D, true, Some(Set);
+    MemsetD2D8AsyncPtsz = "cuMemsetD2D8Async_ptsz": Memset, Regs, Memset2D, true, Some(Set);
+    MemsetD2D16Async = "cuMemsetD2D16Async": Memset, Regs, Memset2D, true, Some(Set);
+    MemsetD2D16AsyncPtsz = "cuMemsetD2D16Async_ptsz": Memset, Regs, Memset2D, true, Some(Set);
+    MemsetD2D32Async = "cuMemsetD2D32Async": Memset, Regs, Memset2D, true, Some(Set);
+    MemsetD2D32AsyncPtsz = "cuMemsetD2D32Async_ptsz": Memset, Regs, Memset2D, true, Some(Set);
+    Memcpy2D = "cuMemcpy2D_v2": Memcpy, Regs, Copy2D, false, Some(Default);
+    Memcpy2DPtds = "cuMemcpy2D_v2_ptds": Memcpy, Regs, Copy2D, false, Some(Default);
+    Memcpy2DUnaligned = "cuMemcpy2DUnaligned_v2": Memcpy, Regs, Copy2D, false, Some(Default);
+    Memcpy2DUnalignedPtds = "cuMemcpy2DUnaligned_v2_ptds": Memcpy, Regs, Copy2D, false, Some(Default);
+    Memcpy2DAsync = "cuMemcpy2DAsync_v2": Memcpy, Regs, Copy2D, true, Some(Default);
+    Memcpy2DAsyncPtsz = "cuMemcpy2DAsync_v2_ptsz": Memcpy, Regs, Copy2D, true, Some(Default);
+    Memcpy3D = "cuMemcpy3D_v2": Memcpy, Regs, Copy3D, false, Some(Default);
+    Memcpy3DPtds = "cuMemcpy3D_v2_ptds": Memcpy, Regs, Copy3D, false, Some(Default);
+    Memcpy3DAsync = "cuMemcpy3DAsync_v2": Memcpy, Regs, Copy3D, true, Some(Default);
+    Memcpy3DAsyncPtsz = "cuMemcpy3DAsync_v2_ptsz": Memcpy, Regs, Copy3D, true, Some(Default);
+    MemcpyBatchAsync = "cuMemcpyBatchAsync": Memcpy, Regs, CopyBatch, true, Some(Default);
+    MemcpyBatchAsyncPtsz = "cuMemcpyBatchAsync_ptsz": Memcpy, Regs, CopyBatch, true, Some(Default);
+    MemcpyBatchAsyncV2 = "cuMemcpyBatchAsync_v2": Memcpy, Regs, CopyBatch, true, Some(Default);
+    MemcpyBatchAsyncV2Ptsz = "cuMemcpyBatchAsync_v2_ptsz": Memcpy, Regs, CopyBatch, true, Some(Default);
 }
 
 impl Api {
@@ -359,6 +424,15 @@ impl Api {
             Shape::EndCapture => COOKIE_CAPTURE_END | COOKIE_READ_OUT_ARG1,
             Shape::Instantiate => COOKIE_READ_OUT,
             Shape::ProcAddress => COOKIE_READ_OUT_ARG1 | COOKIE_READ_NAME | COOKIE_NAME_ARG0,
+            Shape::Copy2D => COOKIE_PARAMS_2D,
+            Shape::Copy3D => COOKIE_PARAMS_3D,
+            Shape::CopyBatch
+                if ends_with(info.symbol.as_bytes(), b"BatchAsync")
+                    || ends_with(info.symbol.as_bytes(), b"BatchAsync_ptsz") =>
+            {
+                COOKIE_BATCH | COOKIE_BATCH_FAIL_IDX
+            }
+            Shape::CopyBatch => COOKIE_BATCH,
             _ => 0,
         };
         if matches!(info.kind, Kind::Launch) {
@@ -376,6 +450,22 @@ impl Api {
     /// The exported symbol.
     pub const fn symbol(self) -> &'static str {
         self.info().symbol
+    }
+
+    /// Bytes of one element a memset writes: 2 for `cuMemsetD16*` and `cuMemsetD2D16*`, 4 for
+    /// the `D32` ones, else 1.
+    pub const fn element_bytes(self) -> u64 {
+        let s = self.symbol().as_bytes();
+        // "cuMemsetD" then "8", "16" or "32", after "2D" for the 2-D ones.
+        let mut i = 9;
+        if s.len() > i + 1 && s[i] == b'2' && s[i + 1] == b'D' {
+            i += 2;
+        }
+        match s.len() > i {
+            true if s[i] == b'1' => 2,
+            true if s[i] == b'3' => 4,
+            _ => 1,
+        }
     }
 }
 
@@ -398,7 +488,38 @@ mod tests {
         assert!(Api::LaunchKernelPtsz.info().per_thread);
         assert!(Api::MemcpyHtoDPtds.info().per_thread);
         assert!(!Api::LaunchKernel.info().per_thread);
-        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 25);
+        assert_eq!(Api::ALL.iter().filter(|a| a.info().per_thread).count(), 44);
+    }
+
+    #[test]
+    fn memsets_know_their_element_and_batches_their_layout() {
+        let bytes = |a: Api| a.element_bytes();
+        assert_eq!(bytes(Api::MemsetD8), 1);
+        assert_eq!(bytes(Api::MemsetD16AsyncPtsz), 2);
+        assert_eq!(bytes(Api::MemsetD32Ptds), 4);
+        assert_eq!(bytes(Api::MemsetD2D8Async), 1);
+        assert_eq!(bytes(Api::MemsetD2D16), 2);
+        assert_eq!(bytes(Api::MemsetD2D32AsyncPtsz), 4);
+        let flags = |a: Api| a.cookie() & !COOKIE_API_MASK;
+        assert_eq!(
+            flags(Api::MemcpyBatchAsync),
+            COOKIE_BATCH | COOKIE_BATCH_FAIL_IDX
+        );
+        assert_eq!(
+            flags(Api::MemcpyBatchAsyncPtsz),
+            COOKIE_BATCH | COOKIE_BATCH_FAIL_IDX | COOKIE_PER_THREAD
+        );
+        assert_eq!(flags(Api::MemcpyBatchAsyncV2), COOKIE_BATCH);
+        assert_eq!(
+            flags(Api::Memcpy2D),
+            COOKIE_PARAMS_2D | COOKIE_CLOSES_DEFAULT_STREAM
+        );
+        assert_eq!(
+            flags(Api::Memcpy3DAsyncPtsz),
+            COOKIE_PARAMS_3D | COOKIE_PER_THREAD
+        );
+        // A memset does not block its caller: it closes nothing.
+        assert_eq!(flags(Api::MemsetD32), 0);
     }
 
     #[test]

@@ -99,12 +99,13 @@ pub const MAX_BLOCK_THREADS: u64 = 1 << 10;
 
 #[inline(always)]
 fn capped(a: u64, b: u64, cap: u64) -> u64 {
-    // Both factors are at most 2^32 here, so the product fits before the cap.
+    // A factor capped at 2^40 times one at 2^32 need not fit in 64 bits: over the cap is
+    // found by a division first (no 128-bit multiply in eBPF).
     let (a, b) = (
         if a > cap { cap } else { a },
         if b > 0xffff_ffff { 0xffff_ffff } else { b },
     );
-    let p = a * b;
+    let p = if b != 0 && a > cap / b { cap } else { a * b };
     if p > cap {
         cap
     } else {

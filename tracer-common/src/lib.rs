@@ -10,6 +10,7 @@ pub mod event;
 pub mod launches;
 pub mod names;
 pub mod opens;
+pub mod params;
 pub mod results;
 
 pub use api::{Api, Kind, Layout};

@@ -463,8 +463,12 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             graph_exec: a[0],
             graph: a[1],
         },
+        Shape::Memset | Shape::Memset2D | Shape::Copy2D | Shape::Copy3D | Shape::CopyBatch => {
+            sized::detail(api, a)
+        }
     }
 }
 
+mod sized;
 #[cfg(test)]
 mod tests;

@@ -31,7 +31,10 @@ mod tests {
     /// Names of the functions `libcuda.c` (and the files it includes) exports
     /// (`EXPORT CUresult cuName(`).
     fn exported() -> BTreeSet<String> {
-        (source("libcuda.c") + &source("libcuda_calls.c") + &source("libcuda_serving.c"))
+        (source("libcuda.c")
+            + &source("libcuda_calls.c")
+            + &source("libcuda_serving.c")
+            + &source("libcuda_sized.c"))
             .lines()
             .filter_map(|l| l.strip_prefix("EXPORT CUresult "))
             .filter_map(|rest| rest.split('(').next())
@@ -46,7 +49,8 @@ mod tests {
             + &source("workload_each.c")
             + &source("workload_serving.c")
             + &source("workload_misc.c")
-            + &source("workload_harm.c");
+            + &source("workload_harm.c")
+            + &source("workload_sized.c");
         text.split('"')
             .skip(1)
             .step_by(2)
@@ -83,8 +87,8 @@ mod tests {
         );
         assert_eq!(
             table.len(),
-            66,
-            "the driver-probe list's 60 entry points and the 6 of VMM, pools, managed and pitched memory"
+            104,
+            "the driver-probe list's 60 entry points, the 6 of VMM, pools, managed and pitched memory, 24 memsets, 10 2-D and 3-D copies and 4 batches"
         );
     }
 

@@ -1,5 +1,5 @@
 //! The hooks, one file per family: an entry program per argument layout (`launch`, `launch_ex`,
-//! `registers`), the one return program (`ret`), the uprobe-session programs of the launch families (`session`), the process-exit hook (`exit`) and the
+//! `registers`, which reads the copies whose sizes sit in memory through `params`), the one return program (`ret`), the uprobe-session programs of the launch families (`session`), the process-exit hook (`exit`) and the
 //! process-rename hook (`rename`), the open hooks of discovery (`opened_path` on the kernel's open path, `opened` on `sys_enter` where that cannot attach), the fault hook of the harm check (`fault`), and the count-only entry
 //! program of `cudatrace census` (`census`). Each hook is a thin wrapper over a `try_*` function that does
 //! the work.
@@ -10,6 +10,7 @@ pub mod launch;
 pub mod launch_ex;
 pub mod opened;
 pub mod opened_path;
+pub mod params;
 pub mod registers;
 pub mod rename;
 pub mod ret;

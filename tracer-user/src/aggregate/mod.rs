@@ -218,7 +218,7 @@ impl Aggregator {
         // lookups and allocations have their buckets only, which keeps memory per process small.
         if matches!(
             ev.api.info().kind,
-            Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Sync
+            Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Memset | Kind::Sync
         ) {
             p.windows
                 .entry(ev.api)

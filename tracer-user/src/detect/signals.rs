@@ -255,7 +255,8 @@ impl Window {
                 self.wait_ns = self.wait_ns.saturating_add(ev.duration_ns);
                 self.waits += 1;
             }
-            Kind::Memcpy => {
+            // A memset writes device memory like a copy (always queued on a stream).
+            Kind::Memcpy | Kind::Memset => {
                 if let Detail::Copy { bytes, stream, .. } = ev.detail {
                     self.copy_bytes = self.copy_bytes.saturating_add(bytes);
                     self.copies += 1;
