@@ -145,3 +145,50 @@ fn bad_records_are_errors() {
     sample.flags = FLAG_COUNTED;
     assert!(decode(bytes(&sample)).unwrap().counted);
 }
+
+#[test]
+fn memsets_and_sized_copies_decode_their_bytes() {
+    let copy = |api: Api, args: [u64; 6]| decode(bytes(&raw(api, args, 0))).unwrap().detail;
+    let c = |dst, bytes, direction, stream| Detail::Copy {
+        dst,
+        src: 0,
+        bytes,
+        direction,
+        stream,
+    };
+    // (dst, value, n[, stream]); 2-D: (dst, pitch, value, width, height[, stream]).
+    assert_eq!(
+        copy(Api::MemsetD16, [0xd0, 7, 100, 0xbad, 0, 0]),
+        c(0xd0, 200, "memset", Some(0))
+    );
+    assert_eq!(
+        copy(Api::MemsetD32AsyncPtsz, [0xd0, 7, 100, 0x5a, 0, 0]),
+        c(0xd0, 400, "memset", Some(0x5a))
+    );
+    assert_eq!(
+        copy(Api::MemsetD2D32Async, [0xd0, 4096, 7, 10, 4, 0x5a]),
+        c(0xd0, 160, "memset", Some(0x5a))
+    );
+    // 2-D and 3-D: [types, width, height, depth, stream, params]; 1 host, 2 device.
+    let types = |s: u64, d: u64| s | d << 32;
+    assert_eq!(
+        copy(Api::Memcpy2D, [types(1, 2), 100, 3, 1, 0xbad, 0x7f00]),
+        c(0, 300, "htod", None)
+    );
+    assert_eq!(
+        copy(
+            Api::Memcpy3DAsyncPtsz,
+            [types(2, 2), 100, 2, 3, 0x5a, 0x7f00]
+        ),
+        c(0, 600, "dtod", Some(0x5a))
+    );
+    // Batches: [sum read, count, read, 0, stream, sizes]; 1,000 copies, 128 read.
+    assert_eq!(
+        copy(Api::MemcpyBatchAsyncV2, [600, 3, 3, 0, 0x5a, 0x7f00]),
+        c(0, 600, "default", Some(0x5a))
+    );
+    assert_eq!(
+        copy(Api::MemcpyBatchAsync, [1_280, 1_000, 128, 0, 0x5a, 0x7f00]),
+        c(0, 10_000, "default", Some(0x5a))
+    );
+}
