@@ -3,8 +3,11 @@
  *
  *   gpu INDEX [from=SECONDS] uuid=GPU-... sm=PCT mem=PCT total=BYTES used=BYTES temp=C
  *             power_mw=MW sm_clock=MHZ reasons=HEX pcie_tx_kbs=KBS pcie_rx_kbs=KBS
- *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT
+ *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT [mps=1]
  *
+ * A proc line with mps=1 is a client of the GPU's MPS server: listed by
+ * nvmlDeviceGetMPSComputeRunningProcesses_v3 only, not by the compute-process list (which lists
+ * the server, a proc line of its own).
  * A gpu line applies from `from` seconds after nvmlInit (default 0); the latest that applies
  * wins, so a scenario can change utilization over time. The file is read again whenever it
  * changes (a test lists processes once it knows their pids). Without the variable, or when the
@@ -41,7 +44,7 @@ struct gpu_line {
     unsigned sm, mem, temp, power_mw, sm_clock, pcie_tx, pcie_rx;
     unsigned long long total, used, reasons;
 };
-struct proc_line { int index; unsigned pid, sm, memutil; unsigned long long used; };
+struct proc_line { int index, mps; unsigned pid, sm, memutil; unsigned long long used; };
 struct nvmlDevice_st { int index; };
 
 static struct gpu_line gpus[MAX_LINES];
@@ -108,6 +111,7 @@ static int load(const char *path) {
             p->used = field(line, "used", 0);
             p->sm = field(line, "sm", 0);
             p->memutil = field(line, "memutil", 0);
+            p->mps = (int)field(line, "mps", 0);
         }
     }
     fclose(f);
@@ -214,22 +218,33 @@ EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t dev, int counter, u
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
-                                                            nvmlProcessInfo_t *infos) {
-    GPU_OR_FAIL(dev);
+/* The processes of `dev` whose mps flag is `mps`, as NVML's two process queries answer. */
+static nvmlReturn_t processes(nvmlDevice_t dev, unsigned int *count, nvmlProcessInfo_t *infos, int mps) {
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned n = 0;
-    for (int i = 0; i < nprocs; i++) n += procs[i].index == dev->index;
+    for (int i = 0; i < nprocs; i++) n += procs[i].index == dev->index && procs[i].mps == mps;
     if (!infos || *count < n) {
         *count = n;
         return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     }
     n = 0;
     for (int i = 0; i < nprocs; i++)
-        if (procs[i].index == dev->index)
+        if (procs[i].index == dev->index && procs[i].mps == mps)
             infos[n++] = (nvmlProcessInfo_t){procs[i].pid, procs[i].used, 0xFFFFFFFF, 0xFFFFFFFF};
     *count = n;
     return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                            nvmlProcessInfo_t *infos) {
+    GPU_OR_FAIL(dev);
+    return processes(dev, count, infos, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int *count,
+                                                               nvmlProcessInfo_t *infos) {
+    GPU_OR_FAIL(dev);
+    return processes(dev, count, infos, 1);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t dev, nvmlProcessUtilizationSample_t *samples,

@@ -35,6 +35,10 @@ struct Setup<'a> {
     early: Option<(&'static str, u32, Option<&'static str>)>,
     /// NVML's stand-in, listing the processes once they run.
     nvml: bool,
+    /// The victim and the light neighbour are clients of an MPS server (implies `nvml`): NVML
+    /// lists them by its MPS query only, and the server (an untraced process) in its
+    /// compute-process list.
+    mps: bool,
     /// Seconds to wait for the victim's first alert after the change.
     wait_s: u64,
 }
@@ -49,6 +53,8 @@ struct Ctx<'a> {
     early: Option<u64>,
     /// NVML's scenario file, when the stand-in is on.
     nvml: Option<PathBuf>,
+    /// The MPS server's pid, with `Setup::mps`.
+    server: Option<u64>,
 }
 
 /// What a scenario expects of the victim's first alert: its cause and who is named (pids, or
@@ -141,7 +147,15 @@ fn scenario(
     let hook = Webhook::start();
     let config = dir.write("cudatrace.toml", CONFIG);
     let hook_url = format!("http://127.0.0.1:{}/hook", hook.port);
-    let nvml_file = setup.nvml.then(|| dir.write("nvml.txt", GPU0));
+    let nvml_file = (setup.nvml || setup.mps).then(|| dir.write("nvml.txt", GPU0));
+    // The MPS server: untraced, it holds the GPU for its clients.
+    let mut server = setup.mps.then(|| {
+        Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .expect("sleep as the MPS server")
+    });
+    let server_pid = server.as_ref().map(|c| u64::from(c.id()));
     let nvml_lib = env.libnvml();
     let mut args = vec!["--webhook", &hook_url, "--config", config.to_str().unwrap()];
     let mut daemon_vars = Vec::new();
@@ -173,9 +187,16 @@ fn scenario(
     });
     let (victim_pid, light_pid) = (victim.pid(), light.pid());
     if let Some(f) = &nvml_file {
+        let (mps, serving) = match server_pid {
+            Some(pid) => (
+                " mps=1",
+                format!("proc 0 pid={pid} used=536870912 sm=33 memutil=6\n"),
+            ),
+            None => ("", String::new()),
+        };
         nvml_write(
             f,
-            &format!("{GPU0}proc 0 pid={victim_pid} used=4294967296 sm=30 memutil=5\nproc 0 pid={light_pid} used=1073741824 sm=3 memutil=1\n"),
+            &format!("{GPU0}{serving}proc 0 pid={victim_pid} used=4294967296 sm=30 memutil=5{mps}\nproc 0 pid={light_pid} used=1073741824 sm=3 memutil=1{mps}\n"),
         );
     }
     learn(&daemon, victim_pid);
@@ -189,9 +210,11 @@ fn scenario(
         light: light_pid,
         early: early.as_ref().map(Running::pid),
         nvml: nvml_file.clone(),
+        server: server_pid,
     };
     let (mut expect, _keep) = change(&ctx);
     expect.unchanged.push(light_pid);
+    expect.unchanged.extend(server_pid);
     let wait = Duration::from_secs(setup.wait_s.max(10));
     let first = hook.wait_for(wait, |v: &Value| {
         v["victim"]["pid"].as_u64() == Some(victim_pid) && v["state"] == "pending"
@@ -250,6 +273,10 @@ fn scenario(
         first.map_or("none".into(), |r| r.to_string())
     );
     drop((victim, light, early));
+    if let Some(s) = server.as_mut() {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
     let _ = daemon.stop();
     Row {
         scenario: name,
@@ -378,6 +405,28 @@ fn the_matrix_names_who_changed_and_nobody_else() {
             &format!("{}proc 0 pid={v} used=4294967296 sm=30 memutil=5\nproc 0 pid={l} used=1073741824 sm=3 memutil=1\nproc 0 pid={h} used=2147483648 sm=60 memutil=10\n", GPU0.replace("sm=40", "sm=98")),
         );
         (expect("untraced_contention", &[h]), vec![Box::new(hog)])
+    }));
+    // MPS: the victim and the light neighbour are MPS clients; a heavy client arrives. NVML
+    // lists clients by its MPS query only (the server's SM utilization rises with them).
+    let mps = Setup {
+        mps: true,
+        wait_s,
+        ..Setup::default()
+    };
+    rows.push(scenario(&env, "mps_client_arrives", mps, |c| {
+        let heavy = looping(c.env, 60.0, 4000, 2)
+            .comm("trainer")
+            .vars(c.vars)
+            .spawn();
+        let (v, l, h, srv) = (c.victim, c.light, heavy.pid(), c.server.unwrap());
+        nvml_write(
+            c.nvml.as_ref().unwrap(),
+            &format!("{}proc 0 pid={srv} used=536870912 sm=95 memutil=20\nproc 0 pid={v} used=4294967296 sm=30 memutil=5 mps=1\nproc 0 pid={l} used=1073741824 sm=3 memutil=1 mps=1\nproc 0 pid={h} used=2147483648 sm=60 memutil=10 mps=1\n", GPU0.replace("sm=40", "sm=98")),
+        );
+        (
+            expect("compute_contention", &[h]),
+            vec![Box::new(heavy)],
+        )
     }));
     eprintln!("causes: the confusion matrix (each victim's first alert):");
     eprintln!(

@@ -35,6 +35,9 @@ pub struct GpuProcess {
     pub sm_util: Option<u32>,
     /// Memory-controller utilization 0-100, when sampled.
     pub mem_util: Option<u32>,
+    /// A client of the GPU's MPS server: NVML lists it in its MPS process query, not its
+    /// compute-process list (which holds the server instead).
+    pub mps: bool,
 }
 
 /// One GPU's sample; a field is `None` when the device does not support it.
@@ -115,11 +118,19 @@ impl Sampler {
             let util = d.utilization_rates().ok();
             let mem = d.memory_info().ok();
             let mut processes: HashMap<u32, GpuProcess> = HashMap::new();
-            for p in d.running_compute_processes().unwrap_or_default() {
+            // MPS clients are listed apart (NotSupported or absent from an older library: none).
+            let mps = d.mps_running_compute_processes().unwrap_or_default();
+            let listed = d.running_compute_processes().unwrap_or_default();
+            for (p, client) in listed
+                .into_iter()
+                .map(|p| (p, false))
+                .chain(mps.into_iter().map(|p| (p, true)))
+            {
                 let e = processes.entry(p.pid).or_insert(GpuProcess {
                     pid: p.pid,
                     ..Default::default()
                 });
+                e.mps |= client;
                 if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
                     e.memory_bytes = Some(b);
                 }
