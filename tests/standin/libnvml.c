@@ -3,8 +3,9 @@
  *
  *   gpu INDEX [from=SECONDS] uuid=GPU-... sm=PCT mem=PCT total=BYTES used=BYTES temp=C
  *             power_mw=MW sm_clock=MHZ reasons=HEX pcie_tx_kbs=KBS pcie_rx_kbs=KBS
- *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT [mps=1]
+ *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT [mps=1] [gi=N]
  *
+ * gi=N puts the process on MIG GPU instance N of the GPU (its process info's gpuInstanceId).
  * A proc line with mps=1 is a client of the GPU's MPS server: listed by
  * nvmlDeviceGetMPSComputeRunningProcesses_v3 only, not by the compute-process list (which lists
  * the server, a proc line of its own).
@@ -44,7 +45,7 @@ struct gpu_line {
     unsigned sm, mem, temp, power_mw, sm_clock, pcie_tx, pcie_rx;
     unsigned long long total, used, reasons;
 };
-struct proc_line { int index, mps; unsigned pid, sm, memutil; unsigned long long used; };
+struct proc_line { int index, mps; unsigned pid, sm, memutil, gi; unsigned long long used; };
 struct nvmlDevice_st { int index; };
 
 static struct gpu_line gpus[MAX_LINES];
@@ -112,6 +113,7 @@ static int load(const char *path) {
             p->sm = field(line, "sm", 0);
             p->memutil = field(line, "memutil", 0);
             p->mps = (int)field(line, "mps", 0);
+            p->gi = (unsigned)field(line, "gi", 0xFFFFFFFF);
         }
     }
     fclose(f);
@@ -230,7 +232,8 @@ static nvmlReturn_t processes(nvmlDevice_t dev, unsigned int *count, nvmlProcess
     n = 0;
     for (int i = 0; i < nprocs; i++)
         if (procs[i].index == dev->index && procs[i].mps == mps)
-            infos[n++] = (nvmlProcessInfo_t){procs[i].pid, procs[i].used, 0xFFFFFFFF, 0xFFFFFFFF};
+            infos[n++] = (nvmlProcessInfo_t){procs[i].pid, procs[i].used, procs[i].gi,
+                                             procs[i].gi == 0xFFFFFFFF ? 0xFFFFFFFF : 0};
     *count = n;
     return NVML_SUCCESS;
 }

@@ -39,6 +39,11 @@ struct Setup<'a> {
     /// lists them by its MPS query only, and the server (an untraced process) in its
     /// compute-process list.
     mps: bool,
+    /// MIG (implies `nvml`): the victim and the light neighbour on GPU instance 1 of GPU 0, the
+    /// early process on instance 2.
+    mig: bool,
+    /// More variables of the early process (its own simulated device, for a MIG peer).
+    early_vars: &'a [(&'a str, &'a str)],
     /// Seconds to wait for the victim's first alert after the change.
     wait_s: u64,
 }
@@ -147,7 +152,7 @@ fn scenario(
     let hook = Webhook::start();
     let config = dir.write("cudatrace.toml", CONFIG);
     let hook_url = format!("http://127.0.0.1:{}/hook", hook.port);
-    let nvml_file = (setup.nvml || setup.mps).then(|| dir.write("nvml.txt", GPU0));
+    let nvml_file = (setup.nvml || setup.mps || setup.mig).then(|| dir.write("nvml.txt", GPU0));
     // The MPS server: untraced, it holds the GPU for its clients.
     let mut server = setup.mps.then(|| {
         Command::new("sleep")
@@ -180,6 +185,7 @@ fn scenario(
     let light = looping(env, 200.0, 20, 1).comm("light").vars(&vars).spawn();
     let early: Option<Running> = setup.early.map(|(comm, grid, after)| {
         let mut v = vars.to_vec();
+        v.extend_from_slice(setup.early_vars);
         if let Some(after) = after {
             v.push(("WORKLOAD_GRID_AFTER", after));
         }
@@ -187,13 +193,22 @@ fn scenario(
     });
     let (victim_pid, light_pid) = (victim.pid(), light.pid());
     if let Some(f) = &nvml_file {
-        let (mps, serving) = match server_pid {
+        let (mut mps, mut serving) = match server_pid {
             Some(pid) => (
                 " mps=1",
                 format!("proc 0 pid={pid} used=536870912 sm=33 memutil=6\n"),
             ),
             None => ("", String::new()),
         };
+        if setup.mig {
+            mps = " gi=1";
+            if let Some(e) = &early {
+                serving = format!(
+                    "proc 0 pid={} used=2147483648 sm=40 memutil=8 gi=2\n",
+                    e.pid()
+                );
+            }
+        }
         nvml_write(
             f,
             &format!("{GPU0}{serving}proc 0 pid={victim_pid} used=4294967296 sm=30 memutil=5{mps}\nproc 0 pid={light_pid} used=1073741824 sm=3 memutil=1{mps}\n"),
@@ -427,6 +442,24 @@ fn the_matrix_names_who_changed_and_nobody_else() {
             expect("compute_contention", &[h]),
             vec![Box::new(heavy)],
         )
+    }));
+    // MIG: the victim's own kernels grow 5x while a peer on another GPU instance of the same
+    // GPU grows 40x at the same time. Instances share nothing: the victim's own change, and the
+    // peer is never named.
+    let peer_dev = device_file("causes-mig-peer");
+    let peer_vars = [("CUDA_STANDIN_DEVICE", peer_dev.as_str())];
+    let mig = Setup {
+        victim_vars: &own,
+        early: Some(("mig-peer", 100, Some("25:4000"))),
+        early_vars: &peer_vars,
+        mig: true,
+        wait_s,
+        ..Setup::default()
+    };
+    rows.push(scenario(&env, "mig_peer_grows_with_victim", mig, |c| {
+        let mut e = expect("workload_change", &[]);
+        e.unchanged.push(c.early.unwrap());
+        (e, vec![])
     }));
     eprintln!("causes: the confusion matrix (each victim's first alert):");
     eprintln!(

@@ -38,6 +38,9 @@ pub struct GpuProcess {
     /// A client of the GPU's MPS server: NVML lists it in its MPS process query, not its
     /// compute-process list (which holds the server instead).
     pub mps: bool,
+    /// The MIG GPU instance it runs on, when MIG is enabled: the unit of contention and of
+    /// memory (NVML has no utilization per instance).
+    pub gpu_instance: Option<u32>,
 }
 
 /// One GPU's sample; a field is `None` when the device does not support it.
@@ -131,6 +134,7 @@ impl Sampler {
                     ..Default::default()
                 });
                 e.mps |= client;
+                e.gpu_instance = e.gpu_instance.or(p.gpu_instance_id);
                 if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
                     e.memory_bytes = Some(b);
                 }

@@ -43,12 +43,19 @@ pub enum GpuSet {
 }
 
 /// The GPUs of a process: where NVML lists it, else its `CUDA_VISIBLE_DEVICES` (UUIDs that NVML
-/// knows become indices, so that the two forms compare).
+/// knows become indices, so that the two forms compare). On a MIG GPU the unit is the GPU
+/// instance, `INDEX/giN`: processes on two instances of one GPU share nothing, and the parent
+/// GPU's NVML facts (utilization, memory) are not theirs.
 pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
     let listed: Vec<String> = gpus
         .iter()
-        .filter(|g| g.processes.iter().any(|p| p.pid == pid))
-        .map(|g| g.index.to_string())
+        .filter_map(|g| {
+            let p = g.processes.iter().find(|p| p.pid == pid)?;
+            Some(match p.gpu_instance {
+                Some(gi) => format!("{}/gi{gi}", g.index),
+                None => g.index.to_string(),
+            })
+        })
         .collect();
     if !listed.is_empty() {
         return GpuSet::Only(listed);

@@ -314,3 +314,27 @@ fn copies_blame_copiers_whose_bytes_rose_and_nvml_unlisted_processes_are_not_nam
     assert!(vouched(1, &gpus) && vouched(2, &gpus) && !vouched(3, &gpus));
     assert!(vouched(3, &[]));
 }
+
+/// On a MIG GPU the GPU instance is the unit: two instances of GPU 0 share nothing, one
+/// instance is shared, and the parent GPU's facts are no instance's.
+#[test]
+fn mig_instances_of_one_gpu_are_not_neighbours() {
+    let on = |pid, gi| GpuProcess {
+        pid,
+        gpu_instance: gi,
+        ..Default::default()
+    };
+    let g = GpuSample {
+        index: 0,
+        sm_util: Some(95),
+        processes: vec![on(1, Some(1)), on(2, Some(2)), on(3, Some(1)), on(4, None)],
+        ..Default::default()
+    };
+    let gpus = [g];
+    let set = |pid| gpus_of(pid, &id(None), &gpus);
+    assert_eq!(set(1), GpuSet::Only(vec!["0/gi1".into()]));
+    assert_eq!(set(1).shared_with(&set(2)), None);
+    assert_eq!(set(1).shared_with(&set(3)), Some("0/gi1".into()));
+    assert_eq!(set(4).shared_with(&set(1)), None);
+    assert!(!set(1).holds(0) && set(4).holds(0));
+}
