@@ -43,7 +43,8 @@ pub enum GpuSet {
 }
 
 /// The GPUs of a process: where NVML lists it, else its `CUDA_VISIBLE_DEVICES` (UUIDs that NVML
-/// knows become indices, so that the two forms compare). On a MIG GPU the unit is the GPU
+/// knows become indices, so that the two forms compare), read through the container's
+/// `NVIDIA_VISIBLE_DEVICES` (see [`host_devices`]). On a MIG GPU the unit is the GPU
 /// instance, `INDEX/giN`: processes on two instances of one GPU share nothing, and the parent
 /// GPU's NVML facts (utilization, memory) are not theirs.
 pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
@@ -60,24 +61,55 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
     if !listed.is_empty() {
         return GpuSet::Only(listed);
     }
-    let Some(visible) = identity.cuda_visible_devices.as_deref() else {
-        return GpuSet::All;
+    match host_devices(identity) {
+        None => GpuSet::All,
+        Some(entries) => GpuSet::Only(
+            entries
+                .into_iter()
+                .map(|e| {
+                    match gpus
+                        .iter()
+                        .find(|g| e.starts_with("GPU-") && g.uuid.starts_with(&e))
+                    {
+                        Some(g) => g.index.to_string(),
+                        None => e,
+                    }
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// The devices a process can use, as the host names them (indices or UUIDs), from its
+/// environment; `None`: every device. A container's runtime gives it the host's devices listed
+/// in `NVIDIA_VISIBLE_DEVICES` and numbers them from 0 in that order, so an index in its
+/// `CUDA_VISIBLE_DEVICES` is a position in that list, not a host index. (CUDA's own order is
+/// fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID`; on a node of one GPU model it is the
+/// bus order NVML's indices follow.)
+pub fn host_devices(identity: &Identity) -> Option<Vec<String>> {
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
     };
-    let entries = visible
-        .split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .map(|e| {
-            match gpus
-                .iter()
-                .find(|g| e.starts_with("GPU-") && g.uuid.starts_with(e))
-            {
-                Some(g) => g.index.to_string(),
-                None => e.to_owned(),
-            }
-        })
-        .collect();
-    GpuSet::Only(entries)
+    let runtime = identity.nvidia_visible_devices.as_deref().map(list);
+    let Some(cuda) = identity.cuda_visible_devices.as_deref().map(list) else {
+        return runtime;
+    };
+    let Some(runtime) = runtime else {
+        return Some(cuda);
+    };
+    Some(
+        cuda.into_iter()
+            // An index past the container's devices ends the list, as CUDA reads it.
+            .map_while(|e| match e.parse::<usize>() {
+                Ok(k) => runtime.get(k).cloned(),
+                Err(_) => Some(e),
+            })
+            .collect(),
+    )
 }
 
 /// Whether a process may be a victim or an aggressor: NVML lists it on a GPU, or NVML lists no

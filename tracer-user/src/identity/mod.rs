@@ -42,6 +42,10 @@ pub struct Identity {
     /// `CUDA_VISIBLE_DEVICES` entries dropped (past the bound, or not an index or a UUID).
     #[serde(skip)]
     pub devices_dropped: u32,
+    /// `NVIDIA_VISIBLE_DEVICES` (what the container runtime gave the container, as host indices
+    /// or UUIDs), when it lists devices: its valid entries only, bounded as above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvidia_visible_devices: Option<String>,
     /// Namespace, pod and container names, once the node's pod list has them (`run`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kube: Option<PodNames>,

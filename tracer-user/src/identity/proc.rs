@@ -224,12 +224,18 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .as_deref()
         .and_then(parse_cgroup);
-    let visible = read_bounded(&format!("{proc}/environ")).and_then(|env| {
-        env.split(|&b| b == 0).find_map(|kv| {
-            kv.strip_prefix(b"CUDA_VISIBLE_DEVICES=")
-                .map(parse_visible_devices)
+    let environ = read_bounded(&format!("{proc}/environ"));
+    let var = |name: &[u8]| {
+        environ.as_deref().and_then(|env| {
+            env.split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(name).map(parse_visible_devices))
         })
-    });
+    };
+    let visible = var(b"CUDA_VISIBLE_DEVICES=");
+    // "all", "none", "void" or nothing valid: no list of devices.
+    let nvidia_visible_devices = var(b"NVIDIA_VISIBLE_DEVICES=")
+        .map(|(kept, _)| kept)
+        .filter(|kept| !kept.is_empty());
     let (cuda_visible_devices, devices_dropped) = match visible {
         Some((kept, dropped)) => (Some(kept), dropped),
         None => (None, 0),
@@ -243,6 +249,7 @@ pub fn read(pid: u32, with_cmdline: bool) -> Identity {
         cgroup,
         cuda_visible_devices,
         devices_dropped,
+        nvidia_visible_devices,
         kube: None,
         alive: parse_alive(&stat) || process_alive(pid),
     }

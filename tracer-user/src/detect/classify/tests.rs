@@ -338,3 +338,35 @@ fn mig_instances_of_one_gpu_are_not_neighbours() {
     assert_eq!(set(4).shared_with(&set(1)), None);
     assert!(!set(1).holds(0) && set(4).holds(0));
 }
+
+/// A container's devices: CUDA_VISIBLE_DEVICES indices are positions in NVIDIA_VISIBLE_DEVICES
+/// (host indices or UUIDs); UUIDs NVML knows become its indices.
+#[test]
+fn container_device_indices_are_read_through_the_runtime_list() {
+    let with = |cuda: Option<&str>, nvidia: Option<&str>| Identity {
+        cuda_visible_devices: cuda.map(str::to_owned),
+        nvidia_visible_devices: nvidia.map(str::to_owned),
+        ..Default::default()
+    };
+    let host = |c, n| host_devices(&with(c, n));
+    assert_eq!(host(None, None), None);
+    assert_eq!(host(Some("1"), None), Some(vec!["1".into()]));
+    assert_eq!(host(None, Some("2,3")), Some(vec!["2".into(), "3".into()]));
+    assert_eq!(host(Some("1"), Some("2,3")), Some(vec!["3".into()]));
+    // Index 5 is past the container's two devices: CUDA stops there.
+    assert_eq!(host(Some("0,5,1"), Some("2,3")), Some(vec!["2".into()]));
+    let gpu = |index, uuid: &str| GpuSample {
+        index,
+        uuid: uuid.into(),
+        ..Default::default()
+    };
+    let gpus = [gpu(0, "GPU-aaaa"), gpu(1, "GPU-bbbb")];
+    assert_eq!(
+        gpus_of(7, &with(Some("0"), Some("GPU-bbbb")), &gpus),
+        GpuSet::Only(vec!["1".into()])
+    );
+    assert_eq!(
+        gpus_of(7, &with(None, Some("GPU-aaaa,GPU-bbbb")), &gpus),
+        GpuSet::Only(vec!["0".into(), "1".into()])
+    );
+}
