@@ -39,11 +39,8 @@ struct Setup<'a> {
     /// lists them by its MPS query only, and the server (an untraced process) in its
     /// compute-process list.
     mps: bool,
-    /// MIG (implies `nvml`): the victim and the light neighbour on GPU instance 1 of GPU 0, the
-    /// early process on instance 2.
+    /// MIG (implies `nvml`): the victim and the light neighbour on GPU instance 1 of GPU 0.
     mig: bool,
-    /// More variables of the early process (its own simulated device, for a MIG peer).
-    early_vars: &'a [(&'a str, &'a str)],
     /// Seconds to wait for the victim's first alert after the change.
     wait_s: u64,
 }
@@ -60,6 +57,8 @@ struct Ctx<'a> {
     nvml: Option<PathBuf>,
     /// The MPS server's pid, with `Setup::mps`.
     server: Option<u64>,
+    /// When the victim was started.
+    victim_started: Instant,
 }
 
 /// What a scenario expects of the victim's first alert: its cause and who is named (pids, or
@@ -182,10 +181,10 @@ fn scenario(
         victim = victim.cgroup(cg.path());
     }
     let victim = victim.spawn();
+    let victim_started = Instant::now();
     let light = looping(env, 200.0, 20, 1).comm("light").vars(&vars).spawn();
     let early: Option<Running> = setup.early.map(|(comm, grid, after)| {
         let mut v = vars.to_vec();
-        v.extend_from_slice(setup.early_vars);
         if let Some(after) = after {
             v.push(("WORKLOAD_GRID_AFTER", after));
         }
@@ -193,7 +192,7 @@ fn scenario(
     });
     let (victim_pid, light_pid) = (victim.pid(), light.pid());
     if let Some(f) = &nvml_file {
-        let (mut mps, mut serving) = match server_pid {
+        let (mut mps, serving) = match server_pid {
             Some(pid) => (
                 " mps=1",
                 format!("proc 0 pid={pid} used=536870912 sm=33 memutil=6\n"),
@@ -202,12 +201,6 @@ fn scenario(
         };
         if setup.mig {
             mps = " gi=1";
-            if let Some(e) = &early {
-                serving = format!(
-                    "proc 0 pid={} used=2147483648 sm=40 memutil=8 gi=2\n",
-                    e.pid()
-                );
-            }
         }
         nvml_write(
             f,
@@ -226,6 +219,7 @@ fn scenario(
         early: early.as_ref().map(Running::pid),
         nvml: nvml_file.clone(),
         server: server_pid,
+        victim_started,
     };
     let (mut expect, _keep) = change(&ctx);
     expect.unchanged.push(light_pid);
@@ -443,23 +437,34 @@ fn the_matrix_names_who_changed_and_nobody_else() {
             vec![Box::new(heavy)],
         )
     }));
-    // MIG: the victim's own kernels grow 5x while a peer on another GPU instance of the same
-    // GPU grows 40x at the same time. Instances share nothing: the victim's own change, and the
-    // peer is never named.
+    // MIG: the victim (on GPU instance 1 of GPU 0) grows its own kernels 5x 25 s after its
+    // start; a heavy peer arrives on instance 2 of the same GPU at that moment (on a simulated
+    // device of its own: an instance is isolated). Instances share nothing: the victim's own
+    // change, and the peer is never named (weighed as a neighbour, it would be, as an arrival).
     let peer_dev = device_file("causes-mig-peer");
-    let peer_vars = [("CUDA_STANDIN_DEVICE", peer_dev.as_str())];
     let mig = Setup {
         victim_vars: &own,
-        early: Some(("mig-peer", 100, Some("25:4000"))),
-        early_vars: &peer_vars,
         mig: true,
         wait_s,
         ..Setup::default()
     };
-    rows.push(scenario(&env, "mig_peer_grows_with_victim", mig, |c| {
+    rows.push(scenario(&env, "mig_peer_arrives_with_victims_growth", mig, |c| {
+        let at = c.victim_started + Duration::from_millis(25_500);
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        let mut vars = c.vars.to_vec();
+        vars.push(("CUDA_STANDIN_DEVICE", peer_dev.as_str()));
+        let peer = looping(c.env, 60.0, 4000, 2)
+            .comm("mig-peer")
+            .vars(&vars)
+            .spawn();
+        let (v, l, p) = (c.victim, c.light, peer.pid());
+        nvml_write(
+            c.nvml.as_ref().unwrap(),
+            &format!("{GPU0}proc 0 pid={v} used=4294967296 sm=30 memutil=5 gi=1\nproc 0 pid={l} used=1073741824 sm=3 memutil=1 gi=1\nproc 0 pid={p} used=2147483648 sm=60 memutil=10 gi=2\n"),
+        );
         let mut e = expect("workload_change", &[]);
-        e.unchanged.push(c.early.unwrap());
-        (e, vec![])
+        e.unchanged.push(p);
+        (e, vec![Box::new(peer)])
     }));
     eprintln!("causes: the confusion matrix (each victim's first alert):");
     eprintln!(
