@@ -27,6 +27,7 @@ fn main() -> ExitCode {
             cli::Command::Census(args) => cmd::census::run(args).await,
             // Reading the archive needs no privilege and no probe.
             cli::Command::Incidents(args) => cmd::incidents::run(args),
+            cli::Command::Review(args) => cmd::review::run(args),
             cli::Command::Sites(args) => cmd::sites::run(args),
             cli::Command::Breaker(args) => cmd::breaker::run(args),
             cli::Command::PrepareState(args) => cmd::prepare_state::run(args),

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod incidents;
 pub mod prepare_state;
 pub mod record;
+pub mod review;
 pub mod run;
 pub mod sites;
 pub mod top;
