@@ -396,6 +396,52 @@ fn contention_alert_names_both_and_resolves() {
             .any(|l| l.contains("CudatraceComputeContention") && l.contains(&cause)),
         "{table}"
     );
+
+    // `cudatrace review` counts the same archive: every incident, and the victim's row as the
+    // archive holds it (its count, its tiers, its longest time to resolve).
+    let reviewed = std::process::Command::new(&env.bin)
+        .args(["review", "--json", "--archive"])
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(reviewed.status.success());
+    let r: Value = serde_json::from_slice(&reviewed.stdout).expect("one JSON object");
+    assert_eq!(r["incidents"], incidents.len() as u64, "{r}");
+    let workload = &ours[0]["victim"]["workload"];
+    let same: Vec<&Value> = incidents
+        .iter()
+        .filter(|v| {
+            v["alert"] == "CudatraceComputeContention"
+                && v["cause"] == ours[0]["cause"]
+                && &v["victim"]["workload"] == workload
+        })
+        .collect();
+    let row = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["alert"] == "CudatraceComputeContention" && &x["workload"] == workload)
+        .unwrap_or_else(|| panic!("no row of {workload} in {r}"));
+    let tiers = ["page", "critical", "warning"]
+        .map(|t| same.iter().filter(|v| v["severity"] == t).count() as u64);
+    let longest = same
+        .iter()
+        .filter_map(|v| v["duration_s"].as_f64())
+        .fold(0.0, f64::max);
+    assert_eq!(
+        (
+            row["count"].as_u64(),
+            row["tiers"].clone(),
+            row["max_s"].as_f64()
+        ),
+        (
+            Some(same.len() as u64),
+            serde_json::json!(tiers),
+            Some(longest)
+        ),
+        "{r}"
+    );
+    eprintln!("e2e contention_alert_names_both_and_resolves: cudatrace review: {r}");
 }
 
 /// With NVML reporting GPU 0's clocks held down (thermal), a slowdown of a job alone on GPU 0 is
