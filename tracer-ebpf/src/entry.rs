@@ -50,11 +50,22 @@ fn wanted() -> bool {
 /// when it holds the call.
 #[inline(always)]
 pub fn save(ctx: &ProbeContext, args: [u64; 6]) -> Option<*mut Entry> {
+    save_with(ctx, cookie(ctx), args)
+}
+
+/// The probe's attach cookie: the api id and its flags.
+#[inline(always)]
+pub fn cookie(ctx: &ProbeContext) -> u64 {
+    // SAFETY: the context pointer is the program's own, as bpf_get_attach_cookie requires.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+}
+
+/// [`save`], for a caller that has read the cookie already.
+#[inline(always)]
+pub fn save_with(ctx: &ProbeContext, cookie: u64, args: [u64; 6]) -> Option<*mut Entry> {
     if !enabled() || !wanted() {
         return None;
     }
-    // SAFETY: the context pointer is the program's own, as bpf_get_attach_cookie requires.
-    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let id = bpf_get_current_pid_tgid();
     match ENTRIES.get_ptr_mut(&id) {
         // SAFETY: this thread's own slot: only its own calls (on whichever CPU) write it, one at
