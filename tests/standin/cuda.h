@@ -31,6 +31,7 @@ typedef struct {
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_ILLEGAL_STATE 401
 #define CUDA_ERROR_NOT_READY 600
@@ -51,12 +52,28 @@ typedef struct CUlaunchConfig_st {
     unsigned int numAttrs;       /* offset 48 */
 } CUlaunchConfig;
 
+/* A device's identity (cuDeviceGetUuid). */
+typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+/* cuCtxCreate_v4's parameters (CUDA 12.5+): execution affinity and a CIG context, unused here. */
+typedef struct CUctxCreateParams_st {
+    void *execAffinityParams;
+    int numExecAffinityParams;
+    void *cigParams;
+} CUctxCreateParams;
+
 /* Function-pointer types, as the CUDA runtime holds them after cuGetProcAddress. */
 typedef CUresult (*PFN_cuInit)(unsigned int);
 typedef CUresult (*PFN_cuDeviceGet)(CUdevice *, int);
 typedef CUresult (*PFN_cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
 typedef CUresult (*PFN_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
 typedef CUresult (*PFN_cuCtxSetCurrent)(CUcontext);
+typedef CUresult (*PFN_cuDeviceGetCount)(int *);
+typedef CUresult (*PFN_cuCtxCreate_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+typedef CUresult (*PFN_cuCtxDestroy)(CUcontext);
+typedef CUresult (*PFN_cuCtxPushCurrent)(CUcontext);
+typedef CUresult (*PFN_cuCtxPopCurrent)(CUcontext *);
+typedef CUresult (*PFN_cuDeviceGetUuid)(CUuuid *, CUdevice);
+typedef CUresult (*PFN_cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
 typedef CUresult (*PFN_cuModuleLoadData)(CUmodule *, const void *);
 typedef CUresult (*PFN_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*PFN_cuLibraryLoadData)(CUlibrary *, const void *, void *, void *, unsigned int, void *, void *, unsigned int);

@@ -215,7 +215,7 @@ static uint64_t all_tail(void) {
 struct CUctx_st { int device; };
 struct CUmod_st { int is_library; };
 /* Names kept whole (CUTLASS and FlashAttention names run to thousands of bytes). */
-struct CUfunc_st { char *name; };
+struct CUfunc_st { char *name; int device; };
 struct CUkern_st { char *name; struct CUfunc_st *function; };
 struct CUstream_st { int id; };
 /* A graph: its kernel nodes (libcuda_serving.c). */
@@ -236,7 +236,6 @@ struct CUevent_st {
 struct CUgraphExec_st { int id; struct CUgraph_st *graph; };
 
 static int initialized;
-static struct CUctx_st the_ctx;
 static uint64_t next_dptr = 0x700000000000ull;
 
 /* Handles returned for one name are stable, as the driver's are. */
@@ -246,14 +245,16 @@ static struct CUkern_st kerns[MAX_FUNCS];
 static size_t nfuncs, nkerns;
 static pthread_mutex_t objs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static struct CUfunc_st *function_named(const char *name) {
+/* One handle per (name, device): a module's functions are its context's. */
+static struct CUfunc_st *function_named(const char *name, int device) {
     pthread_mutex_lock(&objs_lock);
     struct CUfunc_st *f = NULL;
     for (size_t i = 0; i < nfuncs; i++)
-        if (strcmp(funcs[i].name, name) == 0) f = &funcs[i];
+        if (funcs[i].device == device && strcmp(funcs[i].name, name) == 0) f = &funcs[i];
     if (!f && nfuncs < MAX_FUNCS) {
         f = &funcs[nfuncs++];
         f->name = strdup(name);
+        f->device = device;
     }
     pthread_mutex_unlock(&objs_lock);
     return f;
@@ -375,27 +376,6 @@ static CUresult mem_free(CUdeviceptr p) {
 
 /* ---- set-up entry points (not probed) ------------------------------------------------------- */
 
-EXPORT CUresult cuInit(unsigned int flags) { (void)flags; init(); initialized = 1; return CUDA_SUCCESS; }
-EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
-    if (!d || ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
-    *d = 0;
-    return CUDA_SUCCESS;
-}
-EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d) {
-    (void)flags; (void)d;
-    if (!c) return CUDA_ERROR_INVALID_VALUE;
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    *c = &the_ctx;
-    return CUDA_SUCCESS;
-}
-EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
-    (void)d;
-    if (!c) return CUDA_ERROR_INVALID_VALUE;
-    if (!initialized) return CUDA_ERROR_NOT_INITIALIZED;
-    *c = &the_ctx;
-    return CUDA_SUCCESS;
-}
-EXPORT CUresult cuCtxSetCurrent(CUcontext c) { return c == &the_ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
     if (!m || !image) return CUDA_ERROR_INVALID_VALUE;
     *m = calloc(1, sizeof **m);
@@ -406,14 +386,6 @@ EXPORT CUresult cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void
     (void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl;
     if (!l || !code) return CUDA_ERROR_INVALID_VALUE;
     *l = (CUlibrary)calloc(1, sizeof(struct CUmod_st));
-    return CUDA_SUCCESS;
-}
-EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
-    static int ids;
-    (void)flags;
-    if (!s) return CUDA_ERROR_INVALID_VALUE;
-    *s = calloc(1, sizeof **s);
-    (*s)->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags) {
@@ -496,6 +468,7 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) { (
 EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) { (void)flags; return stream_wait_event(s, e, 1); }
 
 /* ---- copies, memory, names; serving stacks; memsets, 2-D, 3-D and batch copies ---------------- */
+#include "libcuda_devices.c"
 #include "libcuda_calls.c"
 #include "libcuda_serving.c"
 #include "libcuda_sized.c"

@@ -92,7 +92,7 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *nam
         *out = (CUfunction)(uintptr_t)(0x7e0000000000ull + 16ull * __atomic_add_fetch(&fresh_handles_given, 1, __ATOMIC_RELAXED));
         return CUDA_SUCCESS;
     }
-    *out = function_named(name);
+    *out = function_named(name, current_device());
     return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 EXPORT CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary l, const char *name) {
@@ -107,6 +107,6 @@ EXPORT CUresult cuKernelGetFunction(CUfunction *out, CUkernel k) {
     init();
     spin(cfg_call_ns);
     if (!out || !k) return CUDA_ERROR_INVALID_VALUE;
-    *out = function_named(k->name);
+    *out = function_named(k->name, current_device());
     return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }

@@ -105,7 +105,7 @@ EXPORT CUresult cuStreamQuery_ptsz(CUstream s) { return stream_query(s, 1); }
 EXPORT CUresult cuCtxSynchronize_v2(CUcontext c) {
     init();
     spin(cfg_call_ns);
-    if (c && c != &the_ctx) return CUDA_ERROR_INVALID_VALUE;
+    if (c && !valid_ctx(c)) return CUDA_ERROR_INVALID_VALUE;
     wait_until(all_tail());
     return CUDA_SUCCESS;
 }

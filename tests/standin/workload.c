@@ -18,6 +18,8 @@
  *                               crowded node's process, for the discovery benchmark)
  *     syscalls N                N getppid() system calls, timed (the cost of a sys_enter hook)
  *     graph, evented, polled, join: the serving-stack scenarios (workload_serving.c)
+ *     two-devices L0 L1 COPIES HOLD  one process driving two devices (workload_devices.c; set
+ *                               CUDA_STANDIN_DEVICES=2)
  *                               seconds idle (with CUDA_STANDIN_FRESH_HANDLES=1, a handle each)
  *     allocs BYTES N HOLD       N allocations of BYTES each (failures go on), then HOLD seconds idle;
  *                               WORKLOAD_ALLOC picks the entry point (see alloc_by_kind)
@@ -484,6 +486,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(scenario, "allocs") && i + 3 == argc) run_allocs((size_t)atoll(argv[i]), atol(argv[i + 1]), atof(argv[i + 2]));
     else if (!strcmp(scenario, "copies") && i + 3 == argc) run_copies(atof(argv[i]), (size_t)atol(argv[i + 1]), atol(argv[i + 2]));
     else if (!run_serving(scenario, argc - i, argv + i) && !run_misc(scenario, argc - i, argv + i) &&
+             !run_devices(scenario, argc - i, argv + i) &&
              !run_harm_scenarios(scenario, threads, argc - i, argv + i))
         usage();
     fflush(stdout);

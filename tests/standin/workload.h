@@ -56,6 +56,10 @@ CUstream new_stream(void);
 void run_each(long n);
 /* Its memsets, 2-D, 3-D and batch copies (workload_sized.c), each counted through `count`. */
 void each_sized(long n, CUstream s, void (*count)(const char *, long));
+/* Its context, UUID and stream calls (workload_devices.c), `streams` more having been made. */
+void each_devices(long n, long streams, void (*count)(const char *, long));
+/* The device scenarios (workload_devices.c): 1 when `scenario` was one of them. */
+int run_devices(const char *scenario, int argc, char **argv);
 /* A worker thread's context (a real driver's is per thread). */
 void thread_ctx(void);
 /* The serving-stack scenarios (workload_serving.c): 1 when `scenario` was one of them. */

@@ -285,9 +285,11 @@ void run_each(long n) {
         count(async_allocs[v][1], n);
     }
     each_memory(n, s);
+    each_devices(n, 2, count); /* the streams of run_each and each_serving */
     CHECK(ctxsync());
     count("cuCtxSynchronize(final)", 1);
-    printf("},\"function\":%llu,\"kernel\":%llu,\"kernel_function\":%llu,\"graph\":%llu}\n",
+    printf("},\"function\":%llu,\"kernel\":%llu,\"kernel_function\":%llu,\"graph\":%llu,\"context\":%llu}\n",
            (unsigned long long)(uintptr_t)function, (unsigned long long)(uintptr_t)kernel,
-           (unsigned long long)(uintptr_t)kernel_fn, (unsigned long long)(uintptr_t)graph);
+           (unsigned long long)(uintptr_t)kernel_fn, (unsigned long long)(uintptr_t)graph,
+           (unsigned long long)(uintptr_t)ctx);
 }

@@ -166,6 +166,7 @@ fn every_entry_point_exact() {
             "{api}: {bytes} bytes each"
         );
     }
+    context_calls_exact(&events, &report["context"]);
     let summary = traced.summary();
     assert_eq!(summary["dropped"], 0);
     let launches = events.iter().filter(|e| e["kind"] == "launch").count();
@@ -179,6 +180,65 @@ fn every_entry_point_exact() {
         want.values().sum::<u64>(),
         events.len()
     );
+}
+
+/// The context calls' arguments: device 0's primary context, its UUID read whole (16 bytes, the
+/// stand-in's default: every byte 1), created contexts of device 0, streams returned.
+fn context_calls_exact(events: &[&Value], ctx: &Value) {
+    let of = |api: &'static str| events.iter().filter(move |e| e["api"] == api).copied();
+    let uuid = "01010101-0101-0101-0101-010101010101";
+    for e in of("cuDeviceGetUuid").chain(of("cuDeviceGetUuid_v2")) {
+        assert_eq!(
+            (&e["op"], &e["device"], e["uuid"].as_str()),
+            (&json!("uuid"), &json!(0), Some(uuid)),
+            "{e}"
+        );
+    }
+    for e in of("cuDevicePrimaryCtxRetain") {
+        assert_eq!(
+            (&e["op"], &e["context"], &e["device"], &e["created"]),
+            (&json!("bind"), ctx, &json!(0), &json!(false)),
+            "{e}"
+        );
+    }
+    for api in [
+        "cuCtxSetCurrent",
+        "cuCtxPushCurrent_v2",
+        "cuCtxPopCurrent_v2",
+    ] {
+        let op = api
+            .trim_start_matches("cuCtx")
+            .trim_end_matches("Current_v2")
+            .trim_end_matches("Current");
+        for e in of(api) {
+            assert_eq!(
+                (e["op"].as_str(), &e["context"]),
+                (Some(op.to_lowercase().as_str()), ctx),
+                "{e}"
+            );
+        }
+    }
+    for api in ["cuCtxCreate_v2", "cuCtxCreate_v4"] {
+        for e in of(api) {
+            assert!(
+                e["op"] == "bind"
+                    && e["created"] == true
+                    && e["device"] == 0
+                    && e["context"] != *ctx
+                    && e["context"] != 0,
+                "{e}"
+            );
+        }
+    }
+    for e in of("cuCtxDestroy_v2") {
+        assert!(e["op"] == "destroy" && e["context"] != *ctx, "{e}");
+    }
+    for e in of("cuStreamCreate").chain(of("cuStreamCreateWithPriority")) {
+        assert!(
+            e["op"] == "stream" && e["stream"].as_u64().unwrap() != 0,
+            "{e}"
+        );
+    }
 }
 
 fn mean_wait(events: &[&Value], pid: u64) -> (f64, usize) {

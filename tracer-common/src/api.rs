@@ -35,6 +35,9 @@ pub enum Kind {
     /// An entry point looked up by name (`cuGetProcAddress_v2`): how the CUDA runtime reaches
     /// the driver.
     Resolve,
+    /// A thread's current context set, a context or stream created, a device's UUID read: which
+    /// device the calls after it go to.
+    Context,
 }
 
 impl Kind {
@@ -55,6 +58,7 @@ impl Kind {
             Kind::Capture => "capture",
             Kind::GraphBuild => "graph_build",
             Kind::Resolve => "resolve",
+            Kind::Context => "context",
         }
     }
 
@@ -137,6 +141,24 @@ pub enum Shape {
     Copy2D,
     /// `(const CUDA_MEMCPY3D *[, stream])`, read at entry (see [`COOKIE_PARAMS_3D`]).
     Copy3D,
+    /// `(CUcontext)`: made the thread's current context, replacing the top of its stack.
+    CtxSet,
+    /// `(CUcontext)`: pushed on the thread's context stack.
+    CtxPush,
+    /// `(CUcontext *out)`: popped off the thread's context stack.
+    CtxPop,
+    /// `(CUcontext *out, CUdevice)`: a device's primary context.
+    CtxRetain,
+    /// `(CUcontext *out, flags, CUdevice)`: a context created and made current.
+    CtxCreate,
+    /// `(CUcontext *out, CUctxCreateParams *, flags, CUdevice)`: likewise (CUDA 12.5+).
+    CtxCreateV4,
+    /// `(CUcontext)`: destroyed.
+    CtxDestroy,
+    /// `(CUuuid *out, CUdevice)`: the device's 16-byte UUID (see [`COOKIE_READ_OUT_16`]).
+    DeviceUuid,
+    /// `(CUstream *out, flags[, priority])`: a stream of the thread's current context.
+    StreamCreate,
     /// `(dsts, srcs, size_t *sizes, size_t count, ...)`, the sizes summed at entry (see
     /// [`COOKIE_BATCH`]).
     CopyBatch,
@@ -173,50 +195,8 @@ impl Direction {
     }
 }
 
-/// Cookie flag: at return, read the out-parameter the first argument points to.
-pub const COOKIE_READ_OUT: u64 = 1 << 16;
-/// Cookie flag: at return, read the NUL-terminated name the third argument points to.
-pub const COOKIE_READ_NAME: u64 = 1 << 17;
-/// Cookie flag: a kernel launch, counted in-kernel when aggregating.
-pub const COOKIE_LAUNCH: u64 = 1 << 18;
-/// Cookie flag: stream 0 is this thread's default stream (`_ptsz`/`_ptds`).
-pub const COOKIE_PER_THREAD: u64 = 1 << 19;
-/// Cookie flag: a successful return closes the batch of the stream in the first argument.
-pub const COOKIE_CLOSES_ARG_STREAM: u64 = 1 << 20;
-/// Cookie flag: a successful return closes the batch of the default stream (synchronous copies).
-pub const COOKIE_CLOSES_DEFAULT_STREAM: u64 = 1 << 21;
-/// Cookie flag: a successful return closes the batches of every stream of the process.
-pub const COOKIE_CLOSES_ALL: u64 = 1 << 22;
-/// Cookie flag: at return, read the out-parameter the second argument points to.
-pub const COOKIE_READ_OUT_ARG1: u64 = 1 << 23;
-/// Cookie flag: a poll. A `CUDA_ERROR_NOT_READY` answer writes no record (the thread's slot
-/// counts it); a successful one closes the batch it covers, like a wait.
-pub const COOKIE_POLL: u64 = 1 << 24;
-/// Cookie flag: a successful return closes the batch the event in the first argument covers.
-pub const COOKIE_CLOSES_EVENT: u64 = 1 << 25;
-/// Cookie flag: a successful return begins a stream capture in the process.
-pub const COOKIE_CAPTURE_BEGIN: u64 = 1 << 26;
-/// Cookie flag: the return ends a stream capture in the process, whatever its result.
-pub const COOKIE_CAPTURE_END: u64 = 1 << 27;
-/// Cookie flag: the name [`COOKIE_READ_NAME`] reads is the first argument's, not the third's.
-pub const COOKIE_NAME_ARG0: u64 = 1 << 28;
-/// Cookie flag: the first argument points at a `CUDA_MEMCPY2D`, read at entry into the record's
-/// arguments as [`crate::params`] lays them out.
-pub const COOKIE_PARAMS_2D: u64 = 1 << 29;
-/// Cookie flag: the first argument points at a `CUDA_MEMCPY3D`, read likewise.
-pub const COOKIE_PARAMS_3D: u64 = 1 << 30;
-/// Cookie flag: a batch of copies `(dsts, srcs, sizes, count, ...)`: the sizes are summed at
-/// entry, and the stream is argument 7 (argument 8 with [`COOKIE_BATCH_FAIL_IDX`]).
-pub const COOKIE_BATCH: u64 = 1 << 31;
-/// Cookie flag: the CUDA 12.8 batch layout, with `failIdx` before the stream.
-pub const COOKIE_BATCH_FAIL_IDX: u64 = 1 << 32;
-/// `CUDA_ERROR_ILLEGAL_STATE`: what `cuStreamEndCapture` answers on a stream that was not
-/// capturing (no capture ended).
-pub const CUDA_ERROR_ILLEGAL_STATE: i32 = 401;
-/// `CUDA_ERROR_NOT_READY`: what a poll answers while the work it asks about runs.
-pub const CUDA_ERROR_NOT_READY: i32 = 600;
-/// Mask of the api id inside a cookie.
-pub const COOKIE_API_MASK: u64 = 0xffff;
+mod cookies;
+pub use cookies::*;
 
 /// Static facts about one entry point.
 #[derive(Clone, Copy, Debug)]
@@ -394,6 +374,17 @@ apis! {
     MemcpyBatchAsyncPtsz = "cuMemcpyBatchAsync_ptsz": Memcpy, Regs, CopyBatch, true, Some(Default);
     MemcpyBatchAsyncV2 = "cuMemcpyBatchAsync_v2": Memcpy, Regs, CopyBatch, true, Some(Default);
     MemcpyBatchAsyncV2Ptsz = "cuMemcpyBatchAsync_v2_ptsz": Memcpy, Regs, CopyBatch, true, Some(Default);
+    CtxSetCurrent = "cuCtxSetCurrent": Context, Regs, CtxSet, false, None;
+    CtxPushCurrent = "cuCtxPushCurrent_v2": Context, Regs, CtxPush, false, None;
+    CtxPopCurrent = "cuCtxPopCurrent_v2": Context, Regs, CtxPop, false, None;
+    DevicePrimaryCtxRetain = "cuDevicePrimaryCtxRetain": Context, Regs, CtxRetain, false, None;
+    CtxCreate = "cuCtxCreate_v2": Context, Regs, CtxCreate, false, None;
+    CtxCreateV4 = "cuCtxCreate_v4": Context, Regs, CtxCreateV4, false, None;
+    CtxDestroy = "cuCtxDestroy_v2": Context, Regs, CtxDestroy, false, None;
+    DeviceGetUuid = "cuDeviceGetUuid": Context, Regs, DeviceUuid, false, None;
+    DeviceGetUuidV2 = "cuDeviceGetUuid_v2": Context, Regs, DeviceUuid, false, None;
+    StreamCreate = "cuStreamCreate": Context, Regs, StreamCreate, false, None;
+    StreamCreateWithPriority = "cuStreamCreateWithPriority": Context, Regs, StreamCreate, false, None;
 }
 
 impl Api {
@@ -407,11 +398,10 @@ impl Api {
     pub const fn cookie(self) -> u64 {
         let info = self.info();
         let mut flags = match info.shape {
-            Shape::Alloc
-            | Shape::KernelGetFunction
-            | Shape::VmmCreate
-            | Shape::AllocFromPool
-            | Shape::AllocPitch => COOKIE_READ_OUT,
+            Shape::VmmCreate => COOKIE_READ_OUT | COOKIE_READ_PROP_LOCATION,
+            Shape::Alloc | Shape::KernelGetFunction | Shape::AllocFromPool | Shape::AllocPitch => {
+                COOKIE_READ_OUT
+            }
             Shape::ModuleGetFunction | Shape::LibraryGetKernel => {
                 COOKIE_READ_OUT | COOKIE_READ_NAME
             }
@@ -422,7 +412,13 @@ impl Api {
             Shape::StreamQuery => COOKIE_POLL | COOKIE_CLOSES_ARG_STREAM,
             Shape::BeginCapture => COOKIE_CAPTURE_BEGIN,
             Shape::EndCapture => COOKIE_CAPTURE_END | COOKIE_READ_OUT_ARG1,
-            Shape::Instantiate => COOKIE_READ_OUT,
+            Shape::Instantiate
+            | Shape::CtxPop
+            | Shape::CtxRetain
+            | Shape::CtxCreate
+            | Shape::CtxCreateV4
+            | Shape::StreamCreate => COOKIE_READ_OUT,
+            Shape::DeviceUuid => COOKIE_READ_OUT | COOKIE_READ_OUT_16,
             Shape::ProcAddress => COOKIE_READ_OUT_ARG1 | COOKIE_READ_NAME | COOKIE_NAME_ARG0,
             Shape::Copy2D => COOKIE_PARAMS_2D,
             Shape::Copy3D => COOKIE_PARAMS_3D,

@@ -4,7 +4,7 @@ use thiserror::Error;
 
 use crate::identity::Comm;
 use tracer_common::{
-    api::{Direction, Shape},
+    api::{Direction, Shape, CU_MEM_LOCATION_TYPE_DEVICE},
     launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
     Api, CallEvent, EventTag, ExitEvent, LongLookupEvent, LookupEvent, NameEvent,
 };
@@ -51,6 +51,9 @@ pub struct Event {
     /// For a successful poll: the `CUDA_ERROR_NOT_READY` answers its thread had before it
     /// (filtered in the kernel, one count each): the work finished while polled.
     pub not_ready: u32,
+    /// The context the call went to, as the process's context calls tell (0: unknown); set
+    /// by the pipeline (`enrich::devices`).
+    pub context: u64,
 }
 
 #[cfg(test)]
@@ -70,6 +73,7 @@ impl Event {
             counted: false,
             thread_launch_ns: 0,
             not_ready: 0,
+            context: 0,
         }
     }
 
@@ -152,6 +156,9 @@ pub enum Detail {
         /// Stream of an asynchronous allocation.
         #[serde(skip_serializing_if = "Option::is_none")]
         stream: Option<u64>,
+        /// The CUDA ordinal the allocation names (`cuMemCreate`'s location), when it names one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        device: Option<i32>,
     },
     /// A free.
     Free {
@@ -209,6 +216,8 @@ pub enum Detail {
         #[serde(skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
+    /// Which device later calls go to (see `event::context`).
+    Context(context::ContextCall),
 }
 
 fn read<T: Copy>(bytes: &[u8]) -> Result<T, DecodeError> {
@@ -341,6 +350,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         } else {
             0
         },
+        context: 0,
     })
 }
 
@@ -395,6 +405,7 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             dptr: c.out,
             bytes: a[1],
             stream: stream_at(2),
+            device: None,
         },
         Shape::Free => Detail::Free {
             dptr: a[0],
@@ -405,6 +416,9 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             dptr: c.out,
             bytes: a[1],
             stream: None,
+            // The eBPF return probe put the `CUmemLocation` (type, id) in the flags' place.
+            device: (c.out != 0 && a[3] as u32 == CU_MEM_LOCATION_TYPE_DEVICE)
+                .then_some((a[3] >> 32) as i32),
         },
         Shape::VmmRelease => Detail::Free {
             dptr: a[0],
@@ -414,12 +428,14 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
             dptr: c.out,
             bytes: a[1],
             stream: stream_at(3),
+            device: None,
         },
         // Width x height: the pitch the driver chose (at least the width) is not read.
         Shape::AllocPitch => Detail::Alloc {
             dptr: c.out,
             bytes: a[2].saturating_mul(a[3]),
             stream: None,
+            device: None,
         },
         Shape::ModuleGetFunction | Shape::LibraryGetKernel => Detail::Lookup {
             handle: c.out,
@@ -466,9 +482,11 @@ fn detail(api: Api, c: &CallEvent, name: Option<String>) -> Detail {
         Shape::Memset | Shape::Memset2D | Shape::Copy2D | Shape::Copy3D | Shape::CopyBatch => {
             sized::detail(api, a)
         }
+        _ => Detail::Context(context::decode(info.shape, a, c.out)),
     }
 }
 
+pub mod context;
 mod sized;
 #[cfg(test)]
 mod tests;

@@ -138,6 +138,7 @@ fn build_standin(arch: cross::Arch) -> Result<PathBuf> {
         .arg(src.join("workload_misc.c"))
         .arg(src.join("workload_harm.c"))
         .arg(src.join("workload_sized.c"))
+        .arg(src.join("workload_devices.c"))
         .arg(src.join("harm_thunk.S"))
         .args(["-ldl", "-lpthread"]))?;
     Ok(out)

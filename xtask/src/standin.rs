@@ -8,16 +8,13 @@ mod tests {
     use tracer_common::Api;
 
     /// Driver functions the stand-in exports for set-up only: not probed, never counted.
-    const SETUP_ONLY: [&str; 11] = [
+    const SETUP_ONLY: [&str; 8] = [
         "cuInit",
         "cuDeviceGet",
+        "cuDeviceGetCount",
         "cuDeviceGetDefaultMemPool",
-        "cuCtxCreate_v2",
-        "cuDevicePrimaryCtxRetain",
-        "cuCtxSetCurrent",
         "cuModuleLoadData",
         "cuLibraryLoadData",
-        "cuStreamCreate",
         "cuEventCreate",
         "cuGraphInstantiateStandin",
     ];
@@ -34,7 +31,8 @@ mod tests {
         (source("libcuda.c")
             + &source("libcuda_calls.c")
             + &source("libcuda_serving.c")
-            + &source("libcuda_sized.c"))
+            + &source("libcuda_sized.c")
+            + &source("libcuda_devices.c"))
             .lines()
             .filter_map(|l| l.strip_prefix("EXPORT CUresult "))
             .filter_map(|rest| rest.split('(').next())
@@ -50,7 +48,8 @@ mod tests {
             + &source("workload_serving.c")
             + &source("workload_misc.c")
             + &source("workload_harm.c")
-            + &source("workload_sized.c");
+            + &source("workload_sized.c")
+            + &source("workload_devices.c");
         text.split('"')
             .skip(1)
             .step_by(2)
@@ -87,8 +86,8 @@ mod tests {
         );
         assert_eq!(
             table.len(),
-            104,
-            "the driver-probe list's 60 entry points, the 6 of VMM, pools, managed and pitched memory, 24 memsets, 10 2-D and 3-D copies and 4 batches"
+            115,
+            "the driver-probe list's 60 entry points, the 6 of VMM, pools, managed and pitched memory, 24 memsets, 10 2-D and 3-D copies, 4 batches and 11 of contexts, UUIDs and streams"
         );
     }
 

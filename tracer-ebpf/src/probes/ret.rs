@@ -19,8 +19,9 @@ use tracer_common::{
     api::{
         COOKIE_API_MASK, COOKIE_CAPTURE_BEGIN, COOKIE_CAPTURE_END, COOKIE_CLOSES_ALL,
         COOKIE_CLOSES_ARG_STREAM, COOKIE_CLOSES_DEFAULT_STREAM, COOKIE_CLOSES_EVENT, COOKIE_LAUNCH,
-        COOKIE_NAME_ARG0, COOKIE_POLL, COOKIE_READ_NAME, COOKIE_READ_OUT, COOKIE_READ_OUT_ARG1,
-        CUDA_ERROR_ILLEGAL_STATE, CUDA_ERROR_NOT_READY,
+        COOKIE_NAME_ARG0, COOKIE_POLL, COOKIE_READ_NAME, COOKIE_READ_OUT, COOKIE_READ_OUT_16,
+        COOKIE_READ_OUT_ARG1, COOKIE_READ_PROP_LOCATION, CUDA_ERROR_ILLEGAL_STATE,
+        CUDA_ERROR_NOT_READY, PROP_LOCATION_OFFSET,
     },
     launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
     CallEvent, Entry, EventTag, LongLookupEvent, LookupEvent, CONFIG_AGGREGATE, LONG_NAME_MAX,
@@ -196,6 +197,21 @@ fn record<C: EbpfContext>(
     } else {
         0
     };
+    let mut args = entry.args;
+    if entry.cookie & COOKIE_READ_OUT_16 != 0 && result == 0 && at != 0 {
+        // The second half of a 16-byte out-parameter (a `CUuuid`), in place of the third
+        // argument (no such argument: `(CUuuid *, CUdevice)`).
+        // SAFETY: as above.
+        args[2] = unsafe { bpf_probe_read_user((at + 8) as *const u64) }.unwrap_or(0);
+    }
+    if entry.cookie & COOKIE_READ_PROP_LOCATION != 0 && result == 0 && entry.args[2] != 0 {
+        // `cuMemCreate`'s device: the location of the properties it was given (still the
+        // caller's memory at return), in place of the flags.
+        // SAFETY: as above.
+        args[3] =
+            unsafe { bpf_probe_read_user((entry.args[2] + PROP_LOCATION_OFFSET) as *const u64) }
+                .unwrap_or(0);
+    }
     CallEvent {
         tag: tag as u32,
         api: (entry.cookie & COOKIE_API_MASK) as u32,
@@ -205,7 +221,7 @@ fn record<C: EbpfContext>(
         duration_ns,
         result,
         flags,
-        args: entry.args,
+        args,
         out,
     }
 }

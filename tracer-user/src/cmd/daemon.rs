@@ -47,11 +47,17 @@ impl Consumer for Daemon {
         }
         if let Some(otlp) = self.otlp.as_mut() {
             let kernel = e.kernel.as_deref().map(|k| &*k.demangled);
-            // The GPU NVML lists the process on, when it does.
+            // The call's own device when its context's UUID is known (a process driving several),
+            // else the GPU NVML lists the process on, when it does.
             let gpus = &self.gpus;
+            let own = process.devices.uuid_of_context(ev.context);
             let gpu = || {
-                gpus.iter()
-                    .find(|g| g.processes.iter().any(|p| p.pid == ev.pid))
+                let key = crate::event::context::nvml_uuid_key;
+                own.and_then(|u| gpus.iter().find(|g| key(&g.uuid) == u))
+                    .or_else(|| {
+                        gpus.iter()
+                            .find(|g| g.processes.iter().any(|p| p.pid == ev.pid))
+                    })
                     .map(|g| (g.index, g.uuid.clone()))
             };
             otlp.call(ev, (&process.identity, &process.workload), kernel, gpu);
@@ -63,6 +69,7 @@ impl Consumer for Daemon {
         let kernel = process.kernels.name(d.function);
         self.aggregator
             .observe_launches(&mut process.series, d, kernel.as_deref());
+        process.devices.observe_launches(d);
         self.detector.observe_launches(&mut process.signals, d);
     }
 

@@ -88,14 +88,20 @@ pub const MAX_EVENTS: usize = 16_384;
 /// The stream key calls past [`MAX_STREAMS`] are accounted under.
 const OVERFLOW_STREAM: (u64, u32) = (u64::MAX, 0);
 
-/// The key of `stream` as `ev`'s thread names it: (handle, thread for the per-thread default
-/// stream).
+/// The key of `stream` as `ev`'s thread names it: (handle, 0) for a created stream; a default
+/// stream is its context's (legacy) or its thread's in its context (per-thread): (context,
+/// thread or 0) when the context is known, so that two devices' default streams never meet.
 pub fn stream_key(ev: &Event, stream: u64) -> (u64, u32) {
     let per_thread = ev.api.info().per_thread;
+    let default = |tid: u32| match (ev.context, tid) {
+        (0, 0) => (STREAM_LEGACY, 0),
+        (0, t) => (STREAM_PER_THREAD, t),
+        (c, t) => (c, t),
+    };
     match stream {
-        0 if per_thread => (STREAM_PER_THREAD, ev.tid),
-        0 => (STREAM_LEGACY, 0),
-        STREAM_PER_THREAD => (STREAM_PER_THREAD, ev.tid),
+        0 if per_thread => default(ev.tid),
+        0 | STREAM_LEGACY => default(0),
+        STREAM_PER_THREAD => default(ev.tid),
         s => (s, 0),
     }
 }

@@ -1,6 +1,8 @@
 //! Device memory per process from allocations and frees: bytes held now, the peak, and frees of
 //! pointers this tracer never saw allocated (allocated before it started, or a bug).
 
+use std::collections::BTreeMap;
+
 use foldhash::HashMap;
 use serde::Serialize;
 
@@ -31,13 +33,25 @@ pub struct ProcessMemory {
     /// Allocations not tracked, the table being full (their bytes still count).
     #[serde(skip)]
     pub overflowed: u64,
+    /// Bytes held per CUDA ordinal (`None`: no known device), at most [`MAX_DEVICES`] of them.
     #[serde(skip)]
-    live: HashMap<u64, u64>,
+    pub by_device: BTreeMap<Option<i32>, u64>,
+    #[serde(skip)]
+    live: HashMap<u64, (u64, Option<i32>)>,
 }
 
+/// Devices memory is kept apart for, per process (more, named by a tenant, count as unknown).
+pub const MAX_DEVICES: usize = 256;
+
 impl ProcessMemory {
-    /// Accounts an allocation or free; other events are ignored.
+    /// Accounts an allocation or free of no known device; other events are ignored.
     pub fn observe(&mut self, ev: &Event) {
+        self.observe_on(ev, None);
+    }
+
+    /// Accounts an allocation or free on `device` (the call's context's; a VMM allocation's own
+    /// location wins); other events are ignored.
+    pub fn observe_on(&mut self, ev: &Event, device: Option<i32>) {
         if ev.result != 0 {
             return;
         }
@@ -45,29 +59,47 @@ impl ProcessMemory {
         let vmm = matches!(ev.api.info().shape, Shape::VmmCreate | Shape::VmmRelease);
         let key = |p: u64| if vmm { p | VMM_KEY } else { p };
         match ev.detail {
-            Detail::Alloc { dptr, bytes, .. } if dptr != 0 => {
+            Detail::Alloc {
+                dptr,
+                bytes,
+                device: own,
+                ..
+            } if dptr != 0 => {
                 let dptr = key(dptr);
+                let mut device = own.or(device);
+                if m.by_device.len() >= MAX_DEVICES && !m.by_device.contains_key(&device) {
+                    device = None;
+                }
                 if m.live.len() < MAX_LIVE || m.live.contains_key(&dptr) {
-                    if let Some(old) = m.live.insert(dptr, bytes) {
+                    if let Some((old, on)) = m.live.insert(dptr, (bytes, device)) {
                         // The same pointer again without a free we saw: replace, don't double count.
                         m.current_bytes = m.current_bytes.saturating_sub(old);
+                        m.held(on, |h| h.saturating_sub(old));
                     }
                 } else {
                     m.overflowed += 1;
                 }
                 m.current_bytes = m.current_bytes.saturating_add(bytes);
+                m.held(device, |h| h.saturating_add(bytes));
                 m.peak_bytes = m.peak_bytes.max(m.current_bytes);
                 m.allocs += 1;
             }
             Detail::Free { dptr, .. } => match m.live.remove(&key(dptr)) {
-                Some(bytes) => {
+                Some((bytes, on)) => {
                     m.current_bytes = m.current_bytes.saturating_sub(bytes);
+                    m.held(on, |h| h.saturating_sub(bytes));
                     m.frees += 1;
                 }
                 None => m.unknown_frees += 1,
             },
             _ => {}
         }
+    }
+
+    /// Updates the bytes held on one device.
+    fn held(&mut self, device: Option<i32>, f: impl FnOnce(u64) -> u64) {
+        let h = self.by_device.entry(device).or_default();
+        *h = f(*h);
     }
 
     /// Forgets the live allocations (the process exited); the totals stay.
@@ -106,6 +138,7 @@ mod tests {
                     dptr: p,
                     bytes: 2,
                     stream: None,
+                    device: None,
                 },
             ));
         }
@@ -126,6 +159,7 @@ mod tests {
                     dptr,
                     bytes,
                     stream: None,
+                    device: None,
                 },
             )
         };
@@ -144,6 +178,41 @@ mod tests {
     }
 
     #[test]
+    fn memory_is_held_per_device_a_vmm_location_first() {
+        let mut t = ProcessMemory::default();
+        let alloc = |api, dptr, bytes, device| {
+            Event::of(
+                api,
+                1,
+                Detail::Alloc {
+                    dptr,
+                    bytes,
+                    stream: None,
+                    device,
+                },
+            )
+        };
+        t.observe_on(&alloc(Api::MemAlloc, 1, 100, None), Some(0));
+        t.observe_on(&alloc(Api::MemCreate, 2, 1000, Some(1)), Some(0));
+        t.observe_on(&alloc(Api::MemAlloc, 3, 7, None), None);
+        let held = |t: &ProcessMemory| t.by_device.clone().into_iter().collect::<Vec<_>>();
+        assert_eq!(held(&t), vec![(None, 7), (Some(0), 100), (Some(1), 1000)]);
+        t.observe_on(
+            &Event::of(
+                Api::MemRelease,
+                1,
+                Detail::Free {
+                    dptr: 2,
+                    stream: None,
+                },
+            ),
+            Some(0),
+        );
+        assert_eq!(held(&t), vec![(None, 7), (Some(0), 100), (Some(1), 0)]);
+        assert_eq!(t.current_bytes, 107);
+    }
+
+    #[test]
     fn current_peak_and_unknown_frees() {
         let mut t = ProcessMemory::default();
         t.observe(&Event::of(
@@ -153,6 +222,7 @@ mod tests {
                 dptr: 0x1000,
                 bytes: 100,
                 stream: None,
+                device: None,
             },
         ));
         t.observe(&Event::of(
@@ -162,6 +232,7 @@ mod tests {
                 dptr: 0x2000,
                 bytes: 50,
                 stream: Some(1),
+                device: None,
             },
         ));
         t.observe(&Event::of(
@@ -187,6 +258,7 @@ mod tests {
                 dptr: 0x3000,
                 bytes: 7,
                 stream: None,
+                device: None,
             },
         );
         failed.result = 2;

@@ -1,8 +1,9 @@
 //! Enrichment: what a call means beyond its record. Who the process is (identity), which kernel a
-//! launch runs (kernel names), device memory held, device time per stream, and what CUDA graphs run. Each
+//! launch runs (kernel names), which device a call goes to (devices), device memory held, device time per stream, and what CUDA graphs run. Each
 //! table is per process and lives in the process's registry entry (the registry sits above
 //! this stage and runs it: `Process::enrich`). Pod
 //! names (`pods`, fetched by `pods_api`) join a process's identity once the node's list has them.
+pub mod devices;
 pub mod gputime;
 pub mod graphs;
 pub mod kernels;

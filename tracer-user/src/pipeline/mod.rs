@@ -373,6 +373,7 @@ impl Session {
         if matches!(ev.detail, Detail::Resolve { .. }) {
             resolve::check(&self.probes.libraries, process, &ev);
         }
+        ev.context = process.devices.observe(&ev);
         let consumed = consume(process, &ev, consumer);
         if matches!(ev.detail, Detail::Lookup { .. }) {
             self.registry.bound_kernel_names();

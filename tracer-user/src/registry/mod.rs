@@ -14,6 +14,7 @@ use crate::{
     aggregate::ProcessSeries,
     detect::{self, Slot, Tracked},
     enrich::{
+        devices::ProcessDevices,
         gputime::Streams,
         graphs::Graphs,
         kernels::{KernelNames, NameBytes},
@@ -47,6 +48,8 @@ pub struct Process {
     pub kernels: KernelNames,
     /// Device memory from allocations and frees.
     pub memory: ProcessMemory,
+    /// Its contexts, and the work it submitted to each device.
+    pub devices: ProcessDevices,
     /// Streams and their device time.
     pub streams: Streams,
     /// Stream captures and what each executable graph runs.
@@ -103,7 +106,8 @@ impl Process {
 
     /// Runs every enrichment of one call against this process's tables.
     pub fn enrich(&mut self, ev: &Event) -> Enrichment {
-        self.memory.observe(ev);
+        let device = self.devices.device_of_context(ev.context);
+        self.memory.observe_on(ev, device);
         let graph = self.graphs.observe(ev);
         Enrichment {
             kernel: self.kernels.observe(ev),
@@ -135,7 +139,7 @@ pub struct Registry {
 }
 
 /// How many bounded per-process tables there are.
-const TABLES: usize = 5;
+const TABLES: usize = 6;
 
 /// Names of the per-process tables that are bounded, as [`Registry::overflows`] orders them.
 pub const BOUNDED_TABLES: [&str; TABLES] = [
@@ -144,6 +148,7 @@ pub const BOUNDED_TABLES: [&str; TABLES] = [
     "streams",
     "visible_devices",
     "launch_cells",
+    "contexts",
 ];
 
 impl Process {
@@ -154,6 +159,7 @@ impl Process {
             self.streams.overflowed,
             u64::from(self.identity.devices_dropped),
             self.launches_overflowed,
+            self.devices.overflowed,
         ]
     }
 }
@@ -197,6 +203,7 @@ impl Registry {
             comm,
             kernels: KernelNames::new(self.names.clone()),
             memory: ProcessMemory::default(),
+            devices: ProcessDevices::default(),
             streams: Streams::default(),
             graphs: Graphs::default(),
             series: ProcessSeries::default(),
@@ -273,6 +280,7 @@ impl Registry {
         let overflows = p.overflows();
         p.kernels = KernelNames::new(names);
         p.memory.release();
+        p.devices.release();
         p.streams.release();
         p.graphs.release();
         p.signals = None;

@@ -63,11 +63,11 @@ fn table_overflows_outlive_the_process() {
     r.live_mut(1).unwrap().streams.overflowed = 4;
     add(&mut r, 2, 1);
     r.live_mut(2).unwrap().kernels.overflowed = 2;
-    assert_eq!(r.overflows(), [2, 0, 4, 0, 0]);
+    assert_eq!(r.overflows(), [2, 0, 4, 0, 0, 0]);
     r.exit(1, |_| {});
     assert_eq!(
         (r.len(), r.overflows()),
-        (1, [2, 0, 4, 0, 0]),
+        (1, [2, 0, 4, 0, 0, 0]),
         "released, still counted"
     );
 }

@@ -155,6 +155,7 @@ fn describe(d: &Detail, kernel: Option<&KernelName>, est: Option<&BatchEstimate>
             Some(k) => format!("{} -> {handle:#x}", k.demangled),
             None => format!("{} -> {handle:#x}", name.as_deref().unwrap_or("?")),
         },
+        Detail::Context(c) => c.text(),
     };
     if let Some(e) = est {
         s += &format!(

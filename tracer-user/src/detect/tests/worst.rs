@@ -29,6 +29,7 @@ fn refused(pid: u32, bytes: u64) -> Event {
             dptr: 0,
             bytes,
             stream: None,
+            device: None,
         },
     );
     alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;

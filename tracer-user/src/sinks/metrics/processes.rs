@@ -1,5 +1,5 @@
-//! Per process: device memory (now and peak), device time (two measures), graph replays, and
-//! the GPUs it can use.
+//! Per process: device memory (now and peak), device time (two measures), graph replays, the
+//! work per device it drives, and the GPUs it can use.
 use prometheus_client::{collector::Collector, encoding::DescriptorEncoder};
 
 use super::{
@@ -85,6 +85,40 @@ impl Collector for ProcessesCollector {
             "cudatrace_unprobed_entry_points",
             "1 for each probed entry point cuGetProcAddress_v2 handed a process elsewhere than its probe: its calls through that address are not traced.",
             &unprobed,
+        )?;
+        // Per device, for a process that drives several: by the UUID the process read.
+        let per_device = |f: &dyn Fn(&super::snapshot::DeviceRow) -> u64| -> Vec<(Labels, f64)> {
+            snap.processes
+                .iter()
+                .flat_map(|p| {
+                    p.devices.iter().map(|d| {
+                        let at = [
+                            ("cuda_device", d.cuda_device.clone()),
+                            ("gpu", d.gpu.clone()),
+                        ];
+                        (with(p.process.labels(), &at), f(d) as f64)
+                    })
+                })
+                .collect()
+        };
+        counter(
+            &mut enc,
+            "cudatrace_device_launches",
+            "Successful kernel launches per device a process drives: cuda_device is CUDA's ordinal in the process (unknown: a context bound before tracing), gpu NVML's index of the UUID the process read (never matched by ordinal; empty when none matches).",
+            &per_device(&|d| d.launches),
+        )?;
+        counter(
+            &mut enc,
+            "cudatrace_device_bytes",
+            "Bytes of successful copies and memsets per device a process drives (the device of the stream's context), labelled as cudatrace_device_launches_total.",
+            &per_device(&|d| d.bytes),
+        )?;
+        let held = per_device(&|d| d.memory_bytes);
+        gauge(
+            &mut enc,
+            "cudatrace_device_memory_by_device_bytes",
+            "Device memory a process holds per device (the allocating context's; a VMM allocation's own location), labelled as cudatrace_device_launches_total: cudatrace_device_memory_bytes split.",
+            &held,
         )?;
         let on: Vec<(Labels, f64)> = snap
             .processes

@@ -123,6 +123,41 @@ pub struct ProcessRow {
     /// The GPUs it can use: NVML's, else its `CUDA_VISIBLE_DEVICES`, else every GPU NVML
     /// lists ("all" without NVML).
     pub gpus: Vec<String>,
+    /// The work it submitted per device (`enrich::devices`).
+    pub devices: Vec<DeviceRow>,
+}
+
+/// One process's work on one device.
+#[derive(Debug)]
+pub struct DeviceRow {
+    /// CUDA's ordinal in the process, "unknown" for a context bound before tracing.
+    pub cuda_device: String,
+    /// NVML's index of the device whose UUID the process read, "" when none matches.
+    pub gpu: String,
+    /// Successful launches.
+    pub launches: u64,
+    /// Bytes of successful copies and memsets.
+    pub bytes: u64,
+    /// Device memory it holds there.
+    pub memory_bytes: u64,
+}
+
+/// The rows of one process's work per device, NVML's index found by UUID, never by ordinal.
+fn device_rows(p: &crate::registry::Process, gpus: &[GpuSample]) -> Vec<DeviceRow> {
+    use crate::event::context::nvml_uuid_key;
+    p.devices
+        .work_with(&p.memory.by_device)
+        .into_iter()
+        .map(|(ordinal, uuid, w, held)| DeviceRow {
+            cuda_device: ordinal.map_or_else(|| "unknown".into(), |o| o.to_string()),
+            gpu: uuid
+                .and_then(|u| gpus.iter().find(|g| nvml_uuid_key(&g.uuid) == u))
+                .map_or_else(String::new, |g| g.index.to_string()),
+            launches: w.launches,
+            bytes: w.bytes,
+            memory_bytes: held,
+        })
+        .collect()
 }
 
 /// One (process, signal) of the detector with a ready baseline.
@@ -295,6 +330,7 @@ impl Snapshot {
                     GpuSet::All if s.gpus.is_empty() => vec!["all".into()],
                     GpuSet::All => s.gpus.iter().map(|g| g.index.to_string()).collect(),
                 },
+                devices: device_rows(p, s.gpus),
             })
             .collect();
         let signals = s

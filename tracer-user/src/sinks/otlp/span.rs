@@ -194,6 +194,9 @@ fn details(d: &Detail, kernel: Option<&str>, out: &mut Vec<KeyValue>) {
             }
         }
         Detail::Capture { stream: s, .. } => stream(out, Some(*s)),
-        Detail::GraphBuild { .. } | Detail::Lookup { .. } | Detail::Resolve { .. } => {}
+        Detail::GraphBuild { .. }
+        | Detail::Lookup { .. }
+        | Detail::Resolve { .. }
+        | Detail::Context(_) => {}
     }
 }

@@ -1,0 +1,101 @@
+//! End-to-end: one process driving two devices (JAX, tensor parallelism in one process) has its
+//! work split by device, each device named by the UUID the process read, never by ordinal: here
+//! CUDA's ordinal 0 is NVML's GPU 1 and ordinal 1 is NVML's GPU 0. Memory held is split too, a
+//! VMM allocation by the device its location names. Every context call of the
+//! table is counted with its arguments in `coverage.rs`.
+use std::time::Duration;
+
+use integration_tests::{
+    device_file, env, exposition, guards::TempDir, http, poll, Cudatrace, Scenario, Workload,
+};
+
+const L0: u64 = 300;
+const L1: u64 = 500;
+const COPIES: u64 = 40;
+const MIB: u64 = 1 << 20;
+/// NVML's GPU 0 and 1.
+const NVML_0: &str = "GPU-00000000-1111-2222-3333-444444444444";
+const NVML_1: &str = "GPU-55555555-6666-7777-8888-999999999999";
+
+#[test]
+fn a_two_device_process_is_split_by_device_matched_by_uuid() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("devices");
+    let dev = device_file("devices");
+    let gpu = |i: u32, uuid: &str| {
+        format!("gpu {i} uuid={uuid} sm=10 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n")
+    };
+    let scenario = dir.write("nvml.txt", &(gpu(0, NVML_0) + &gpu(1, NVML_1)));
+    let config = dir.write(
+        "cudatrace.toml",
+        &format!("nvml_library = {:?}\n", env.libnvml().display().to_string()),
+    );
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &["--config", config.to_str().unwrap()],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let job = Workload::new(
+        &env,
+        Scenario::Named("two-devices", vec![L0, L1, COPIES, 5]),
+    )
+    .device(&dev)
+    .vars(&[
+        ("CUDA_STANDIN_DEVICES", "2"),
+        ("CUDA_STANDIN_UUIDS", &format!("{NVML_1},{NVML_0}")),
+    ])
+    .spawn();
+    let pid = job.pid().to_string();
+    // (cuda_device, gpu, launches, bytes, memory held), once every launch is counted.
+    let split = poll(Duration::from_secs(15), || {
+        let m = exposition::parse(&http::scrape(&listen));
+        let mut seen = Vec::new();
+        for s in exposition::select(&m, "cudatrace_device_launches_total", &[("pid", &pid)]) {
+            let at = [
+                ("pid", pid.as_str()),
+                ("cuda_device", s.label("cuda_device")),
+                ("gpu", s.label("gpu")),
+            ];
+            let bytes = exposition::sum(&m, "cudatrace_device_bytes_total", &at);
+            let held = exposition::sum(&m, "cudatrace_device_memory_by_device_bytes", &at);
+            seen.push((
+                s.label("cuda_device").to_owned(),
+                s.label("gpu").to_owned(),
+                s.value as u64,
+                bytes as u64,
+                held as u64,
+            ));
+        }
+        seen.sort();
+        let launches: u64 = seen.iter().map(|s| s.2).sum();
+        (launches == L0 + 2 * L1).then_some(seen)
+    });
+    let report = job.finish();
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!(
+        "e2e a_two_device_process_is_split_by_device_matched_by_uuid: launches in {} + {} on two devices, (cuda_device, gpu, launches, bytes, memory) out {split:?}",
+        L0,
+        2 * L1
+    );
+    assert_eq!(report["pid"].to_string(), pid);
+    assert_ne!(
+        report["function"], report["function1"],
+        "one handle per device"
+    );
+    assert_eq!(
+        split,
+        Some(vec![
+            ("0".into(), "1".into(), L0, COPIES * 1024, 2 * MIB),
+            (
+                "1".into(),
+                "0".into(),
+                2 * L1,
+                COPIES * (4096 + 2048),
+                3 * MIB
+            ),
+        ]),
+        "{:?}",
+        traced.stderr
+    );
+}
