@@ -5,7 +5,8 @@
 # instruction of each probed symbol (the kernel emulates push/jmp/call/nop at a uprobe; anything
 # else is single-stepped out of line, several times dearer: the bench measures both cases).
 #   scripts/device-check.sh [LIBCUDA]      (default: the loader's libcuda.so.1)
-# Where PyTorch is installed, also a PyTorch section against torch.profiler (device_check_torch.py).
+# Where PyTorch is installed, also a PyTorch section against torch.profiler (device_check_torch.py)
+# and the memory, memset, 2-D copy and two-device checks (device_check_memory.py).
 # Needs root, a built tree (`cargo xtask build`), and nothing else. Writes results to $OUT when
 # set (the device tool's output folder), else to target/device-check/.
 set -euo pipefail
@@ -74,6 +75,9 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; the
   for _ in $(seq 600); do grep -q '^ready:' "$out/torch-run.err" && break; sleep 0.1; done
   timeout 240 python3 scripts/device_check_torch.py "$lib" http://127.0.0.1:9469/metrics "$out" \
     > "$out/torch.jsonl" 2> "$out/torch.err" || torch_ok=false
+  # Issue 41's memory, memset, 2-D copy and two-device checks (device_check_memory.py).
+  timeout 180 python3 scripts/device_check_memory.py http://127.0.0.1:9469/metrics "$out" \
+    >> "$out/torch.jsonl" 2>> "$out/torch.err" || torch_ok=false
   kill -INT $daemon; wait $daemon || true
   detached
   { echo "PyTorch ($(python3 -c 'import torch; print(torch.__version__)')):"; sed 's/^/  /' "$out/torch.jsonl"; } | tee -a "$out/result.txt"

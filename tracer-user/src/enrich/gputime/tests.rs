@@ -203,3 +203,32 @@ fn per_thread_default_stream_is_its_own() {
         Some((1, 50_200))
     );
 }
+
+#[test]
+fn two_contexts_default_streams_are_apart() {
+    let mut g = Streams::default();
+    let on = |mut e: Event, context: u64| {
+        e.context = context;
+        e
+    };
+    // Stream 0 on two devices' contexts: a sync of one closes its own launch only.
+    g.observe(&on(launch(Api::LaunchKernel, 1_000, 0), 0xa), false);
+    g.observe(&on(launch(Api::LaunchKernel, 1_500, 0), 0xb), false);
+    let s = on(
+        sync(Api::StreamSynchronize, Some(0), None).timed(2_000, 8_000),
+        0xa,
+    );
+    assert_eq!(g.observe(&s, false).map(|b| b.launches), Some(1));
+    assert_eq!(stream_key(&s, 0), (0xa, 0));
+    assert_eq!(stream_key(&on(s.clone(), 0), 0), (STREAM_LEGACY, 0));
+    let ptsz = on(launch(Api::LaunchKernelPtsz, 0, 0), 0xb);
+    assert_eq!(stream_key(&ptsz, 0), (0xb, 1));
+    assert_eq!(stream_key(&ptsz, STREAM_PER_THREAD), (0xb, 1));
+    assert_eq!(stream_key(&ptsz, 0x77), (0x77, 0));
+    let pending: Vec<(u64, u64)> = g
+        .sorted()
+        .iter()
+        .map(|(k, s)| (k.0, s.launches - s.launches_completed))
+        .collect();
+    assert_eq!(pending, vec![(0xa, 0), (0xb, 1)]);
+}
