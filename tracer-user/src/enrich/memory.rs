@@ -127,20 +127,21 @@ mod tests {
 
     use super::*;
 
+    fn alloc(api: Api, dptr: u64, bytes: u64, device: Option<i32>) -> Event {
+        let detail = Detail::Alloc {
+            dptr,
+            bytes,
+            stream: None,
+            device,
+        };
+        Event::of(api, 1, detail)
+    }
+
     #[test]
     fn allocations_past_the_cap_count_their_bytes_untracked() {
         let mut t = ProcessMemory::default();
         for p in 1..=(MAX_LIVE as u64 + 3) {
-            t.observe(&Event::of(
-                Api::MemAlloc,
-                1,
-                Detail::Alloc {
-                    dptr: p,
-                    bytes: 2,
-                    stream: None,
-                    device: None,
-                },
-            ));
+            t.observe(&alloc(Api::MemAlloc, p, 2, None));
         }
         assert_eq!(
             (t.live.len(), t.overflowed, t.current_bytes),
@@ -151,18 +152,7 @@ mod tests {
     #[test]
     fn vmm_handles_and_device_pointers_are_apart() {
         let mut t = ProcessMemory::default();
-        let alloc = |api, dptr, bytes| {
-            Event::of(
-                api,
-                1,
-                Detail::Alloc {
-                    dptr,
-                    bytes,
-                    stream: None,
-                    device: None,
-                },
-            )
-        };
+        let alloc = |api, dptr, bytes| alloc(api, dptr, bytes, None);
         let free = |api, dptr| Event::of(api, 1, Detail::Free { dptr, stream: None });
         // Handle 7 and device pointer 7: two holdings; each released by its own call only.
         t.observe(&alloc(Api::MemCreate, 7, 2 << 20));
@@ -180,18 +170,6 @@ mod tests {
     #[test]
     fn memory_is_held_per_device_a_vmm_location_first() {
         let mut t = ProcessMemory::default();
-        let alloc = |api, dptr, bytes, device| {
-            Event::of(
-                api,
-                1,
-                Detail::Alloc {
-                    dptr,
-                    bytes,
-                    stream: None,
-                    device,
-                },
-            )
-        };
         t.observe_on(&alloc(Api::MemAlloc, 1, 100, None), Some(0));
         t.observe_on(&alloc(Api::MemCreate, 2, 1000, Some(1)), Some(0));
         t.observe_on(&alloc(Api::MemAlloc, 3, 7, None), None);
