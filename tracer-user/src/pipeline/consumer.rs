@@ -1,5 +1,6 @@
 //! The seams between the session and a command: the `Consumer` of calls, what woke the
-//! session (`Wake`) and what the loop does next (`Flow`).
+//! session (`Wake`) and what the loop does next (`Flow`); one call handed over (`consume`), and a
+//! process's last lines.
 use std::io;
 
 use crate::{
@@ -50,4 +51,30 @@ pub enum Flow {
     Stop,
     /// Stop: the consumer's output closed.
     OutputClosed,
+}
+
+/// One call of a known process: its context found (`enrich::devices`), enriched against its
+/// tables, then handed to the consumer.
+pub(super) fn consume(
+    process: &mut Process,
+    ev: &mut Event,
+    consumer: &mut impl Consumer,
+) -> io::Result<()> {
+    process.last_seen_ns = ev.start_ns.saturating_add(ev.duration_ns);
+    ev.context = process.devices.observe(ev);
+    let enrichment = process.enrich(ev);
+    consumer.call(ev, &enrichment, process)
+}
+
+/// Prints a process's final memory, device-time and graphs lines.
+pub(super) fn final_lines(p: &Process) {
+    if p.memory.touched() {
+        log::info!(target: "cudatrace::memory", pid = p.pid; "{}", p.memory.line(p.pid));
+    }
+    for line in p.streams.lines(p.pid) {
+        log::info!(target: "cudatrace::device_time", pid = p.pid; "{line}");
+    }
+    if let Some(line) = p.graphs.line(p.pid) {
+        log::info!(target: "cudatrace::graphs", pid = p.pid; "{line}");
+    }
 }

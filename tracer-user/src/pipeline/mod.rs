@@ -34,7 +34,7 @@ use tokio::{
 };
 
 use crate::{
-    event::{self, DecodeError, Detail, Event, RingRecord},
+    event::{self, DecodeError, Detail, RingRecord},
     identity::{self, Comm},
     probe::{
         discovery::{self, Discovery},
@@ -373,8 +373,7 @@ impl Session {
         if matches!(ev.detail, Detail::Resolve { .. }) {
             resolve::check(&self.probes.libraries, process, &ev);
         }
-        ev.context = process.devices.observe(&ev);
-        let consumed = consume(process, &ev, consumer);
+        let consumed = consumer::consume(process, &mut ev, consumer);
         if matches!(ev.detail, Detail::Lookup { .. }) {
             self.registry.bound_kernel_names();
         }
@@ -407,7 +406,7 @@ impl Session {
     /// `false` when it was not a running process.
     fn exit(&mut self, pid: u32, consumer: &mut impl Consumer) -> bool {
         self.registry.exit(pid, |p| {
-            final_lines(p);
+            consumer::final_lines(p);
             consumer.exited(p);
         })
     }
@@ -477,25 +476,5 @@ impl Session {
     /// Detaches every probe without making the caller wait (see `Probes::detach_in_background`).
     pub fn detach(self) {
         self.probes.detach_in_background();
-    }
-}
-
-/// One call of a known process: enriched against its tables, then handed to the consumer.
-fn consume(process: &mut Process, ev: &Event, consumer: &mut impl Consumer) -> io::Result<()> {
-    process.last_seen_ns = ev.start_ns.saturating_add(ev.duration_ns);
-    let enrichment = process.enrich(ev);
-    consumer.call(ev, &enrichment, process)
-}
-
-/// Prints a process's final memory, device-time and graphs lines.
-fn final_lines(p: &Process) {
-    if p.memory.touched() {
-        log::info!(target: "cudatrace::memory", pid = p.pid; "{}", p.memory.line(p.pid));
-    }
-    for line in p.streams.lines(p.pid) {
-        log::info!(target: "cudatrace::device_time", pid = p.pid; "{line}");
-    }
-    if let Some(line) = p.graphs.line(p.pid) {
-        log::info!(target: "cudatrace::graphs", pid = p.pid; "{line}");
     }
 }
