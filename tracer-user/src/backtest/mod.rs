@@ -50,6 +50,7 @@ impl Processes for Replay {
             identity: &p.identity,
             workload: &p.workload,
             memory_bytes: 0,
+            devices: None,
             exited: false,
             open_since: None,
             signals: p.slot.as_deref(),

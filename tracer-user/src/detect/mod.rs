@@ -28,7 +28,7 @@ mod starved;
 pub mod verdict;
 mod workload;
 
-use std::{sync::Arc, time::SystemTime};
+use std::{collections::BTreeMap, sync::Arc, time::SystemTime};
 
 use baseline::Params;
 use debounce::Track;
@@ -38,7 +38,7 @@ use signals::Window;
 use crate::{
     alert::AlertChange,
     config::DetectConfig,
-    enrich::gputime::BatchEstimate,
+    enrich::{devices::ProcessDevices, gputime::BatchEstimate},
     event::{Event, LaunchDelta},
     identity::{Comm, Identity, ProcessRef},
     policy::{quiet::Quiet, schedule::Schedule},
@@ -112,6 +112,9 @@ pub struct Tracked<'a> {
     pub workload: &'a str,
     /// Device memory it holds, bytes.
     pub memory_bytes: u64,
+    /// Its devices and the memory it holds on each (`enrich::devices`, `ProcessMemory::by_device`),
+    /// where the table holds them.
+    pub devices: Option<(&'a ProcessDevices, &'a BTreeMap<Option<i32>, u64>)>,
     /// Whether it exited (kept for its retention time).
     pub exited: bool,
     /// When its oldest work not yet known finished was launched (CLOCK_MONOTONIC ns): the

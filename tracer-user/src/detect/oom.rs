@@ -1,15 +1,16 @@
 //! Out of device memory: an allocation that failed with `CUDA_ERROR_OUT_OF_MEMORY` fires
 //! `CudatraceGpuOutOfMemory` for its process at the next window (a fact, not a trend: no
-//! pending), naming the processes holding the most device memory on its GPU; it resolves once
+//! pending), naming the processes holding the most device memory on its GPU (a process on
+//! several GPUs by what it holds on that one, where its devices are known); it resolves once
 //! `resolve_after_s` pass without another such failure. A process that exits after its failure
 //! (an OOM, then a crash: the common case) keeps its alert here for that long too.
 use std::time::SystemTime;
 
-use super::{classify, fact, Detector, ProcessSignals, Processes};
+use super::{classify, fact, Detector, ProcessSignals, Processes, Tracked};
 use crate::{
     alert::{AlertChange, AlertState, Cause, Party, Severity},
     config::DetectConfig,
-    event::{Detail, Event},
+    event::{context::nvml_uuid_key, Detail, Event},
     identity::{Identity, ProcessRef},
     nvml::GpuSample,
 };
@@ -83,8 +84,31 @@ impl Owned {
     }
 }
 
-/// Who holds device memory: (party, its GPUs, bytes).
-type Holding = Vec<(Party, classify::GpuSet, u64)>;
+/// Who holds device memory: (party, its GPUs, bytes, bytes per GPU where all are known).
+type Holding = Vec<(Party, classify::GpuSet, u64, Vec<(String, u64)>)>;
+
+/// A process's memory per GPU (NVML's index of the UUID it read for each device), when every
+/// byte it holds is on a device so named; else empty (its total then stands for each GPU).
+fn per_gpu(p: &Tracked<'_>, gpus: &[GpuSample]) -> Vec<(String, u64)> {
+    let Some((devices, held)) = p.devices else {
+        return Vec::new();
+    };
+    let named: Vec<(String, u64)> = held
+        .iter()
+        .filter(|(_, bytes)| **bytes > 0)
+        .filter_map(|(d, bytes)| {
+            let uuid = devices.uuid_of_device((*d)?)?;
+            let g = gpus.iter().find(|g| nvml_uuid_key(&g.uuid) == uuid)?;
+            Some((g.index.to_string(), *bytes))
+        })
+        .collect();
+    let all = named.iter().map(|n| n.1).sum::<u64>() == p.memory_bytes;
+    if all {
+        named
+    } else {
+        Vec::new()
+    }
+}
 
 impl Detector {
     /// Keeps the out-of-memory state of a process that exits (`memory_bytes`: what it held).
@@ -121,12 +145,18 @@ impl Detector {
             .filter(|p| p.memory_bytes > 0 && !p.exited)
             .map(|p| {
                 let set = classify::gpus_of(p.pid, p.identity, gpus);
-                (Party::of(p.view(), None), set, p.memory_bytes)
+                let on = per_gpu(&p, gpus);
+                (Party::of(p.view(), None), set, p.memory_bytes, on)
             })
             .collect();
         for g in self.gone_oom.iter().filter(|g| g.memory_bytes > 0) {
             let set = classify::gpus_of(g.who.pid, &g.who.identity, gpus);
-            holding.push((Party::of(g.who.view(), None), set, g.memory_bytes));
+            holding.push((
+                Party::of(g.who.view(), None),
+                set,
+                g.memory_bytes,
+                Vec::new(),
+            ));
         }
         let named: Vec<Owned> = processes
             .tracked()
@@ -170,9 +200,17 @@ fn step(
         return None;
     }
     let vset = classify::gpus_of(who.pid, &who.identity, gpus);
+    // A process on several GPUs holds, on the victim's, what it allocated there.
     let mut holders: Vec<(Party, u64, String)> = holding
         .iter()
-        .filter_map(|(party, set, bytes)| Some((party.clone(), *bytes, vset.shared_with(set)?)))
+        .filter_map(|(party, set, bytes, on)| {
+            let gpu = vset.shared_with(set)?;
+            let bytes = match on.is_empty() {
+                true => *bytes,
+                false => on.iter().find(|(g, _)| *g == gpu).map_or(0, |(_, b)| *b),
+            };
+            (bytes > 0).then(|| (party.clone(), bytes, gpu))
+        })
         .collect();
     holders.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.pid.cmp(&b.0.pid)));
     holders.truncate(5);

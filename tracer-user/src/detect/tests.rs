@@ -433,6 +433,33 @@ fn quiet_periods_mark_the_changes() {
     );
 }
 
+/// Closes window `k` (ending at (k + 1) x 5 s) and keeps its changes, by the window's number.
+fn close(d: &mut Det, k: u32, gpus: &[GpuSample], out: &mut Vec<(u32, Vec<Record>)>) {
+    let end = f64::from(k + 1) * 5.0;
+    d.evaluate(end, wall(end), gpus);
+    let changes = d.take_changes();
+    if !changes.is_empty() {
+        out.push((k + 1, changes));
+    }
+}
+
+/// pid's allocation of `bytes`, refused with `CUDA_ERROR_OUT_OF_MEMORY`.
+fn refused(pid: u32, bytes: u64) -> Event {
+    let mut alloc = Event::of(
+        Api::MemAlloc,
+        pid,
+        Detail::Alloc {
+            dptr: 0,
+            bytes,
+            stream: None,
+            device: None,
+        },
+    );
+    alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
+    alloc
+}
+
 mod blame;
+mod oom_devices;
 mod serving;
 mod worst;

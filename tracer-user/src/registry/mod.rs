@@ -394,6 +394,7 @@ impl detect::Processes for Registry {
             comm: &p.comm,
             identity: &p.identity,
             memory_bytes: p.memory.current_bytes,
+            devices: Some((&p.devices, &p.memory.by_device)),
             workload: &p.workload,
             exited: p.exited_at.is_some(),
             open_since: p.streams.open_since(),

@@ -2,38 +2,12 @@
 //! while firing (escalation).
 use super::*;
 
-/// Closes window `k` (ending at (k + 1) x 5 s) and keeps its changes, by the window's number.
-fn close(d: &mut Det, k: u32, gpus: &[GpuSample], out: &mut Vec<(u32, Vec<Record>)>) {
-    let end = f64::from(k + 1) * 5.0;
-    d.evaluate(end, wall(end), gpus);
-    let changes = d.take_changes();
-    if !changes.is_empty() {
-        out.push((k + 1, changes));
-    }
-}
-
 /// A process that says it is on GPU 0.
 fn gpu0() -> Arc<Identity> {
     Arc::new(Identity {
         cuda_visible_devices: Some("0".into()),
         ..Default::default()
     })
-}
-
-/// pid's allocation of `bytes`, refused with `CUDA_ERROR_OUT_OF_MEMORY`.
-fn refused(pid: u32, bytes: u64) -> Event {
-    let mut alloc = Event::of(
-        Api::MemAlloc,
-        pid,
-        Detail::Alloc {
-            dptr: 0,
-            bytes,
-            stream: None,
-            device: None,
-        },
-    );
-    alloc.result = tracer_common::results::CUDA_ERROR_OUT_OF_MEMORY;
-    alloc
 }
 
 /// pid 1 learns a 1 ms wait for 10 windows alone, then waits `before` ns in the window just
