@@ -80,6 +80,30 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
     }
 }
 
+/// A process's memory per GPU (NVML's index of the UUID it read for each device), when every
+/// byte it holds is on a device so named; else empty (its total then stands for each GPU).
+pub fn memory_per_gpu(p: &super::Tracked<'_>, gpus: &[GpuSample]) -> Vec<(String, u64)> {
+    let Some((devices, held)) = p.devices else {
+        return Vec::new();
+    };
+    let named: Vec<(String, u64)> = held
+        .iter()
+        .filter_map(|(d, bytes)| {
+            let uuid = devices.uuid_of_device((*d)?)?;
+            let g = gpus
+                .iter()
+                .find(|g| crate::event::context::nvml_uuid_key(&g.uuid) == uuid)?;
+            Some((g.index.to_string(), *bytes))
+        })
+        .collect();
+    let all = named.iter().map(|n| n.1).sum::<u64>() == p.memory_bytes;
+    if all {
+        named
+    } else {
+        Vec::new()
+    }
+}
+
 /// The devices a process can use, as the host names them (indices or UUIDs), from its
 /// environment; `None`: every device. A container's runtime gives it the host's devices listed
 /// in `NVIDIA_VISIBLE_DEVICES` and numbers them from 0 in that order, so an index in its

@@ -4,7 +4,10 @@
 //! predicted time to full; it resolves once the growth stops (or slows past the horizon) for
 //! `resolve_after_s`, or when the process exits. How full the GPU is comes from NVML: without
 //! it there is no prediction, and no alert.
-use std::{collections::VecDeque, time::SystemTime};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::SystemTime,
+};
 
 use super::{classify, fact, Detector, Processes};
 use crate::{
@@ -25,41 +28,72 @@ const RISING_SHARE: f64 = 0.6;
 pub struct Leak {
     /// (window end, bytes held).
     held: VecDeque<(f64, u64)>,
+    /// The same per GPU, for a process whose memory is known per GPU (`memory_per_gpu`).
+    on: BTreeMap<String, VecDeque<(f64, u64)>>,
     /// When it last looked like a leak.
     last: f64,
     /// The alert, while firing.
     pub record: Option<AlertChange>,
 }
 
-impl Leak {
-    /// Bytes per second by least squares over the kept windows, when they show a steady rise.
-    fn growth(&self) -> Option<f64> {
-        if self.held.len() < MIN_WINDOWS {
-            return None;
-        }
-        let steps = self.held.len() - 1;
-        let rises = self
-            .held
-            .iter()
-            .zip(self.held.iter().skip(1))
-            .filter(|(a, b)| b.1 > a.1)
-            .count();
-        if (rises as f64) < RISING_SHARE * steps as f64 {
-            return None;
-        }
-        let n = self.held.len() as f64;
-        let (mt, mb) = self
-            .held
-            .iter()
-            .fold((0.0, 0.0), |(t, b), (x, y)| (t + x / n, b + *y as f64 / n));
-        let (mut num, mut den) = (0.0, 0.0);
-        for (t, b) in &self.held {
-            num += (t - mt) * (*b as f64 - mb);
-            den += (t - mt) * (t - mt);
-        }
-        let slope = num / den;
-        (den > 0.0 && slope > 0.0).then_some(slope)
+/// Keeps one more window of a history, the oldest forgotten past [`KEEP`].
+fn keep(h: &mut VecDeque<(f64, u64)>, now: f64, bytes: u64) {
+    if h.len() == KEEP {
+        h.pop_front();
     }
+    h.push_back((now, bytes));
+}
+
+impl Leak {
+    /// The growth and time to full: per GPU where the process's memory is known per GPU (the
+    /// GPU that fills first), else its whole memory against its GPUs' least free memory.
+    fn worst(
+        &self,
+        set: &classify::GpuSet,
+        gpus: &[GpuSample],
+    ) -> (String, Option<f64>, Option<f64>) {
+        let to_full = |g: Option<f64>, f: Option<u64>| Some(f? as f64 / g?);
+        if self.on.is_empty() {
+            let g = growth(&self.held);
+            return (set.label(), g, to_full(g, free_bytes(set, gpus)));
+        }
+        self.on
+            .iter()
+            .map(|(gpu, h)| {
+                let g = growth(h);
+                let only = classify::GpuSet::Only(vec![gpu.clone()]);
+                (gpu.clone(), g, to_full(g, free_bytes(&only, gpus)))
+            })
+            .min_by(|a, b| a.2.unwrap_or(f64::MAX).total_cmp(&b.2.unwrap_or(f64::MAX)))
+            .expect("not empty")
+    }
+}
+
+/// Bytes per second by least squares over the kept windows, when they show a steady rise.
+fn growth(held: &VecDeque<(f64, u64)>) -> Option<f64> {
+    if held.len() < MIN_WINDOWS {
+        return None;
+    }
+    let steps = held.len() - 1;
+    let rises = held
+        .iter()
+        .zip(held.iter().skip(1))
+        .filter(|(a, b)| b.1 > a.1)
+        .count();
+    if (rises as f64) < RISING_SHARE * steps as f64 {
+        return None;
+    }
+    let n = held.len() as f64;
+    let (mt, mb) = held
+        .iter()
+        .fold((0.0, 0.0), |(t, b), (x, y)| (t + x / n, b + *y as f64 / n));
+    let (mut num, mut den) = (0.0, 0.0);
+    for (t, b) in held {
+        num += (t - mt) * (*b as f64 - mb);
+        den += (t - mt) * (t - mt);
+    }
+    let slope = num / den;
+    (den > 0.0 && slope > 0.0).then_some(slope)
 }
 
 /// Free bytes on the emptiest-to-fill GPU of the set (NVML), if NVML says.
@@ -80,31 +114,40 @@ impl Detector {
         gpus: &[GpuSample],
     ) {
         // Owned first: the slots are borrowed mutably below.
-        let seen: Vec<(u32, u64, Party, classify::GpuSet)> = processes
+        type Seen = (u32, u64, Party, classify::GpuSet, Vec<(String, u64)>);
+        let seen: Vec<Seen> = processes
             .tracked()
             .filter(|p| !p.exited && p.signals.is_some())
             .map(|p| {
                 let set = classify::gpus_of(p.pid, p.identity, gpus);
-                (p.pid, p.memory_bytes, Party::of(p.view(), None), set)
+                let on = classify::memory_per_gpu(&p, gpus);
+                (p.pid, p.memory_bytes, Party::of(p.view(), None), set, on)
             })
             .collect();
         for (pid, _, _, slot) in processes.slots_mut() {
-            let (Some(s), Some((_, bytes, victim, set))) =
+            let (Some(s), Some((_, bytes, victim, set, on))) =
                 (slot.as_deref_mut(), seen.iter().find(|x| x.0 == pid))
             else {
                 continue;
             };
             let l = &mut s.leak;
-            if l.held.len() == KEEP {
-                l.held.pop_front();
+            keep(&mut l.held, now, *bytes);
+            // Per GPU while every byte is on a named GPU (a GPU it holds nothing on any more
+            // counts 0); histories start anew when that stops.
+            if on.is_empty() {
+                l.on.clear();
             }
-            l.held.push_back((now, *bytes));
-            let growth = l.growth();
-            let free = free_bytes(set, gpus);
-            let to_full = match (growth, free) {
-                (Some(g), Some(f)) => Some(f as f64 / g),
-                _ => None,
-            };
+            for (gpu, h) in l.on.iter_mut() {
+                keep(h, now, on.iter().find(|o| o.0 == *gpu).map_or(0, |o| o.1));
+            }
+            for (gpu, b) in on {
+                l.on.entry(gpu.clone()).or_insert_with(|| {
+                    let mut h = VecDeque::new();
+                    keep(&mut h, now, *b);
+                    h
+                });
+            }
+            let (gpu, growth, to_full) = l.worst(set, gpus);
             let leaking = to_full.is_some_and(|t| t <= cfg.leak_horizon_s as f64);
             if leaking {
                 l.last = now;
@@ -129,7 +172,7 @@ impl Detector {
                 None if leaking => {
                     let r = fact::firing(
                         (Cause::MemoryLeak, Severity::Warning),
-                        set.label(),
+                        gpu,
                         (victim.clone(), Vec::new()),
                         evidence,
                         now_wall,

@@ -6,11 +6,11 @@
 //! (an OOM, then a crash: the common case) keeps its alert here for that long too.
 use std::time::SystemTime;
 
-use super::{classify, fact, Detector, ProcessSignals, Processes, Tracked};
+use super::{classify, fact, Detector, ProcessSignals, Processes};
 use crate::{
     alert::{AlertChange, AlertState, Cause, Party, Severity},
     config::DetectConfig,
-    event::{context::nvml_uuid_key, Detail, Event},
+    event::{Detail, Event},
     identity::{Identity, ProcessRef},
     nvml::GpuSample,
 };
@@ -87,29 +87,6 @@ impl Owned {
 /// Who holds device memory: (party, its GPUs, bytes, bytes per GPU where all are known).
 type Holding = Vec<(Party, classify::GpuSet, u64, Vec<(String, u64)>)>;
 
-/// A process's memory per GPU (NVML's index of the UUID it read for each device), when every
-/// byte it holds is on a device so named; else empty (its total then stands for each GPU).
-fn per_gpu(p: &Tracked<'_>, gpus: &[GpuSample]) -> Vec<(String, u64)> {
-    let Some((devices, held)) = p.devices else {
-        return Vec::new();
-    };
-    let named: Vec<(String, u64)> = held
-        .iter()
-        .filter(|(_, bytes)| **bytes > 0)
-        .filter_map(|(d, bytes)| {
-            let uuid = devices.uuid_of_device((*d)?)?;
-            let g = gpus.iter().find(|g| nvml_uuid_key(&g.uuid) == uuid)?;
-            Some((g.index.to_string(), *bytes))
-        })
-        .collect();
-    let all = named.iter().map(|n| n.1).sum::<u64>() == p.memory_bytes;
-    if all {
-        named
-    } else {
-        Vec::new()
-    }
-}
-
 impl Detector {
     /// Keeps the out-of-memory state of a process that exits (`memory_bytes`: what it held).
     pub(super) fn oom_exited(&mut self, who: ProcessRef<'_>, memory_bytes: u64, oom: Oom) {
@@ -145,7 +122,7 @@ impl Detector {
             .filter(|p| p.memory_bytes > 0 && !p.exited)
             .map(|p| {
                 let set = classify::gpus_of(p.pid, p.identity, gpus);
-                let on = per_gpu(&p, gpus);
+                let on = classify::memory_per_gpu(&p, gpus);
                 (Party::of(p.view(), None), set, p.memory_bytes, on)
             })
             .collect();

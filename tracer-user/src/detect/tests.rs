@@ -460,6 +460,6 @@ fn refused(pid: u32, bytes: u64) -> Event {
 }
 
 mod blame;
-mod oom_devices;
 mod serving;
+mod two_gpus;
 mod worst;
