@@ -10,6 +10,7 @@ use serde::Deserialize;
 mod detect;
 mod entries;
 mod error;
+pub mod mitigate;
 pub mod otlp;
 pub mod period;
 pub mod quiet;
@@ -77,6 +78,8 @@ pub struct Config {
     pub state: state::StateConfig,
     /// `[otlp]`: slow and failed calls as OpenTelemetry spans.
     pub otlp: otlp::OtlpConfig,
+    /// `[mitigate]`: automatic degradation on page-tier verdicts (off by default).
+    pub mitigate: mitigate::MitigateConfig,
 }
 
 /// The `[launches]` table: launches are counted in the kernel (counts, errors, latency buckets
@@ -286,6 +289,7 @@ impl Default for Config {
             workloads: Vec::new(),
             state: state::StateConfig::default(),
             otlp: otlp::OtlpConfig::default(),
+            mitigate: mitigate::MitigateConfig::default(),
         }
     }
 }
@@ -379,6 +383,7 @@ impl Config {
         quiet::validate(&c.alerts.quiet)?;
         workloads::validate(&c.workloads)?;
         c.state.validate()?;
+        c.mitigate.validate()?;
         for (key, url) in [
             ("alertmanager_url", &c.alerts.alertmanager_url),
             ("webhook_url", &c.alerts.webhook_url),

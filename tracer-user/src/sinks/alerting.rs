@@ -1,6 +1,6 @@
 //! Where alert changes go, behind one small interface ([`AlertSink`]), every sink registered in
 //! one place ([`AlertSinks::start`]): stdout (always), the webhook and Alertmanager (one task
-//! each, `http`), and the incident archive (`archive`). A sink never blocks the event loop: the
+//! each, `http`), the incident archive (`archive`), and automatic degradation (`mitigate`). A sink never blocks the event loop: the
 //! HTTP sinks queue, the archive appends a line per resolved alert.
 use std::{future::Future, pin::Pin, time::Duration};
 
@@ -87,7 +87,7 @@ pub struct AlertSinks {
 
 impl AlertSinks {
     /// Starts the sinks of `cfg`: stdout, then the HTTP sinks (`metrics_url` is what
-    /// Alertmanager shows as the alerts' source), then the archive. Each is checked before
+    /// Alertmanager shows as the alerts' source), then the archive, then `[mitigate]`. Each is checked before
     /// anything is attached, so a bad sink costs nothing traced.
     pub fn start(cfg: &Config, metrics_url: String) -> Result<AlertSinks, SinkError> {
         let mut sinks: Vec<Box<dyn AlertSink>> = vec![Box::new(Stdout)];
@@ -105,6 +105,11 @@ impl AlertSinks {
                 why,
             })?;
             sinks.push(Box::new(archive));
+        }
+        if cfg.mitigate.enabled {
+            let m = super::mitigate::Mitigator::start(&cfg.mitigate, cfg.alerts.ca_file.as_deref())
+                .map_err(SinkError::Http)?;
+            sinks.push(Box::new(m));
         }
         Ok(AlertSinks { sinks })
     }

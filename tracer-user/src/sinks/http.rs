@@ -332,3 +332,43 @@ async fn alertmanager_sink(
         }
     }
 }
+
+/// One JSON endpoint of its own (the mitigation webhook): its own task and bounded queue, the
+/// same retries and failure lines as the alert sinks.
+pub struct JsonPoster {
+    tx: mpsc::Sender<Value>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl JsonPoster {
+    /// Starts posting to `url` (checked by the config); an error when `ca_file` is unusable.
+    pub fn start(
+        name: &'static str,
+        url: &str,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<JsonPoster> {
+        let client = client(ca_file)?;
+        let mut endpoint = Endpoint::new(name, url, &SinkAuth::default())
+            .ok_or_else(|| anyhow::anyhow!("{name}: {url:?} is not a URL"))?;
+        let (tx, mut rx) = mpsc::channel::<Value>(QUEUE);
+        let task = tokio::spawn(async move {
+            while let Some(body) = rx.recv().await {
+                endpoint.post(&client, &body).await;
+            }
+        });
+        Ok(JsonPoster { tx, task })
+    }
+
+    /// Queues a body; one past [`QUEUE`] waiting is dropped, and said.
+    pub fn send(&self, body: Value) {
+        if self.tx.try_send(body).is_err() {
+            log::warn!("cudatrace: a mitigation webhook body was dropped: {QUEUE} wait already");
+        }
+    }
+
+    /// Sends what is queued (for at most `limit`), then stops.
+    pub async fn finish(self, limit: Duration) {
+        drop(self.tx);
+        let _ = tokio::time::timeout(limit, self.task).await;
+    }
+}

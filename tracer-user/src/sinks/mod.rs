@@ -9,6 +9,7 @@ pub mod files;
 pub mod group;
 pub mod http;
 pub mod metrics;
+pub mod mitigate;
 pub mod otlp;
 pub mod stdout;
 pub mod timeline;

@@ -1,0 +1,218 @@
+//! Automatic degradation (`[mitigate]`, opt-in): a page-tier verdict is answered by a machine.
+//! The victim's platform is told through a webhook, with the verdict, when it fires and when it
+//! ends (so that the victim sheds load or falls back, or the platform moves the aggressor), and
+//! with the actions cudatrace plans: a CPU cap (`cpu.max`) on each aggressor the verdict names as
+//! having changed whose workload is marked preemptible, held at most `max_hold_s`, one action
+//! per workload per `min_interval_s`. Never an unmarked workload, never a neighbour that did not
+//! change, never a verdict without a named cause (`workload_change`, `unexplained`...). This
+//! version plans and reports (dry run): the actuator that writes cgroups is not built yet.
+use std::{collections::HashMap, sync::Mutex, time::Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{alerting::AlertSink, http::JsonPoster};
+use crate::{
+    alert::{AlertChange, AlertState, Cause, Party, Severity},
+    config::mitigate::MitigateConfig,
+    text::printable,
+};
+
+/// Workloads whose last action is remembered at most (the rate limit's table).
+const MAX_REMEMBERED: usize = 4096;
+
+/// One planned action: a CPU cap on an aggressor's cgroup.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Action {
+    /// The aggressor's workload (or `cgroup:PATH` for a CPU preemptor named by its cgroup).
+    pub workload: String,
+    /// Its pid in the verdict.
+    pub pid: u32,
+    /// Its cgroup, when the verdict names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// The `cpu.max` it would get.
+    pub cpu_max: String,
+    /// Seconds it would be held at most.
+    pub max_hold_s: u64,
+    /// Planned only: nothing was written.
+    pub dry_run: bool,
+}
+
+/// What the rate limit and the undo need to remember.
+#[derive(Default)]
+pub struct Plans {
+    /// The actions of each firing page, by its alert's key.
+    active: HashMap<(u32, &'static str, &'static str), Vec<Action>>,
+    /// When each workload was last acted on, seconds on the caller's clock.
+    last: HashMap<String, f64>,
+}
+
+/// The name an aggressor is matched by: its workload, else its cgroup as `cgroup:PATH`.
+fn name_of(p: &Party) -> Option<String> {
+    p.workload
+        .clone()
+        .or_else(|| p.cgroup.as_ref().map(|c| format!("cgroup:{c}")))
+}
+
+/// The causes whose aggressors did the harm: what may be acted on.
+fn causal(cause: Cause) -> bool {
+    matches!(
+        cause,
+        Cause::ComputeContention | Cause::CopyContention | Cause::Starvation | Cause::CpuContention
+    )
+}
+
+impl Plans {
+    /// The actions a change asks for, at `now` seconds: a page that fires plans caps on its
+    /// preemptible aggressors that changed (each workload once per `min_interval_s`); its end
+    /// gives back the actions its start planned. `None`: nothing to tell.
+    pub fn on(
+        &mut self,
+        c: &AlertChange,
+        cfg: &MitigateConfig,
+        now: f64,
+    ) -> Option<(&'static str, Vec<Action>)> {
+        match c.state {
+            AlertState::Resolved => self.active.remove(&c.key()).map(|a| ("undo", a)),
+            AlertState::Firing
+                if c.severity == Severity::Page && !self.active.contains_key(&c.key()) =>
+            {
+                let marked = |n: &str| {
+                    cfg.preemptible
+                        .iter()
+                        .filter_map(|g| glob::Pattern::new(g).ok())
+                        .any(|g| g.matches(n))
+                };
+                let mut actions = Vec::new();
+                for a in c
+                    .aggressors
+                    .iter()
+                    .filter(|a| causal(c.cause) && a.change.is_some())
+                {
+                    let Some(name) = name_of(a).filter(|n| marked(n)) else {
+                        continue;
+                    };
+                    let recent = self
+                        .last
+                        .get(&name)
+                        .is_some_and(|t| now - t < cfg.min_interval_s as f64);
+                    if recent || actions.iter().any(|x: &Action| x.workload == name) {
+                        continue;
+                    }
+                    if self.last.len() >= MAX_REMEMBERED && !self.last.contains_key(&name) {
+                        self.last
+                            .retain(|_, t| now - *t < cfg.min_interval_s as f64);
+                    }
+                    if self.last.len() < MAX_REMEMBERED || self.last.contains_key(&name) {
+                        self.last.insert(name.clone(), now);
+                    }
+                    actions.push(Action {
+                        workload: name,
+                        pid: a.pid,
+                        cgroup: a.cgroup.clone(),
+                        cpu_max: cfg.cpu_max.clone(),
+                        max_hold_s: cfg.max_hold_s,
+                        dry_run: cfg.dry_run,
+                    });
+                }
+                self.active.insert(c.key(), actions.clone());
+                Some(("act", actions))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The `[mitigate]` sink.
+pub struct Mitigator {
+    cfg: MitigateConfig,
+    plans: Mutex<Plans>,
+    poster: Option<JsonPoster>,
+    started: Instant,
+}
+
+impl Mitigator {
+    /// Starts it; an error when its webhook's client cannot be made.
+    pub fn start(
+        cfg: &MitigateConfig,
+        ca_file: Option<&std::path::Path>,
+    ) -> anyhow::Result<Mitigator> {
+        let poster = match &cfg.webhook {
+            Some(url) => Some(JsonPoster::start("mitigation webhook", url, ca_file)?),
+            None => None,
+        };
+        Ok(Mitigator {
+            cfg: cfg.clone(),
+            plans: Mutex::new(Plans::default()),
+            poster,
+            started: Instant::now(),
+        })
+    }
+}
+
+/// The webhook's body: what happened, the verdict, the actions.
+pub fn body(event: &str, c: &AlertChange, actions: &[Action], dry_run: bool) -> Value {
+    json!({
+        "kind": "mitigation",
+        "event": event,
+        "dry_run": dry_run,
+        "alert": c.alert,
+        "cause": c.cause.as_str(),
+        "severity": c.severity.as_str(),
+        "victim": c.victim,
+        "actions": actions,
+        "verdict": c,
+    })
+}
+
+impl AlertSink for Mitigator {
+    fn name(&self) -> &'static str {
+        "mitigate"
+    }
+
+    fn publish(&self, changes: &[AlertChange]) {
+        let now = self.started.elapsed().as_secs_f64();
+        let mut plans = self
+            .plans
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for c in changes {
+            let Some((event, actions)) = plans.on(c, &self.cfg, now) else {
+                continue;
+            };
+            for a in &actions {
+                log::warn!(
+                    "mitigate: {}{} {} (pid {}{}) at cpu.max {:?} for at most {} s: {} of {} (pid {})",
+                    if a.dry_run { "dry run: would " } else { "" },
+                    if event == "act" { "cap" } else { "undo the cap of" },
+                    printable(&a.workload),
+                    a.pid,
+                    a.cgroup.as_deref().map(|g| format!(", cgroup {}", printable(g))).unwrap_or_default(),
+                    a.cpu_max,
+                    a.max_hold_s,
+                    c.alert,
+                    printable(&c.victim.comm),
+                    c.victim.pid
+                );
+            }
+            if let Some(p) = &self.poster {
+                p.send(body(event, c, &actions, self.cfg.dry_run));
+            }
+        }
+    }
+
+    fn finish(
+        self: Box<Self>,
+        limit: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+        Box::pin(async move {
+            if let Some(p) = self.poster {
+                p.finish(limit).await;
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
