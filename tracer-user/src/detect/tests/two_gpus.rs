@@ -15,9 +15,11 @@ fn on_gpu(index: u32, uuid: &str) -> GpuSample {
     }
 }
 
-fn both() -> Arc<Identity> {
+/// A process whose `CUDA_VISIBLE_DEVICES` is `devices`.
+fn visible(devices: &str) -> Arc<Identity> {
+    let cuda_visible_devices = Some(devices.into());
     Arc::new(Identity {
-        cuda_visible_devices: Some("0,1".into()),
+        cuda_visible_devices,
         ..Default::default()
     })
 }
@@ -49,11 +51,7 @@ fn two_gpu_holder(d: &mut Det, on_1: u64, on_0: u64) {
 #[test]
 fn a_two_gpu_holder_is_weighed_by_what_it_holds_on_the_victims_gpu() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let gpu0 = Arc::new(Identity {
-        cuda_visible_devices: Some("0".into()),
-        ..Default::default()
-    });
-    let both = both();
+    let (gpu0, both) = (visible("0"), visible("0,1"));
     let gpus = [on_gpu(0, UUID_0), on_gpu(1, UUID_1)];
     let mut out = Vec::new();
     for k in 0..6u32 {
@@ -87,7 +85,7 @@ fn a_two_gpu_holder_is_weighed_by_what_it_holds_on_the_victims_gpu() {
 #[test]
 fn a_two_gpu_leak_is_on_the_gpu_it_grows_on() {
     let mut d = Det::new(DetectConfig::default(), 100, 0.0);
-    let both = both();
+    let both = visible("0,1");
     let free = |g: GpuSample, used: u64| GpuSample {
         memory_total: Some(80 << 30),
         memory_used: Some(used),
