@@ -49,10 +49,11 @@ impl Consumer for Daemon {
             let kernel = e.kernel.as_deref().map(|k| &*k.demangled);
             // The call's own device when its context's UUID is known (a process driving several),
             // else the GPU NVML lists the process on, when it does.
-            let gpus = &self.gpus;
-            let own = process.devices.uuid_of_context(ev.context);
+            let (gpus, devices) = (&self.gpus, &process.devices);
+            // Looked up only when a span is made.
             let gpu = || {
                 let key = crate::event::context::nvml_uuid_key;
+                let own = devices.uuid_of_context(ev.context);
                 own.and_then(|u| gpus.iter().find(|g| key(&g.uuid) == u))
                     .or_else(|| {
                         gpus.iter()

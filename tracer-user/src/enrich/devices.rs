@@ -117,7 +117,8 @@ impl ProcessDevices {
     }
 
     /// The work per device: (CUDA ordinal, its UUID as `event::context::uuid_text` writes it,
-    /// the work), ordinals in order and the unknown device last.
+    /// the work), ordinals in order and the unknown device last (the tests' view).
+    #[cfg(test)]
     pub fn work(&self) -> Vec<(Option<i32>, Option<&str>, DeviceWork)> {
         self.work_with(&BTreeMap::new())
             .into_iter()

@@ -106,7 +106,11 @@ impl Process {
 
     /// Runs every enrichment of one call against this process's tables.
     pub fn enrich(&mut self, ev: &Event) -> Enrichment {
-        let device = self.devices.device_of_context(ev.context);
+        // Only an allocation needs its device: no lookup for the other calls.
+        let device = match ev.detail {
+            crate::event::Detail::Alloc { .. } => self.devices.device_of_context(ev.context),
+            _ => None,
+        };
         self.memory.observe_on(ev, device);
         let graph = self.graphs.observe(ev);
         Enrichment {
