@@ -5,6 +5,7 @@
 pub mod alerting;
 pub mod chart;
 pub mod container;
+pub mod cpucap;
 mod cudatrace;
 mod env;
 pub mod exposition;

@@ -68,6 +68,10 @@ __attribute__((constructor)) static void read_fault(void) {
     cfg_fault = v && *v && strcmp(v, "0") != 0;
 }
 static uint64_t fresh_handles_given;
+/* CUDA_STANDIN_CALL_CPU=1: a call's cost is counted in the thread's CPU time, not the clock's
+ * (a Python loop: a CPU cap slows it in proportion, where a clock-timed spin would not). */
+static uint64_t cfg_call_cpu;
+
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
@@ -86,6 +90,7 @@ static void init_once(void) {
     cfg_outlier_every = env_u64("CUDA_STANDIN_OUTLIER_EVERY", 0);
     cfg_memory_bytes = env_u64("CUDA_STANDIN_MEMORY_BYTES", 0);
     cfg_fresh_handles = env_u64("CUDA_STANDIN_FRESH_HANDLES", 0);
+    cfg_call_cpu = env_u64("CUDA_STANDIN_CALL_CPU", 0);
     if (cfg_bytes_per_us == 0) cfg_bytes_per_us = 1;
     const char *path = getenv("CUDA_STANDIN_DEVICE");
     if (!path || !*path) path = "/dev/shm/cudatrace-standin-device";
@@ -123,10 +128,17 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Spends `ns` of CPU time, as the driver's own work in a call would. */
 static void spin(uint64_t ns) {
-    uint64_t end = now_ns() + ns;
-    while (now_ns() < end) cpu_relax();
+    uint64_t (*clock)(void) = cfg_call_cpu ? thread_cpu_ns : now_ns;
+    uint64_t end = clock() + ns;
+    while (clock() < end) cpu_relax();
 }
 
 /* Blocks until CLOCK_MONOTONIC reaches `t`: sleeps, then spins the last stretch for precision. */

@@ -67,6 +67,34 @@ pub enum Command {
     Sites(SitesArgs),
     /// List the probe-harm breakers kept in `[state] dir`, or clear one after a fix.
     Breaker(BreakerArgs),
+    /// The separate privileged process that caps aggressors' cgroups for `[mitigate]`.
+    Actuator(ActuatorArgs),
+}
+
+/// Options of `cudatrace actuator`.
+#[derive(clap::Args)]
+pub struct ActuatorArgs {
+    /// The socket cudatrace's `mitigate.actuator` names.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/run/cudatrace/actuator.sock"
+    )]
+    pub socket: PathBuf,
+    /// The journal of held caps (undone at the next start if this process is killed).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/lib/cudatrace/actuator.json"
+    )]
+    pub journal: PathBuf,
+    /// A uid whose connections are served (repeatable; default 0 and 65534, cudatrace's own
+    /// uid after it drops root); the peer must also run this cudatrace executable.
+    #[arg(long = "allow-uid", value_name = "UID")]
+    pub allow_uid: Vec<u32>,
+    /// Another executable whose processes are served (repeatable; default only this one).
+    #[arg(long = "allow-exe", value_name = "PATH")]
+    pub allow_exe: Vec<PathBuf>,
 }
 
 /// Options of `cudatrace breaker`.

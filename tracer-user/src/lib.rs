@@ -8,6 +8,7 @@
 // Every stderr line goes through `log` (see `logging`), so that `--log-format json` holds.
 #![deny(clippy::print_stderr)]
 
+pub mod actuator;
 pub mod aggregate;
 pub mod alert;
 pub mod backtest;

@@ -30,6 +30,7 @@ fn main() -> ExitCode {
             cli::Command::Review(args) => cmd::review::run(args),
             cli::Command::Sites(args) => cmd::sites::run(args),
             cli::Command::Breaker(args) => cmd::breaker::run(args),
+            cli::Command::Actuator(args) => cmd::actuator::run(args).await,
             cli::Command::PrepareState(args) => cmd::prepare_state::run(args),
             cli::Command::Explain(args) => tokio::task::spawn_blocking(|| cmd::explain::run(args))
                 .await

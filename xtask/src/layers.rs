@@ -11,7 +11,7 @@ mod tests {
         // Plain data and helpers: no imports from the stages.
         &["config", "text"],
         // How stderr lines are written; who a process is; what one decoded call is.
-        &["logging", "identity"],
+        &["logging", "identity", "actuator"],
         &["event"],
         // The source (probes, discovery) and the per-process tables enrichment keeps.
         &["probe", "enrich", "nvml", "hostcpu"],

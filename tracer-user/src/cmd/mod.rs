@@ -1,4 +1,5 @@
 //! One file per command.
+pub mod actuator;
 pub mod backtest;
 pub mod breaker;
 pub mod census;

@@ -28,6 +28,8 @@ pub struct MitigateConfig {
     pub max_hold_s: u64,
     /// Seconds between two actions on one workload (default 300): no flapping cap.
     pub min_interval_s: u64,
+    /// The socket of `cudatrace actuator`, which takes the caps when `dry_run = false`.
+    pub actuator: Option<std::path::PathBuf>,
 }
 
 impl Default for MitigateConfig {
@@ -40,6 +42,7 @@ impl Default for MitigateConfig {
             cpu_max: "20000 100000".into(),
             max_hold_s: 600,
             min_interval_s: 300,
+            actuator: None,
         }
     }
 }
@@ -97,10 +100,19 @@ impl MitigateConfig {
                 ),
             );
         }
-        if self.enabled && !self.dry_run {
+        if let Some(a) = self.actuator.as_ref().filter(|a| !a.is_absolute()) {
+            return bad(
+                "actuator",
+                format!(
+                    "mitigate.actuator = {:?}: give the absolute path of `cudatrace actuator`'s socket",
+                    a.display()
+                ),
+            );
+        }
+        if self.enabled && !self.dry_run && self.actuator.is_none() {
             return bad(
                 "dry_run",
-                "mitigate.dry_run = false: this version plans and reports its actions only (the actuator that writes cgroups is not built yet): set dry_run = true".into(),
+                "mitigate.dry_run = false needs mitigate.actuator, the socket of `cudatrace actuator` (the separate process that writes cgroups): set it, or dry_run = true".into(),
             );
         }
         Ok(())

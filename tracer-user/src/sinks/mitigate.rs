@@ -4,15 +4,21 @@
 //! with the actions cudatrace plans: a CPU cap (`cpu.max`) on each aggressor the verdict names as
 //! having changed whose workload is marked preemptible, held at most `max_hold_s`, one action
 //! per workload per `min_interval_s`. Never an unmarked workload, never a neighbour that did not
-//! change, never a verdict without a named cause (`workload_change`, `unexplained`...). This
-//! version plans and reports (dry run): the actuator that writes cgroups is not built yet.
-use std::{collections::HashMap, sync::Mutex, time::Instant};
+//! change, never a verdict without a named cause (`workload_change`, `unexplained`...). In a dry
+//! run the caps are only said; else `cudatrace actuator` (a separate privileged process) is asked
+//! to take and undo them, on a thread of their own, and the webhook is told what it answered.
+use std::{
+    collections::HashMap,
+    sync::{mpsc, Arc, Mutex},
+    time::Instant,
+};
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{alerting::AlertSink, http::JsonPoster};
 use crate::{
+    actuator::{client::Client, Request},
     alert::{AlertChange, AlertState, Cause, Party, Severity},
     config::mitigate::MitigateConfig,
     text::printable,
@@ -37,6 +43,11 @@ pub struct Action {
     pub max_hold_s: u64,
     /// Planned only: nothing was written.
     pub dry_run: bool,
+    /// Whether the actuator did it (false in a dry run).
+    pub done: bool,
+    /// What the actuator answered (none in a dry run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
 /// What the rate limit and the undo need to remember.
@@ -114,6 +125,8 @@ impl Plans {
                         cpu_max: cfg.cpu_max.clone(),
                         max_hold_s: cfg.max_hold_s,
                         dry_run: cfg.dry_run,
+                        done: false,
+                        outcome: None,
                     });
                 }
                 self.active.insert(c.key(), actions.clone());
@@ -124,12 +137,91 @@ impl Plans {
     }
 }
 
+/// One change's actions for the worker: the event, the verdict, the actions.
+type Job = (&'static str, AlertChange, Vec<Action>);
+
 /// The `[mitigate]` sink.
 pub struct Mitigator {
     cfg: MitigateConfig,
     plans: Mutex<Plans>,
-    poster: Option<JsonPoster>,
+    jobs: Mutex<Option<mpsc::SyncSender<Job>>>,
+    worker: Option<std::thread::JoinHandle<()>>,
+    poster: Option<Arc<JsonPoster>>,
     started: Instant,
+}
+
+/// Jobs waiting for the worker, at most.
+const JOBS: usize = 256;
+
+/// The worker: asks the actuator (unless a dry run), says what was done, tells the webhook.
+fn work(
+    jobs: mpsc::Receiver<Job>,
+    mut actuator: Option<Client>,
+    poster: Option<Arc<JsonPoster>>,
+    dry_run: bool,
+) {
+    for (event, c, mut actions) in jobs {
+        for a in &mut actions {
+            if let (Some(client), false) = (actuator.as_mut(), dry_run) {
+                let key = format!("{}/{}/{}", c.victim.pid, c.evidence.signal, c.alert);
+                let request = if event == "act" {
+                    Request::Cap {
+                        key,
+                        pid: a.pid,
+                        comm: c
+                            .aggressors
+                            .iter()
+                            .find(|p| p.pid == a.pid)
+                            .map(|p| p.comm.clone())
+                            .unwrap_or_default(),
+                        cpu_max: a.cpu_max.clone(),
+                        hold_s: a.max_hold_s,
+                    }
+                } else {
+                    Request::Undo { key }
+                };
+                let reply = client.ask(&request);
+                a.done = reply.ok;
+                a.outcome = Some(reply.detail);
+            }
+            say(event, a, &c);
+        }
+        if let Some(p) = &poster {
+            p.send(body(event, &c, &actions, dry_run));
+        }
+    }
+}
+
+/// The log line of one action.
+fn say(event: &str, a: &Action, c: &AlertChange) {
+    log::warn!(
+        "mitigate: {}{} {} (pid {}{}) at cpu.max {:?} for at most {} s: {} of {} (pid {}){}",
+        if a.dry_run { "dry run: would " } else { "" },
+        if event == "act" {
+            "cap"
+        } else {
+            "undo the cap of"
+        },
+        printable(&a.workload),
+        a.pid,
+        a.cgroup
+            .as_deref()
+            .map(|g| format!(", cgroup {}", printable(g)))
+            .unwrap_or_default(),
+        a.cpu_max,
+        a.max_hold_s,
+        c.alert,
+        printable(&c.victim.comm),
+        c.victim.pid,
+        a.outcome
+            .as_deref()
+            .map(|o| format!(
+                ": {}: {}",
+                if a.done { "done" } else { "refused" },
+                printable(o)
+            ))
+            .unwrap_or_default()
+    );
 }
 
 impl Mitigator {
@@ -139,12 +231,24 @@ impl Mitigator {
         ca_file: Option<&std::path::Path>,
     ) -> anyhow::Result<Mitigator> {
         let poster = match &cfg.webhook {
-            Some(url) => Some(JsonPoster::start("mitigation webhook", url, ca_file)?),
+            Some(url) => Some(Arc::new(JsonPoster::start(
+                "mitigation webhook",
+                url,
+                ca_file,
+            )?)),
             None => None,
         };
+        let (tx, rx) = mpsc::sync_channel(JOBS);
+        let actuator = cfg.actuator.as_deref().map(Client::new);
+        let (p, dry_run) = (poster.clone(), cfg.dry_run);
+        let worker = std::thread::Builder::new()
+            .name("mitigate".into())
+            .spawn(move || work(rx, actuator, p, dry_run))?;
         Ok(Mitigator {
             cfg: cfg.clone(),
             plans: Mutex::new(Plans::default()),
+            jobs: Mutex::new(Some(tx)),
+            worker: Some(worker),
             poster,
             started: Instant::now(),
         })
@@ -177,27 +281,23 @@ impl AlertSink for Mitigator {
             .plans
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let jobs = self
+            .jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for c in changes {
             let Some((event, actions)) = plans.on(c, &self.cfg, now) else {
                 continue;
             };
-            for a in &actions {
+            let sent = jobs
+                .as_ref()
+                .is_some_and(|tx| tx.try_send((event, c.clone(), actions)).is_ok());
+            if !sent {
                 log::warn!(
-                    "mitigate: {}{} {} (pid {}{}) at cpu.max {:?} for at most {} s: {} of {} (pid {})",
-                    if a.dry_run { "dry run: would " } else { "" },
-                    if event == "act" { "cap" } else { "undo the cap of" },
-                    printable(&a.workload),
-                    a.pid,
-                    a.cgroup.as_deref().map(|g| format!(", cgroup {}", printable(g))).unwrap_or_default(),
-                    a.cpu_max,
-                    a.max_hold_s,
+                    "mitigate: {JOBS} actions wait already: {} of pid {} dropped",
                     c.alert,
-                    printable(&c.victim.comm),
                     c.victim.pid
                 );
-            }
-            if let Some(p) = &self.poster {
-                p.send(body(event, c, &actions, self.cfg.dry_run));
             }
         }
     }
@@ -206,8 +306,16 @@ impl AlertSink for Mitigator {
         self: Box<Self>,
         limit: std::time::Duration,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+        let mut me = *self;
         Box::pin(async move {
-            if let Some(p) = self.poster {
+            me.jobs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(w) = me.worker.take() {
+                let _ = tokio::task::spawn_blocking(move || w.join()).await;
+            }
+            if let Some(p) = me.poster.take().and_then(|p| Arc::try_unwrap(p).ok()) {
                 p.finish(limit).await;
             }
         })

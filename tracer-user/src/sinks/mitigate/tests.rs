@@ -111,7 +111,7 @@ fn a_cpu_preemptor_is_matched_by_its_cgroup_and_the_body_carries_the_verdict() {
 }
 
 #[test]
-fn the_config_is_checked_and_acting_for_real_is_refused_for_now() {
+fn the_config_is_checked_and_acting_for_real_needs_the_actuator() {
     let bad = |f: fn(&mut MitigateConfig)| {
         let mut c = cfg();
         f(&mut c);
@@ -123,5 +123,9 @@ fn the_config_is_checked_and_acting_for_real_is_refused_for_now() {
     assert!(bad(|c| c.webhook = Some("ftp://x".into())).contains("mitigate.webhook"));
     assert!(bad(|c| c.preemptible = vec!["[".into()]).contains("is not a glob"));
     assert!(bad(|c| c.max_hold_s = 0).contains("mitigate.max_hold_s = 0"));
-    assert!(bad(|c| c.dry_run = false).contains("set dry_run = true"));
+    assert!(bad(|c| c.dry_run = false).contains("needs mitigate.actuator"));
+    assert!(bad(|c| c.actuator = Some("run/a.sock".into())).contains("absolute path"));
+    let mut real = cfg();
+    (real.dry_run, real.actuator) = (false, Some("/run/cudatrace/actuator.sock".into()));
+    assert!(real.validate().is_ok());
 }
