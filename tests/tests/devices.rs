@@ -99,3 +99,44 @@ fn a_two_device_process_is_split_by_device_matched_by_uuid() {
         traced.stderr
     );
 }
+
+#[test]
+fn trace_json_names_each_calls_device_and_its_uuid() {
+    let Some(env) = env() else { return };
+    let dev = device_file("devices-json");
+    let lib = env.libcuda();
+    let tracer = Cudatrace::start(&env, &["--json", "--lib", lib.to_str().unwrap()]);
+    let report = Workload::new(
+        &env,
+        Scenario::Named("two-devices", vec![L0, L1, COPIES, 0]),
+    )
+    .device(&dev)
+    .vars(&[
+        ("CUDA_STANDIN_DEVICES", "2"),
+        ("CUDA_STANDIN_UUIDS", &format!("{NVML_1},{NVML_0}")),
+    ])
+    .run();
+    let traced = tracer.stop();
+    let _ = std::fs::remove_file(&dev);
+    let pid = report["pid"].as_u64();
+    // (api, cuda_device, gpu_uuid) -> calls, for the launches and the copies.
+    let mut by = std::collections::BTreeMap::<(String, i64, String), u64>::new();
+    for e in traced.events.iter().filter(|e| e["pid"].as_u64() == pid) {
+        let api = e["api"].as_str().unwrap_or_default();
+        if api.starts_with("cuLaunchKernel") || api.starts_with("cuMemcpyHtoDAsync") {
+            let key = (
+                api.to_owned(),
+                e["cuda_device"].as_i64().unwrap_or(-1),
+                e["gpu_uuid"].as_str().unwrap_or("none").to_owned(),
+            );
+            *by.entry(key).or_default() += 1;
+        }
+    }
+    eprintln!("e2e trace_json_names_each_calls_device_and_its_uuid: {by:?}");
+    let launches: Vec<(i64, &str, u64)> = by
+        .iter()
+        .filter(|((api, ..), _)| api.starts_with("cuLaunchKernel"))
+        .map(|((_, d, u), n)| (*d, u.as_str(), *n))
+        .collect();
+    assert_eq!(launches, vec![(0, NVML_1, L0), (1, NVML_0, 2 * L1)]);
+}

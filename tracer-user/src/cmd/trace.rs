@@ -10,16 +10,21 @@ use crate::{
     event::Event,
     pipeline::{Consumer, Ending, Pipeline, Session, Stages, Tuning},
     registry::Process,
-    sinks::stdout::Printer,
+    sinks::stdout::{OnDevice, Printer},
 };
 
 impl Consumer for Printer {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        let device = OnDevice {
+            ordinal: process.devices.device_of_context(ev.context),
+            uuid: process.devices.uuid_of_context(ev.context),
+        };
         self.print(
             ev,
             e.kernel.as_deref(),
             e.batch.as_ref(),
             Some(&process.identity),
+            device,
         )
     }
 

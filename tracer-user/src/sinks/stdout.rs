@@ -30,6 +30,30 @@ struct JsonEvent<'a> {
     closed: Option<&'a BatchEstimate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     process: Option<&'a Identity>,
+    /// CUDA's ordinal of the device the call went to, when its context is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cuda_device: Option<i32>,
+    /// That device's UUID as the process read it, written as NVML writes it (`GPU-...`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_uuid: Option<GpuUuid<'a>>,
+}
+
+/// A UUID as `cuDeviceGetUuid` gives it, written as NVML and `nvidia-smi -L` write it.
+struct GpuUuid<'a>(&'a str);
+
+impl Serialize for GpuUuid<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("GPU-{}", self.0))
+    }
+}
+
+/// The device a call went to: CUDA's ordinal and, when the process read it, its UUID.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnDevice<'a> {
+    /// CUDA's ordinal in the process.
+    pub ordinal: Option<i32>,
+    /// The device's UUID.
+    pub uuid: Option<&'a str>,
 }
 
 /// Buffered event printer; flushed after each batch read from the ring buffer.
@@ -56,6 +80,7 @@ impl Printer {
         kernel: Option<&KernelName>,
         est: Option<&BatchEstimate>,
         process: Option<&Identity>,
+        device: OnDevice<'_>,
     ) -> io::Result<()> {
         if self.json {
             let line = JsonEvent {
@@ -72,6 +97,8 @@ impl Printer {
                 kernel_mangled: kernel.map(|k| k.mangled.as_str()),
                 closed: est,
                 process,
+                cuda_device: device.ordinal,
+                gpu_uuid: device.uuid.map(GpuUuid),
             };
             serde_json::to_writer(&mut self.out, &line)?;
             return self.out.write_all(b"\n");
