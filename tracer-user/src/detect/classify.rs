@@ -67,6 +67,9 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
             entries
                 .into_iter()
                 .map(|e| {
+                    if let Some(unit) = mig_unit(&e, gpus) {
+                        return unit;
+                    }
                     match gpus
                         .iter()
                         .find(|g| e.starts_with("GPU-") && g.uuid.starts_with(&e))
@@ -78,6 +81,18 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
                 .collect(),
         ),
     }
+}
+
+/// A MIG device named in its older form, `MIG-GPU-<uuid>/<gi>/<ci>`, as the GPU instance it
+/// runs on (`INDEX/giN`, the unit NVML's process list gives) when NVML knows the parent GPU.
+/// The newer form (`MIG-<uuid>`) names no instance: it stays as written.
+fn mig_unit(entry: &str, gpus: &[GpuSample]) -> Option<String> {
+    let mut parts = entry.strip_prefix("MIG-")?.split('/');
+    let (parent, gi) = (parts.next()?, parts.next()?.parse::<u32>().ok()?);
+    let g = gpus
+        .iter()
+        .find(|g| parent.starts_with("GPU-") && g.uuid == parent)?;
+    Some(format!("{}/gi{gi}", g.index))
 }
 
 /// A process's memory per GPU (NVML's index of the UUID it read for each device), when every

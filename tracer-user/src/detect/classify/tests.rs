@@ -337,6 +337,30 @@ fn mig_instances_of_one_gpu_are_not_neighbours() {
     assert_eq!(set(1).shared_with(&set(3)), Some("0/gi1".into()));
     assert_eq!(set(4).shared_with(&set(1)), None);
     assert!(!set(1).holds(0) && set(4).holds(0));
+    // A process NVML does not list, given MIG instances by its environment: the older
+    // `MIG-GPU-<uuid>/<gi>/<ci>` form is the instance, so it shares with pid 1 (gi 1) only.
+    let gpus = [GpuSample {
+        uuid: "GPU-aaaa".into(),
+        ..gpus[0].clone()
+    }];
+    let env = |v: &str| Identity {
+        nvidia_visible_devices: Some(v.into()),
+        ..Default::default()
+    };
+    let by_env = gpus_of(9, &env("MIG-GPU-aaaa/1/0"), &gpus);
+    assert_eq!(by_env, GpuSet::Only(vec!["0/gi1".into()]));
+    let set = |pid| gpus_of(pid, &id(None), &gpus);
+    assert_eq!(by_env.shared_with(&set(1)), Some("0/gi1".into()));
+    assert_eq!(by_env.shared_with(&set(2)), None);
+    assert_eq!(
+        gpus_of(9, &env("MIG-GPU-aaaa/2/0"), &gpus).shared_with(&set(1)),
+        None
+    );
+    // An unknown parent, or the newer form, stays as written.
+    assert_eq!(
+        gpus_of(9, &env("MIG-GPU-zzzz/1/0,MIG-8932f937"), &gpus),
+        GpuSet::Only(vec!["MIG-GPU-zzzz/1/0".into(), "MIG-8932f937".into()])
+    );
 }
 
 /// A container's devices: CUDA_VISIBLE_DEVICES indices are positions in NVIDIA_VISIBLE_DEVICES
