@@ -3,7 +3,8 @@
 //! its client's connection ends, at its time limit, and, when the actuator was killed holding
 //! it, at its next start; a reused pid and hostile lines are refused. Then the whole loop: a
 //! page caps the preemptible aggressor, the victim recovers while the aggressor still runs, the
-//! cap is undone.
+//! cap is undone; the next page caps it again, and cudatrace killed with SIGKILL while it holds
+//! leaves no cap behind.
 use std::{
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -136,7 +137,8 @@ fn a_cap_is_journalled_and_undone_when_asked_when_its_client_goes_at_its_limit_a
 }
 
 #[test]
-fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_and_the_cap_is_undone() {
+fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_and_a_killed_cudatrace_leaves_none(
+) {
     let Some(env) = env() else { return };
     let dir = TempDir::new("actuator-loop");
     let cg = CpuCgroup::new("trainer");
@@ -156,7 +158,7 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_and_the_cap_is_undo
     let config = dir.write(
         "cudatrace.toml",
         &format!(
-            "{FAST}[mitigate]\nenabled = true\ndry_run = false\nactuator = \"{}\"\nwebhook = \"http://127.0.0.1:{}/mitigate\"\npreemptible = [\"*:trainer\"]\ncpu_max = \"1000 100000\"\n",
+            "{FAST}[mitigate]\nenabled = true\ndry_run = false\nactuator = \"{}\"\nwebhook = \"http://127.0.0.1:{}/mitigate\"\npreemptible = [\"*:trainer\"]\ncpu_max = \"1000 100000\"\nmin_interval_s = 0\n",
             dir.join("actuator.sock").display(),
             hook.port
         ),
@@ -188,15 +190,22 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_and_the_cap_is_undo
     let undone_s = start.elapsed().as_secs_f64();
     let after = cg.cap();
     let trainer_ran = !trainer.exited();
+    // Uncapped, the trainer pages again: capped again; then cudatrace is killed holding it.
+    let recapped = wait_cap(&cg, "1000 100000", Duration::from_secs(90));
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
+    let t = Instant::now();
+    let left = wait_cap(&cg, &free, Duration::from_secs(5));
+    let freed_s = t.elapsed().as_secs_f64();
     trainer.kill();
     drop(victim);
-    // The actuator first: the daemon's stop waits for every cudatrace process to go.
+    // The actuator first: the daemon's collection waits for every cudatrace process to go.
     let acting = actuator.stop_without_waiting();
-    let traced = daemon.stop();
+    let traced = daemon.wait();
     let _ = std::fs::remove_file(&dev);
     let bodies = hook.received();
     eprintln!(
-        "e2e actuator loop: act at {acted_s:.1} s ({capped}), undo at {undone_s:.1} s ({after}), trainer still running: {trainer_ran}; actuator said {:?}",
+        "e2e actuator loop: act at {acted_s:.1} s ({capped}), undo at {undone_s:.1} s ({after}), trainer still running: {trainer_ran}; capped again: {recapped}; after cudatrace's SIGKILL: {left} in {freed_s:.2} s; actuator said {:?}",
         acting.stderr
     );
     let act = act.unwrap_or_else(|| panic!("no act within 120 s: {bodies:?} {:?}", traced.stderr));
@@ -224,4 +233,14 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_and_the_cap_is_undo
     );
     assert_eq!(undo["actions"][0]["outcome"], "1 cap(s) undone", "{undo}");
     assert_eq!(after, free, "the cap undone when the verdict resolved");
+    assert_eq!(recapped, "1000 100000", "the next page capped it again");
+    assert_eq!(left, free, "a killed cudatrace leaves no cap");
+    assert!(
+        acting
+            .stderr
+            .iter()
+            .any(|l| l.contains("cudatrace went away holding 1 cap(s): undone")),
+        "{:?}",
+        acting.stderr
+    );
 }
