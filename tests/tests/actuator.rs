@@ -155,10 +155,12 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_a
         "{r}"
     );
     let hook = Webhook::start();
+    let archive = dir.join("incidents.jsonl");
     let config = dir.write(
         "cudatrace.toml",
         &format!(
-            "{FAST}[mitigate]\nenabled = true\ndry_run = false\nactuator = \"{}\"\nwebhook = \"http://127.0.0.1:{}/mitigate\"\npreemptible = [\"*:trainer\"]\ncpu_max = \"1000 100000\"\nmin_interval_s = 0\n",
+            "{FAST}[alerts]\narchive = \"{}\"\n[mitigate]\nenabled = true\ndry_run = false\nactuator = \"{}\"\nwebhook = \"http://127.0.0.1:{}/mitigate\"\npreemptible = [\"*:trainer\"]\ncpu_max = \"1000 100000\"\nmin_interval_s = 0\n",
+            archive.display(),
             dir.join("actuator.sock").display(),
             hook.port
         ),
@@ -235,6 +237,39 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_a
     assert_eq!(after, free, "the cap undone when the verdict resolved");
     assert_eq!(recapped, "1000 100000", "the next page capped it again");
     assert_eq!(left, free, "a killed cudatrace leaves no cap");
+    // The archive's incident of the first page says what was done; `incidents` says it too.
+    let text = std::fs::read_to_string(&archive).unwrap();
+    let incidents: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["victim"]["pid"].as_u64() == Some(vpid))
+        .collect();
+    let acted: Vec<(&Value, Option<u64>, &Value, bool)> = incidents
+        .iter()
+        .flat_map(|v| v["mitigation"].as_array().into_iter().flatten())
+        .map(|m| {
+            (
+                &m["event"],
+                m["pid"].as_u64(),
+                &m["done"],
+                m["outcome"].as_str().unwrap_or("").starts_with("capped "),
+            )
+        })
+        .collect();
+    assert_eq!(
+        acted,
+        vec![(&json!("act"), Some(tpid), &json!(true), true)],
+        "{text}"
+    );
+    let listed = std::process::Command::new(&env.bin)
+        .args(["incidents", "--archive", archive.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("; capped ") && listed.contains(&format!(":trainer (pid {tpid})")),
+        "{listed}"
+    );
     assert!(
         acting
             .stderr

@@ -17,14 +17,38 @@ fn line(v: &Value) -> String {
         v["victim"]["pid"].as_u64().unwrap_or(0)
     );
     format!(
-        "{:<20}  {:>8.0}  {:<28}  {:<26}  {:<4}  {}",
+        "{:<20}  {:>8.0}  {:<28}  {:<26}  {:<4}  {}{}",
         s("ended_at"),
         v["duration_s"].as_f64().unwrap_or(0.0),
         s("alert"),
         printable(&victim),
         s("gpu"),
         s("root_cause"),
+        mitigation(v)
     )
+}
+
+/// What `[mitigate]` did for an incident, in words: `; capped trainer (pid 20)`.
+fn mitigation(v: &Value) -> String {
+    let Some(acts) = v["mitigation"].as_array().filter(|a| !a.is_empty()) else {
+        return String::new();
+    };
+    let said: Vec<String> = acts
+        .iter()
+        .map(|a| {
+            let verb = match (a["dry_run"].as_bool(), a["done"].as_bool()) {
+                (Some(true), _) => "would cap",
+                (_, Some(true)) => "capped",
+                _ => "could not cap",
+            };
+            format!(
+                "{verb} {} (pid {})",
+                printable(a["workload"].as_str().unwrap_or("?")),
+                a["pid"].as_u64().unwrap_or(0)
+            )
+        })
+        .collect();
+    format!("; {}", said.join(", "))
 }
 
 /// The archive `args` name: `--archive`, else the `[alerts] archive` of `--config` (one line

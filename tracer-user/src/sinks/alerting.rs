@@ -91,6 +91,11 @@ impl AlertSinks {
     /// anything is attached, so a bad sink costs nothing traced.
     pub fn start(cfg: &Config, metrics_url: String) -> Result<AlertSinks, SinkError> {
         let mut sinks: Vec<Box<dyn AlertSink>> = vec![Box::new(Stdout)];
+        // What `[mitigate]` does, for the archive's records.
+        let ledger = cfg
+            .mitigate
+            .enabled
+            .then(|| std::sync::Arc::new(super::mitigate::ledger::Ledger::default()));
         if let Some(http) = Sinks::start(&cfg.alerts, metrics_url).map_err(SinkError::Http)? {
             sinks.push(Box::new(http));
         }
@@ -104,11 +109,18 @@ impl AlertSinks {
                 path: printable(&path.display().to_string()).into_owned(),
                 why,
             })?;
-            sinks.push(Box::new(archive));
+            sinks.push(Box::new(match &ledger {
+                Some(l) => archive.with_ledger(l.clone()),
+                None => archive,
+            }));
         }
         if cfg.mitigate.enabled {
-            let m = super::mitigate::Mitigator::start(&cfg.mitigate, cfg.alerts.ca_file.as_deref())
-                .map_err(SinkError::Http)?;
+            let m = super::mitigate::Mitigator::start(
+                &cfg.mitigate,
+                cfg.alerts.ca_file.as_deref(),
+                ledger,
+            )
+            .map_err(SinkError::Http)?;
             sinks.push(Box::new(m));
         }
         Ok(AlertSinks { sinks })

@@ -28,6 +28,7 @@ pub const MAX_LINE: u64 = 64 * 1024;
 pub struct Archive {
     max_bytes: u64,
     files: Mutex<Files>,
+    ledger: Option<std::sync::Arc<super::mitigate::ledger::Ledger>>,
 }
 
 /// The archive and the file it is rotated to, open for the daemon's life.
@@ -142,7 +143,17 @@ impl Archive {
         Ok(Archive {
             max_bytes,
             files: Mutex::new(files),
+            ledger: None,
         })
+    }
+
+    /// Writes what `[mitigate]` did for each incident (noted in `ledger`) into its record.
+    pub fn with_ledger(
+        mut self,
+        ledger: std::sync::Arc<super::mitigate::ledger::Ledger>,
+    ) -> Archive {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// Appends the resolved ones of `changes`; rotates first when the file would outgrow its
@@ -159,6 +170,10 @@ impl Archive {
                     json!(seconds_between(&c.started_at, &c.at)),
                 );
                 m.insert("root_cause".into(), json!(root_cause(c)));
+                let acted = self.ledger.as_ref().map(|l| l.take(&c.key()));
+                if let Some(acted) = acted.filter(|a| !a.is_empty()) {
+                    m.insert("mitigation".into(), Value::Array(acted));
+                }
             }
             let mut line = serde_json::to_string(&v).map_err(io::Error::other)?;
             line.push('\n');

@@ -16,6 +16,7 @@ use std::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use self::ledger::Ledger;
 use super::{alerting::AlertSink, http::JsonPoster};
 use crate::{
     actuator::{client::Client, Request},
@@ -158,6 +159,7 @@ fn work(
     jobs: mpsc::Receiver<Job>,
     mut actuator: Option<Client>,
     poster: Option<Arc<JsonPoster>>,
+    ledger: Option<Arc<Ledger>>,
     dry_run: bool,
 ) {
     for (event, c, mut actions) in jobs {
@@ -185,6 +187,12 @@ fn work(
                 a.outcome = Some(reply.detail);
             }
             say(event, a, &c);
+            if let (Some(l), "act") = (&ledger, event) {
+                l.note(
+                    c.key(),
+                    json!({"event": event, "at": crate::text::rfc3339(std::time::SystemTime::now()), "workload": a.workload, "pid": a.pid, "cpu_max": a.cpu_max, "dry_run": a.dry_run, "done": a.done, "outcome": a.outcome}),
+                );
+            }
         }
         if let Some(p) = &poster {
             p.send(body(event, &c, &actions, dry_run));
@@ -226,9 +234,11 @@ fn say(event: &str, a: &Action, c: &AlertChange) {
 
 impl Mitigator {
     /// Starts it; an error when its webhook's client cannot be made.
+    /// `ledger`: where each act is noted for the incident archive.
     pub fn start(
         cfg: &MitigateConfig,
         ca_file: Option<&std::path::Path>,
+        ledger: Option<Arc<Ledger>>,
     ) -> anyhow::Result<Mitigator> {
         let poster = match &cfg.webhook {
             Some(url) => Some(Arc::new(JsonPoster::start(
@@ -243,7 +253,7 @@ impl Mitigator {
         let (p, dry_run) = (poster.clone(), cfg.dry_run);
         let worker = std::thread::Builder::new()
             .name("mitigate".into())
-            .spawn(move || work(rx, actuator, p, dry_run))?;
+            .spawn(move || work(rx, actuator, p, ledger, dry_run))?;
         Ok(Mitigator {
             cfg: cfg.clone(),
             plans: Mutex::new(Plans::default()),
@@ -322,5 +332,6 @@ impl AlertSink for Mitigator {
     }
 }
 
+pub mod ledger;
 #[cfg(test)]
 mod tests;
