@@ -159,8 +159,9 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_a
     let config = dir.write(
         "cudatrace.toml",
         &format!(
-            "{FAST}[alerts]\narchive = \"{}\"\n[mitigate]\nenabled = true\ndry_run = false\nactuator = \"{}\"\nwebhook = \"http://127.0.0.1:{}/mitigate\"\npreemptible = [\"*:trainer\"]\ncpu_max = \"1000 100000\"\nmin_interval_s = 0\n",
+            "{FAST}[alerts]\narchive = \"{}\"\nalertmanager_url = \"http://127.0.0.1:{}/am\"\nresend_s = 2\n[mitigate]\nenabled = true\ndry_run = false\nactuator = \"{}\"\nwebhook = \"http://127.0.0.1:{}/mitigate\"\npreemptible = [\"*:trainer\"]\ncpu_max = \"1000 100000\"\nmin_interval_s = 0\n",
             archive.display(),
+            hook.port,
             dir.join("actuator.sock").display(),
             hook.port
         ),
@@ -260,6 +261,22 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_a
         acted,
         vec![(&json!("act"), Some(tpid), &json!(true), true)],
         "{text}"
+    );
+    // Alertmanager was told, while the page fired, what was done.
+    let annotated: Vec<String> = bodies
+        .iter()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter(|a| a["labels"]["pid"].as_str().and_then(|p| p.parse().ok()) == Some(vpid))
+        .filter_map(|a| a["annotations"]["mitigation"].as_str())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        annotated
+            .first()
+            .is_some_and(|m| m.starts_with("capped ")
+                && m.contains(&format!(":trainer (pid {tpid}): capped "))),
+        "{annotated:?}"
     );
     let listed = std::process::Command::new(&env.bin)
         .args(["incidents", "--archive", archive.to_str().unwrap()])

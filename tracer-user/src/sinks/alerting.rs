@@ -91,12 +91,14 @@ impl AlertSinks {
     /// anything is attached, so a bad sink costs nothing traced.
     pub fn start(cfg: &Config, metrics_url: String) -> Result<AlertSinks, SinkError> {
         let mut sinks: Vec<Box<dyn AlertSink>> = vec![Box::new(Stdout)];
-        // What `[mitigate]` does, for the archive's records.
+        // What `[mitigate]` does, for the archive's records and Alertmanager's annotations.
         let ledger = cfg
             .mitigate
             .enabled
             .then(|| std::sync::Arc::new(super::mitigate::ledger::Ledger::default()));
-        if let Some(http) = Sinks::start(&cfg.alerts, metrics_url).map_err(SinkError::Http)? {
+        if let Some(http) =
+            Sinks::start(&cfg.alerts, metrics_url, ledger.clone()).map_err(SinkError::Http)?
+        {
             sinks.push(Box::new(http));
         }
         if let Some(path) = &cfg.alerts.archive {

@@ -170,7 +170,7 @@ impl Archive {
                     json!(seconds_between(&c.started_at, &c.at)),
                 );
                 m.insert("root_cause".into(), json!(root_cause(c)));
-                let acted = self.ledger.as_ref().map(|l| l.take(&c.key()));
+                let acted = self.ledger.as_ref().map(|l| l.of(&c.key()));
                 if let Some(acted) = acted.filter(|a| !a.is_empty()) {
                     m.insert("mitigation".into(), Value::Array(acted));
                 }

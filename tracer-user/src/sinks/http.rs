@@ -73,7 +73,12 @@ fn client(ca_file: Option<&std::path::Path>) -> Result<HttpClient> {
 
 impl Sinks {
     /// Starts a task per configured sink (none: `None`); an error when `ca_file` is unusable.
-    pub fn start(cfg: &AlertConfig, generator: String) -> Result<Option<Sinks>> {
+    /// `ledger`: `[mitigate]`'s actions, each firing alert's `mitigation` annotation.
+    pub fn start(
+        cfg: &AlertConfig,
+        generator: String,
+        ledger: Option<std::sync::Arc<super::mitigate::ledger::Ledger>>,
+    ) -> Result<Option<Sinks>> {
         if cfg.webhook_url.is_none() && cfg.alertmanager_url.is_none() {
             return Ok(None);
         }
@@ -102,7 +107,7 @@ impl Sinks {
         if let Some(endpoint) = manager {
             let resend = Duration::from_secs(if cfg.resend_s == 0 { 60 } else { cfg.resend_s });
             sinks.push(SinkTask::spawn("alertmanager", |rx| {
-                alertmanager_sink(client, endpoint, rx, generator, resend)
+                alertmanager_sink(client, endpoint, rx, generator, resend, ledger)
             }));
         }
         Ok((!sinks.is_empty()).then_some(Sinks {
@@ -289,8 +294,17 @@ async fn alertmanager_sink(
     mut rx: mpsc::Receiver<AlertChange>,
     generator: String,
     resend: Duration,
+    ledger: Option<std::sync::Arc<super::mitigate::ledger::Ledger>>,
 ) {
     let instance = alertmanager::instance();
+    // The alert's form, with what `[mitigate]` did for it so far.
+    let form = |r: &AlertChange, ends: SystemTime| {
+        let mut v = alertmanager::form(r, &instance, &generator, ends);
+        if let Some(said) = ledger.as_ref().and_then(|l| l.annotation(&r.key())) {
+            v["annotations"]["mitigation"] = Value::String(said);
+        }
+        v
+    };
     let mut tick = tokio::time::interval(resend);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Firing alerts, by identity: what Alertmanager is told again on each tick.
@@ -303,13 +317,13 @@ async fn alertmanager_sink(
                 let body = match record.state {
                     AlertState::Pending => continue,
                     AlertState::Firing => {
-                        let body = alertmanager::form(&record, &instance, &generator, now + 4 * resend);
+                        let body = form(&record, now + 4 * resend);
                         // Escalated: severity is a label, so the alert of the old severity
                         // ends in the same post that starts the new one.
                         let ended = firing
                             .get(&record.key())
                             .filter(|old| old.severity != record.severity)
-                            .map(|old| alertmanager::form(old, &instance, &generator, now));
+                            .map(|old| form(old, now));
                         firing.insert(record.key(), record);
                         if let Some(ended) = ended {
                             endpoint.post(&client, &Value::Array(vec![ended, body])).await;
@@ -318,7 +332,7 @@ async fn alertmanager_sink(
                         body
                     }
                     AlertState::Resolved => match firing.remove(&record.key()) {
-                        Some(_) => alertmanager::form(&record, &instance, &generator, now),
+                        Some(_) => form(&record, now),
                         None => continue,
                     },
                 };
@@ -326,7 +340,7 @@ async fn alertmanager_sink(
             }
             _ = tick.tick(), if !firing.is_empty() => {
                 let ends = SystemTime::now() + 4 * resend;
-                let all: Vec<Value> = firing.values().map(|r| alertmanager::form(r, &instance, &generator, ends)).collect();
+                let all: Vec<Value> = firing.values().map(|r| form(r, ends)).collect();
                 endpoint.post(&client, &Value::Array(all)).await;
             }
         }

@@ -194,6 +194,11 @@ fn work(
                 );
             }
         }
+        // The archive and Alertmanager read the page's entries when it resolved, before this
+        // undo was queued.
+        if let (Some(l), "undo") = (&ledger, event) {
+            l.forget(&c.key());
+        }
         if let Some(p) = &poster {
             p.send(body(event, &c, &actions, dry_run));
         }

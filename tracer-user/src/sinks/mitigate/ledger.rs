@@ -42,13 +42,48 @@ impl Ledger {
         }
     }
 
-    /// Takes what was noted for a page (the archive, when it resolves).
-    pub fn take(&self, key: &Key) -> Vec<Value> {
+    /// What was noted for a page (the archive's record when it resolves).
+    pub fn of(&self, key: &Key) -> Vec<Value> {
+        let g = self
+            .pages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.1.get(key).map(|(_, e)| e.clone()).unwrap_or_default()
+    }
+
+    /// Forgets a page (its undo was done: every sink has read it by then).
+    pub fn forget(&self, key: &Key) {
         let mut g = self
             .pages
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.1.remove(key).map(|(_, e)| e).unwrap_or_default()
+        g.1.remove(key);
+    }
+
+    /// A page's actions in words, for the alert's `mitigation` annotation: `capped WORKLOAD
+    /// (pid N): OUTCOME`, `;`-separated; none when nothing was noted.
+    pub fn annotation(&self, key: &Key) -> Option<String> {
+        let said: Vec<String> = self
+            .of(key)
+            .iter()
+            .map(|a| {
+                let verb = match (a["dry_run"].as_bool(), a["done"].as_bool()) {
+                    (Some(true), _) => "would cap",
+                    (_, Some(true)) => "capped",
+                    _ => "could not cap",
+                };
+                format!(
+                    "{verb} {} (pid {}){}",
+                    a["workload"].as_str().unwrap_or("?"),
+                    a["pid"].as_u64().unwrap_or(0),
+                    a["outcome"]
+                        .as_str()
+                        .map(|o| format!(": {o}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        (!said.is_empty()).then(|| crate::text::printable(&said.join("; ")).into_owned())
     }
 }
 
@@ -59,24 +94,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_page_keeps_its_entries_until_taken_and_the_ledger_is_bounded() {
+    fn a_page_keeps_its_entries_until_forgotten_and_the_ledger_is_bounded() {
         let l = Ledger::default();
         let k: Key = (7, "wait_per_launch", "CudatraceComputeContention");
-        l.note(k, json!({"event": "act"}));
-        assert_eq!(l.take(&k), vec![json!({"event": "act"})]);
-        assert_eq!(l.take(&k), Vec::<Value>::new());
+        assert_eq!(l.annotation(&k), None);
+        let act = json!({"event": "act", "workload": "batch/trainer", "pid": 20, "dry_run": false, "done": true, "outcome": "capped /sys/fs/cgroup/batch"});
+        l.note(k, act.clone());
+        assert_eq!(l.of(&k), vec![act]);
+        assert_eq!(
+            l.annotation(&k).as_deref(),
+            Some("capped batch/trainer (pid 20): capped /sys/fs/cgroup/batch")
+        );
+        l.forget(&k);
+        assert_eq!(l.of(&k), Vec::<Value>::new());
         for i in 0..20 {
             l.note(k, json!(i));
         }
-        assert_eq!(l.take(&k).len(), MAX_ENTRIES);
+        assert_eq!(l.of(&k).len(), MAX_ENTRIES);
         for pid in 0..(MAX_PAGES as u32 + 10) {
             l.note((pid, "s", "a"), json!(pid));
         }
         assert_eq!(l.pages.lock().unwrap().1.len(), MAX_PAGES);
         // The oldest went first.
-        assert!(l.take(&(0, "s", "a")).is_empty());
+        assert!(l.of(&(0, "s", "a")).is_empty());
         assert_eq!(
-            l.take(&(MAX_PAGES as u32 + 9, "s", "a")),
+            l.of(&(MAX_PAGES as u32 + 9, "s", "a")),
             vec![json!(MAX_PAGES + 9)]
         );
     }
