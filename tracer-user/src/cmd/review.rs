@@ -66,6 +66,21 @@ pub struct Review {
     pub noisiest: Vec<(String, u64)>,
     /// Drift alerts.
     pub drift: Vec<Drift>,
+    /// What automatic degradation did (`[mitigate]`, the archive's `mitigation` entries).
+    pub mitigation: Mitigation,
+}
+
+/// Automatic degradation's actions over the period.
+#[derive(Debug, Default, PartialEq, Serialize)]
+pub struct Mitigation {
+    /// Incidents acted on (or planned for).
+    pub incidents: u64,
+    /// Caps the actuator took.
+    pub capped: u64,
+    /// Caps planned in a dry run.
+    pub planned: u64,
+    /// Caps the actuator refused or could not take.
+    pub refused: u64,
 }
 
 fn text(v: &Value, k: &str) -> String {
@@ -116,6 +131,16 @@ pub fn review(incidents: impl IntoIterator<Item = Value>) -> Review {
                 pct_per_week: pct,
                 ended_at: text(&v, "ended_at"),
             });
+        }
+        if let Some(acts) = v["mitigation"].as_array().filter(|a| !a.is_empty()) {
+            out.mitigation.incidents += 1;
+            for a in acts {
+                match (a["dry_run"].as_bool(), a["done"].as_bool()) {
+                    (Some(true), _) => out.mitigation.planned += 1,
+                    (_, Some(true)) => out.mitigation.capped += 1,
+                    _ => out.mitigation.refused += 1,
+                }
+            }
         }
         *per_workload.entry(workload).or_default() += 1;
         out.incidents += 1;
@@ -207,6 +232,13 @@ impl Review {
                 printable(&d.workload),
                 d.pct_per_week,
                 printable(&d.ended_at)
+            ));
+        }
+        let m = &self.mitigation;
+        if m.incidents > 0 {
+            out.push(format!(
+                "automatic degradation: {} incidents acted on: {} caps taken, {} planned in dry runs, {} refused",
+                m.incidents, m.capped, m.planned, m.refused
             ));
         }
         out

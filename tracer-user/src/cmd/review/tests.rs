@@ -159,6 +159,27 @@ fn the_report_says_tiers_flapping_and_trends_in_lines() {
         "drift (P3 trend): llm +4.2%/week, ended 2026-11-20T01:00:00Z"
     );
     assert_eq!(lines.len(), 8);
+    // Acted on: one line more, counting each kind of action.
+    let mut acted = month();
+    acted[0]["mitigation"] = serde_json::json!([
+        {"event": "act", "dry_run": false, "done": true},
+        {"event": "act", "dry_run": false, "done": false}
+    ]);
+    acted[1]["mitigation"] = serde_json::json!([{"event": "act", "dry_run": true, "done": false}]);
+    let r = review(acted);
+    assert_eq!(
+        (
+            r.mitigation.incidents,
+            r.mitigation.capped,
+            r.mitigation.planned,
+            r.mitigation.refused
+        ),
+        (2, 1, 1, 1)
+    );
+    assert_eq!(
+        r.lines("30days")[8],
+        "automatic degradation: 2 incidents acted on: 1 caps taken, 1 planned in dry runs, 1 refused"
+    );
     // Nothing archived: one line.
     assert_eq!(
         review(Vec::new()).lines("7days"),
