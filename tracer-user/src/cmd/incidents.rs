@@ -5,7 +5,12 @@ use std::time::SystemTime;
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
-use crate::{cli::IncidentsArgs, config::Config, sinks::archive, text::printable};
+use crate::{
+    cli::IncidentsArgs,
+    config::Config,
+    sinks::{archive, mitigate::ledger::describe},
+    text::printable,
+};
 
 /// One table line of an incident: every field escaped as `top` escapes names (an archive's
 /// lines carry what tenants named their processes, and may have been edited by hand).
@@ -35,18 +40,7 @@ fn mitigation(v: &Value) -> String {
     };
     let said: Vec<String> = acts
         .iter()
-        .map(|a| {
-            let verb = match (a["dry_run"].as_bool(), a["done"].as_bool()) {
-                (Some(true), _) => "would cap",
-                (_, Some(true)) => "capped",
-                _ => "could not cap",
-            };
-            format!(
-                "{verb} {} (pid {})",
-                printable(a["workload"].as_str().unwrap_or("?")),
-                a["pid"].as_u64().unwrap_or(0)
-            )
-        })
+        .map(|a| printable(&describe(a, false)).into_owned())
         .collect();
     format!("; {}", said.join(", "))
 }

@@ -63,28 +63,29 @@ impl Ledger {
     /// A page's actions in words, for the alert's `mitigation` annotation: `capped WORKLOAD
     /// (pid N): OUTCOME`, `;`-separated; none when nothing was noted.
     pub fn annotation(&self, key: &Key) -> Option<String> {
-        let said: Vec<String> = self
-            .of(key)
-            .iter()
-            .map(|a| {
-                let verb = match (a["dry_run"].as_bool(), a["done"].as_bool()) {
-                    (Some(true), _) => "would cap",
-                    (_, Some(true)) => "capped",
-                    _ => "could not cap",
-                };
-                format!(
-                    "{verb} {} (pid {}){}",
-                    a["workload"].as_str().unwrap_or("?"),
-                    a["pid"].as_u64().unwrap_or(0),
-                    a["outcome"]
-                        .as_str()
-                        .map(|o| format!(": {o}"))
-                        .unwrap_or_default()
-                )
-            })
-            .collect();
+        let said: Vec<String> = self.of(key).iter().map(|a| describe(a, true)).collect();
         (!said.is_empty()).then(|| crate::text::printable(&said.join("; ")).into_owned())
     }
+}
+
+/// One noted action in words (not escaped): `capped WORKLOAD (pid N)` (`would cap` in a dry
+/// run, `could not cap` when refused), and `: OUTCOME` when `outcome` and there is one.
+pub fn describe(a: &Value, outcome: bool) -> String {
+    let verb = match (a["dry_run"].as_bool(), a["done"].as_bool()) {
+        (Some(true), _) => "would cap",
+        (_, Some(true)) => "capped",
+        _ => "could not cap",
+    };
+    format!(
+        "{verb} {} (pid {}){}",
+        a["workload"].as_str().unwrap_or("?"),
+        a["pid"].as_u64().unwrap_or(0),
+        a["outcome"]
+            .as_str()
+            .filter(|_| outcome)
+            .map(|o| format!(": {o}"))
+            .unwrap_or_default()
+    )
 }
 
 #[cfg(test)]
