@@ -455,6 +455,14 @@ EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return graph_lau
 
 EXPORT CUresult cuStreamSynchronize(CUstream s) { return stream_sync(s, 0); }
 EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) { return stream_sync(s, 1); }
+/* cuCtxSynchronize's work, out of line: what the entry point itself holds decides how far its
+ * fault below sits from the entry (the function that calls spin() would save registers first). */
+static __attribute__((noinline)) CUresult ctx_synchronize(void) {
+    init();
+    spin(cfg_call_ns);
+    wait_until(all_tail());
+    return CUDA_SUCCESS;
+}
 EXPORT CUresult cuCtxSynchronize(void) {
     /* CUDA_STANDIN_FAULT=1: an illegal instruction a few instructions past the entry, where a
      * probe that resumed at the wrong place would fault (the harm breaker's test). In assembly,
@@ -464,10 +472,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
 #elif defined(__aarch64__)
     __asm__ volatile("ldr w9, %0\n\tcbz w9, 1f\n\tudf #0\n1:" ::"m"(cfg_fault) : "x9");
 #endif
-    init();
-    spin(cfg_call_ns);
-    wait_until(all_tail());
-    return CUDA_SUCCESS;
+    return ctx_synchronize();
 }
 EXPORT CUresult cuEventSynchronize(CUevent e) {
     init();
