@@ -15,9 +15,11 @@ use crate::{
 
 impl Consumer for Printer {
     fn call(&mut self, ev: &Event, e: &Enrichment, process: &mut Process) -> io::Result<()> {
+        // One lookup of the context; the UUID only for a known device.
+        let ordinal = process.devices.device_of_context(ev.context);
         let device = OnDevice {
-            ordinal: process.devices.device_of_context(ev.context),
-            uuid: process.devices.uuid_of_context(ev.context),
+            ordinal,
+            uuid: ordinal.and_then(|d| process.devices.uuid_of_device(d)),
         };
         self.print(
             ev,
