@@ -4,6 +4,8 @@
 //! dropped spans, counted, and export resumes when it is back, memory flat.
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 use integration_tests::{
     alerting::looping, device_file, env, exposition, guards::TempDir, otlp::Receiver, Cudatrace,
 };
@@ -229,7 +231,9 @@ fn otlp_incident_is_a_span_with_its_changes_and_each_change_a_log() {
         .spawn();
     let trainer_pid = trainer.pid();
     let ended = receiver.wait_until(Duration::from_secs(120), |spans, _| {
-        spans.iter().any(|s| s.span.name.starts_with("incident "))
+        spans
+            .iter()
+            .any(|s| s.span.name == "incident compute_contention")
     });
     drop(trainer);
     drop(victim);
@@ -240,17 +244,53 @@ fn otlp_incident_is_a_span_with_its_changes_and_each_change_a_log() {
         .into_iter()
         .filter(|s| s.span.name.starts_with("incident "))
         .collect();
-    let sent = hook.received();
+    let all_sent = hook.received();
     eprintln!(
         "e2e otlp_incident_is_a_span_with_its_changes_and_each_change_a_log: webhook records {}, OTLP logs {:?}, incident spans {:?}",
-        sent.len(),
+        all_sent.len(),
         logs.iter().map(|l| (l.attributes["cudatrace.state"].clone(), l.record.severity_text.clone())).collect::<Vec<_>>(),
         incident.iter().map(|s| (&s.span.name, s.span.events.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), &s.attributes)).collect::<Vec<_>>()
     );
     assert!(ended, "no incident span: {:?}", traced.stderr);
-    assert_eq!(incident.len(), 1);
-    let span = &incident[0];
-    assert_eq!(span.span.name, "incident compute_contention");
+    // On 2 cores the trainer's waits also take the victim's CPU: its launch latency may page as
+    // a second incident, `cpu_or_driver_contention` of the same victim naming nobody (true, and
+    // seen in CI). Nothing else may come, and nobody else may be named.
+    let (contention, others): (Vec<_>, Vec<_>) = incident
+        .iter()
+        .partition(|s| s.span.name == "incident compute_contention");
+    assert_eq!(contention.len(), 1);
+    for other in &others {
+        assert_eq!(other.span.name, "incident cpu_or_driver_contention");
+        assert_eq!(
+            other.attributes["cudatrace.incident.alerts"],
+            "CudatraceLaunchLatencyHigh"
+        );
+        assert_eq!(
+            other.attributes["cudatrace.incident.victims"],
+            format!("{victim_pid}:model-server")
+        );
+        assert_eq!(other.attributes["cudatrace.incident.aggressors"], "");
+    }
+    assert!(others.len() <= 1, "{} other incidents", others.len());
+    let span = contention[0];
+    // This incident's changes: the webhook's records of its alert, the logs of its trace.
+    let sent: Vec<&Value> = all_sent
+        .iter()
+        .filter(|r| r["alert"] == "CudatraceComputeContention")
+        .collect();
+    for r in all_sent
+        .iter()
+        .filter(|r| r["alert"] != "CudatraceComputeContention")
+    {
+        assert_eq!(r["alert"], "CudatraceLaunchLatencyHigh", "{r}");
+        assert_eq!(r["cause"], "cpu_or_driver_contention", "{r}");
+        assert_eq!(r["victim"]["pid"].as_u64(), Some(victim_pid), "{r}");
+        assert_eq!(r["aggressors"].as_array().map(Vec::len), Some(0), "{r}");
+    }
+    let logs: Vec<_> = logs
+        .iter()
+        .filter(|l| l.record.trace_id == span.span.trace_id)
+        .collect();
     assert_eq!(
         span.attributes["cudatrace.incident.victims"],
         format!("{victim_pid}:model-server")
@@ -284,7 +324,7 @@ fn otlp_incident_is_a_span_with_its_changes_and_each_change_a_log() {
         })
         .collect();
     assert_eq!(events, want);
-    for (l, r) in logs.iter().zip(&sent) {
+    for (l, r) in logs.iter().zip(sent.iter().copied()) {
         let want = match (
             r["state"].as_str().unwrap(),
             r["severity"].as_str().unwrap(),

@@ -19,6 +19,7 @@ use crate::{
 };
 
 pub mod prometheus;
+pub mod propose;
 
 /// A process's series: (signal, values by step).
 type Series = Vec<(Signal, BTreeMap<u64, f64>)>;
