@@ -3,7 +3,8 @@
 #   - nightly rust-src (for -Z build-std=core on bpfel-unknown-none)
 #   - bpf-linker 0.13.0 linked against the nightly's own libLLVM (skipped when a working one exists)
 #   - cargo-fuzz 0.13 (the fuzz targets, run briefly by the tests)
-#   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux, and podman,
+#   - Debian packages the tests use (bpftrace, prometheus, alertmanager, gcc, util-linux, chromium
+#     (headless, for the review page's screenshot), and podman,
 #     buildah and runc for the container image; for aarch64, the cross gcc and glibc, qemu-system-arm
 #     and cpio, and the arm64 architecture in dpkg so that the VM test can fetch Debian's kernel)
 #   - kubernetes-validate (PyPI), which checks the rendered Helm chart against the Kubernetes schemas
@@ -58,7 +59,7 @@ if [ "${CUDATRACE_SKIP_APT:-0}" != 1 ] && command -v apt-get >/dev/null; then
                 prometheus-alertmanager:prometheus-alertmanager cc:gcc unshare:util-linux curl:curl \
                 podman:podman buildah:buildah runc:runc tmux:tmux \
                 aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu qemu-system-aarch64:qemu-system-arm \
-                cpio:cpio readelf:binutils; do
+                cpio:cpio readelf:binutils chromium:chromium; do
         cmd=${pair%%:*}; pkg=${pair#*:}
         case "$cmd" in
             prometheus-alertmanager) [ -x /usr/bin/prometheus-alertmanager ] || need+=("$pkg") ;;

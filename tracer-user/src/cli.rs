@@ -7,6 +7,8 @@ use std::{
 
 use clap::{Parser, Subcommand};
 
+pub use review::ReviewArgs;
+
 use crate::{
     config,
     logging::LogFormat,
@@ -15,6 +17,8 @@ use crate::{
     probe::filter::FilterOptions,
     probe::run_as::RunAs,
 };
+
+mod review;
 
 /// Per-process CUDA driver call tracing with eBPF.
 #[derive(Parser)]
@@ -53,7 +57,7 @@ pub enum Command {
     Explain(ExplainArgs),
     /// The alert-effectiveness review of the archive (--since 30d, the default; 7d weekly): per
     /// alert, cause and workload, how often, at which tier, time to resolve, flapping, unnamed.
-    Review(IncidentsArgs),
+    Review(ReviewArgs),
     /// Replay cudatrace_signal_value from Prometheus through the detector: the alerts a config
     /// would have raised over that range.
     Backtest(BacktestArgs),

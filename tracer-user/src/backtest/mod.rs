@@ -91,8 +91,11 @@ pub struct Summary {
     pub fired: usize,
 }
 
-/// The workload of a series without a `workload` label.
-fn workload_of(l: &prometheus::Labels) -> String {
+/// The workload of a series: its `workload` label, else its namespace, pod, container and comm.
+pub fn workload_of(l: &prometheus::Labels) -> String {
+    if let Some(w) = l.get("workload").filter(|w| !w.is_empty()) {
+        return w.clone();
+    }
     let get = |k: &str| l.get(k).map(String::as_str).unwrap_or("");
     let parts: Vec<&str> = ["namespace", "pod", "container", "comm"]
         .into_iter()
@@ -143,11 +146,7 @@ fn processes(matrix: prometheus::Matrix) -> (Vec<Replayed>, usize) {
                 owner: String::new(),
                 ..Default::default()
             });
-            let workload = labels
-                .get("workload")
-                .filter(|w| !w.is_empty())
-                .cloned()
-                .unwrap_or_else(|| workload_of(&labels));
+            let workload = workload_of(&labels);
             Replayed {
                 pid,
                 shown_pid,

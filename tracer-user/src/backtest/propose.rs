@@ -174,7 +174,10 @@ pub fn propose(
     range: (SystemTime, Duration, u64),
 ) -> Proposals {
     let now = fired(matrix.clone(), cfg, range);
-    let pages: Vec<&Fired> = now.iter().filter(|f| f.severity == Severity::Page).collect();
+    let pages: Vec<&Fired> = now
+        .iter()
+        .filter(|f| f.severity == Severity::Page)
+        .collect();
     let mut out = Proposals {
         windows: range.2,
         tiers: tiers(&now),
@@ -219,9 +222,7 @@ impl Proposals {
         for e in &self.variants {
             let [p2, c2, w2] = e.tiers;
             let gone = (p + c + w).saturating_sub(p2 + c2 + w2);
-            let effect = format!(
-                "page {p} -> {p2}, critical {c} -> {c2}, warning {w} -> {w2}"
-            );
+            let effect = format!("page {p} -> {p2}, critical {c} -> {c2}, warning {w} -> {w2}");
             out.push(if e.proposed {
                 let later = match e.page_delay_s {
                     0 => String::new(),

@@ -18,14 +18,55 @@ use crate::{
 /// Most windows one replay may have.
 pub const MAX_WINDOWS: u64 = 5_000_000;
 
+/// Reads the series of `selector` (`cudatrace_signal_value`'s matchers) from `prometheus` over
+/// [`from`, `to`] (Unix seconds) at `step` seconds, bounded as a replay needs: the series and
+/// the number of windows.
+pub fn history(
+    prometheus: &str,
+    selector: Option<&str>,
+    (from, to, step): (u64, u64, u64),
+) -> Result<(prometheus::Matrix, u64)> {
+    config::check_url(prometheus).map_err(|e| anyhow::anyhow!("--prometheus {prometheus}: {e}"))?;
+    let windows = (to - from) / step + 1;
+    if windows > MAX_WINDOWS {
+        bail!(
+            "{windows} windows of {step} s from {} to {}, over {MAX_WINDOWS}: give a larger --step or a shorter range",
+            rfc3339(at(from)),
+            rfc3339(at(to))
+        );
+    }
+    let query = prometheus::query(selector).map_err(anyhow::Error::msg)?;
+    let matrix = prometheus::read(prometheus, &query, (from, to, step))
+        .map_err(|e| anyhow::anyhow!("cannot read {query} from Prometheus: {e}"))?;
+    if matrix.is_empty() {
+        bail!(
+            "{prometheus} holds no {query} from {} to {}: check the range, the selector, and that Prometheus scrapes cudatrace",
+            rfc3339(at(from)),
+            rfc3339(at(to))
+        );
+    }
+    let procs = backtest::process_count(&matrix);
+    if procs > backtest::MAX_PROCESSES {
+        bail!(
+            "{} series make {procs} processes, over {}: narrow them with --match",
+            matrix.len(),
+            backtest::MAX_PROCESSES
+        );
+    }
+    Ok((matrix, windows))
+}
+
+/// Unix seconds as a time.
+pub fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+}
+
 /// Runs `cudatrace backtest`.
 pub fn run(args: BacktestArgs) -> Result<()> {
     let cfg = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    config::check_url(&args.prometheus)
-        .map_err(|e| anyhow::anyhow!("--prometheus {}: {e}", args.prometheus))?;
     let secs = |t: SystemTime| {
         t.duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
@@ -39,34 +80,10 @@ pub fn run(args: BacktestArgs) -> Result<()> {
         );
     }
     let step = args.step.unwrap_or(cfg.detect.window_s);
-    let windows = (to - from) / step + 1;
-    if windows > MAX_WINDOWS {
-        bail!(
-            "{windows} windows of {step} s from --from to --to, over {MAX_WINDOWS}: give a larger --step or a shorter range"
-        );
-    }
-    let query = prometheus::query(args.selector.as_deref()).map_err(anyhow::Error::msg)?;
     let started = Instant::now();
-    let matrix = prometheus::read(&args.prometheus, &query, (from, to, step))
-        .map_err(|e| anyhow::anyhow!("cannot read {query} from Prometheus: {e}"))?;
-    if matrix.is_empty() {
-        bail!(
-            "{} holds no {query} from {} to {}: check the range, the selector, and that Prometheus scrapes cudatrace",
-            args.prometheus,
-            rfc3339(args.from),
-            rfc3339(args.to)
-        );
-    }
-    let procs = backtest::process_count(&matrix);
-    if procs > backtest::MAX_PROCESSES {
-        anyhow::bail!(
-            "{} series make {procs} processes, over {}: narrow them with --match",
-            matrix.len(),
-            backtest::MAX_PROCESSES
-        );
-    }
+    let (matrix, windows) = history(&args.prometheus, args.selector.as_deref(), (from, to, step))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let from_t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(from);
+    let from_t = at(from);
     let s = backtest::replay(
         matrix,
         &cfg.detect,

@@ -10,7 +10,13 @@ use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{cli::IncidentsArgs, sinks::archive, text::printable};
+use crate::{
+    backtest::propose::{self, Proposals},
+    cli::ReviewArgs,
+    config::Config,
+    sinks::archive,
+    text::printable,
+};
 
 /// An incident that resolved this soon after it started flapped.
 pub const FLAP_S: f64 = 300.0;
@@ -68,6 +74,9 @@ pub struct Review {
     pub drift: Vec<Drift>,
     /// What automatic degradation did (`[mitigate]`, the archive's `mitigation` entries).
     pub mitigation: Mitigation,
+    /// Changes to `[detect]` measured on Prometheus's history (`--prometheus`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposals: Option<Proposals>,
 }
 
 /// Automatic degradation's actions over the period.
@@ -246,13 +255,14 @@ impl Review {
 }
 
 /// Runs `cudatrace review`.
-pub fn run(args: IncidentsArgs) -> Result<()> {
-    let Some(path) = super::incidents::archive_of(&args)? else {
+pub fn run(args: ReviewArgs) -> Result<()> {
+    let Some(path) = super::incidents::archive_of(&args.archive)? else {
         bail!("which archive? give --archive PATH, or --config FILE with [alerts] archive set")
     };
     let shown = printable(&path.display().to_string()).into_owned();
-    let since = args.since.unwrap_or(DEFAULT_SINCE);
-    let read = archive::read(&path, Some(std::time::SystemTime::now() - since))
+    let since = args.archive.since.unwrap_or(DEFAULT_SINCE);
+    let now = std::time::SystemTime::now();
+    let read = archive::read(&path, Some(now - since))
         .with_context(|| format!("cannot read the incident archive {shown}"))?;
     if read.left_out > 0 {
         log::warn!(
@@ -261,16 +271,64 @@ pub fn run(args: IncidentsArgs) -> Result<()> {
             read.left_out
         );
     }
-    let r = review(read.newest_first());
-    if args.json {
+    let incidents: Vec<Value> = read.newest_first().collect();
+    let mut r = review(incidents.iter().cloned());
+    let mut step_s = 0;
+    let mut kept = None;
+    if let Some(url) = &args.prometheus {
+        let cfg = match &args.archive.config {
+            Some(p) => Config::load(p)?,
+            None => Config::default(),
+        };
+        step_s = args.step.unwrap_or(cfg.detect.window_s);
+        let secs = |t: std::time::SystemTime| {
+            t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        };
+        let (from, to) = (secs(now - since), secs(now));
+        let (matrix, windows) =
+            super::backtest::history(url, args.selector.as_deref(), (from, to, step_s))?;
+        r.proposals = Some(propose::propose(
+            &matrix,
+            &cfg.detect,
+            (
+                super::backtest::at(from),
+                Duration::from_secs(step_s),
+                windows,
+            ),
+        ));
+        kept = Some((matrix, from));
+    }
+    let period = humantime::format_duration(since).to_string();
+    if let Some(file) = &args.html {
+        let history = kept.as_ref().map(|(matrix, from)| html::History {
+            matrix,
+            from: *from,
+            step: step_s,
+        });
+        let page = html::page(&r, &incidents, (&period, now, since), history.as_ref());
+        std::fs::write(file, page).with_context(|| {
+            format!(
+                "cannot write {}: give --html a file in a folder you can write",
+                printable(&file.display().to_string())
+            )
+        })?;
+    }
+    if args.archive.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
-    for l in r.lines(&humantime::format_duration(since).to_string()) {
+    for l in r.lines(&period) {
         println!("{l}");
+    }
+    if let Some(p) = &r.proposals {
+        for l in p.lines(step_s) {
+            println!("{l}");
+        }
     }
     Ok(())
 }
 
+mod html;
 #[cfg(test)]
 mod tests;
