@@ -190,3 +190,222 @@ fn review_page_renders_its_plots_in_headless_chromium() {
     eprintln!("e2e review_page: median marks {medians} pixels");
     assert!((2.0 * 20.0..=2.0 * 60.0).contains(&medians), "{medians}");
 }
+
+/// Writes `incidents` as an archive in `dir`.
+fn archive(dir: &TempDir, incidents: &[Value]) -> std::path::PathBuf {
+    let path = dir.path().join("incidents.jsonl");
+    let mut lines = String::new();
+    for v in incidents {
+        let _ = writeln!(lines, "{v}");
+    }
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+#[test]
+fn review_counts_the_incidents_people_silenced_in_alertmanager() {
+    let Some(env) = env() else { return };
+    let am = integration_tests::servers::Alertmanager::start();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // A person silenced serving/llm's contention alerts for an hour from now.
+    let silence = json!({
+        "matchers": [
+            {"name": "alertname", "value": "CudatraceComputeContention", "isRegex": false, "isEqual": true},
+            {"name": "workload", "value": "serving/.*", "isRegex": true, "isEqual": true},
+        ],
+        "startsAt": rfc(now),
+        "endsAt": rfc(now + 3_600),
+        "createdBy": "sre",
+        "comment": "known: the nightly trainer",
+    });
+    let posted = ureq::post(&format!("{}/api/v2/silences", am.url()))
+        .header("content-type", "application/json")
+        .send(silence.to_string())
+        .map(|mut r| r.body_mut().read_to_string().unwrap_or_default());
+    assert!(posted.is_ok(), "{posted:?}");
+    let dir = TempDir::new("review-silences");
+    let during = |mut v: Value, start: u64, end: u64| {
+        v["started_at"] = json!(rfc(start));
+        v["ended_at"] = json!(rfc(end));
+        v["duration_s"] = json!(end - start);
+        v
+    };
+    let llm = |sev| incident(now, "serving/llm", sev, 0, 60);
+    let etl = |sev| incident(now, "batch/etl", sev, 0, 60);
+    let mut mitigated = during(etl("page"), now - 7_200, now - 7_000);
+    mitigated["mitigation"] = json!([{"action": "cpu_cap", "done": true}]);
+    let mut quiet = during(llm("warning"), now - 9_000, now - 8_900);
+    quiet["quiet"] = json!({"name": "nightly"});
+    let incidents = vec![
+        quiet,
+        during(llm("warning"), now - 3_600, now - 3_500),
+        mitigated,
+        // In force during these two: only serving/llm's is silenced.
+        during(llm("page"), now - 600, now + 5),
+        during(etl("warning"), now - 600, now + 5),
+    ];
+    let path = archive(&dir, &incidents);
+    let out = Command::new(&env.bin)
+        .args(["review", "--json", "--archive"])
+        .arg(&path)
+        .args(["--alertmanager", &am.url()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    eprintln!(
+        "e2e review_counts_the_incidents_people_silenced_in_alertmanager: {}",
+        r["alertmanager"]
+    );
+    assert_eq!(
+        r["alertmanager"],
+        json!({"silences": 1, "unreadable": 0, "silenced": 1, "unacknowledged": 2})
+    );
+    let silenced: Vec<(&str, u64)> = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["workload"].as_str().unwrap(),
+                row["silenced"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(silenced, vec![("serving/llm", 1), ("batch/etl", 0)]);
+    // The terminal's line.
+    let text = Command::new(&env.bin)
+        .args(["review", "--archive"])
+        .arg(&path)
+        .args(["--alertmanager", &am.url()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(
+            "alertmanager: 1 silences (0 unreadable); 1 incidents silenced; 2 unacknowledged"
+        ),
+        "{text}"
+    );
+    // Nobody answering there is one line and exit 1.
+    let gone = Command::new(&env.bin)
+        .args(["review", "--archive"])
+        .arg(&path)
+        .args(["--alertmanager", "http://127.0.0.1:9"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&gone.stderr);
+    assert_eq!(gone.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot read Alertmanager's silences: http://127.0.0.1:9/api/v2/silences"),
+        "{err}"
+    );
+}
+
+/// Seven rises of +20% for 20 minutes at unusual hours over days 2 and 3 after `base`, and a
+/// two-fold spike for 30 minutes on day 3: with the defaults, seven warnings and one page.
+fn bumpy(base: u64, t: u64) -> f64 {
+    let t = t - base;
+    let bumps = [
+        2 * DAY + 3 * 3600,
+        2 * DAY + 7 * 3600 + 1800,
+        2 * DAY + 13 * 3600,
+        2 * DAY + 20 * 3600,
+        3 * DAY + 3600,
+        3 * DAY + 9 * 3600,
+        3 * DAY + 15 * 3600 + 1800,
+    ];
+    let spike = 3 * DAY + 18 * 3600;
+    if (spike..spike + 1800).contains(&t) {
+        2e-3
+    } else if bumps.iter().any(|b| (*b..b + 1200).contains(&t)) {
+        1.2e-3
+    } else {
+        1e-3
+    }
+}
+
+#[test]
+fn review_proposes_changes_measured_on_prometheus_history() {
+    let Some(env) = env() else { return };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let base = now / DAY * DAY - 4 * DAY;
+    let mut om = String::from("# TYPE cudatrace_signal_value gauge\n");
+    let (mut t, mut k) = (base, 0u64);
+    while t < base + 4 * DAY {
+        // ±2% of deterministic noise.
+        let noise = 1.0 + 0.04 * ((k.wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0 - 0.5);
+        let _ = writeln!(
+            om,
+            "cudatrace_signal_value{{signal=\"wait_per_launch\",workload=\"serving/llm/server\",comm=\"server\",namespace=\"serving\"}} {} {t}",
+            bumpy(base, t) * noise
+        );
+        t += 60;
+        k += 1;
+    }
+    om.push_str("# EOF\n");
+    let prom = integration_tests::servers::Prometheus::start_with("", None, Some(&om));
+    prom.wait_ready();
+    let dir = TempDir::new("review-prometheus");
+    let path = archive(
+        &dir,
+        &[incident(now, "serving/llm/server", "warning", 1, 60)],
+    );
+    let page = dir.path().join("review.html");
+    let out = Command::new(&env.bin)
+        .args([
+            "review",
+            "--since",
+            &format!("{}s", now - base),
+            "--archive",
+        ])
+        .arg(&path)
+        .args(["--prometheus", &prom.url(), "--step", "60", "--html"])
+        .arg(&page)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("e2e review_proposes_changes_measured_on_prometheus_history:\n{stdout}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("replayed on Prometheus's history"))
+        .expect("the replay's line");
+    assert!(
+        lines[at].ends_with("page 1, critical 0, warning 7 fired"),
+        "{}",
+        lines[at]
+    );
+    assert_eq!(
+        &lines[at + 1..],
+        &[
+            "proposed: warning at +15% instead of +10%: 7 of 8 incidents gone (page 1 -> 1, critical 0 -> 0, warning 7 -> 0), every page kept",
+            "proposed: warning at +20% instead of +10%: 7 of 8 incidents gone (page 1 -> 1, critical 0 -> 0, warning 7 -> 0), every page kept",
+            "not proposed: critical at +40% instead of +30%: nothing gone (page 1 -> 1, critical 0 -> 0, warning 7 -> 7)",
+            "not proposed: pending after 5 breaching windows instead of 3: nothing gone (page 1 -> 1, critical 0 -> 0, warning 7 -> 7)",
+            "not proposed: firing after 60 s instead of 30 s: nothing gone (page 1 -> 1, critical 0 -> 0, warning 7 -> 7)",
+            "not proposed: resolved after 120 s without a breach instead of 60 s: nothing gone (page 1 -> 1, critical 0 -> 0, warning 7 -> 7)",
+        ]
+    );
+    // The page draws the workload's history from Prometheus, and says the proposals.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("serving/llm/server: wait_per_launch (Prometheus), ms"));
+    assert_eq!(html.matches("<polyline").count(), 1);
+    assert!(html.contains("proposed: warning at +15% instead of +10%"));
+}

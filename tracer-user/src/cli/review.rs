@@ -21,6 +21,10 @@ pub struct ReviewArgs {
     #[arg(long, value_name = "SECS", requires = "prometheus",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub step: Option<u64>,
+    /// An Alertmanager (API v2) whose silences say which incidents people silenced, and so
+    /// which nobody acted on.
+    #[arg(long, value_name = "URL")]
+    pub alertmanager: Option<String>,
     /// Also write the review as one self-contained HTML page with its plots.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,

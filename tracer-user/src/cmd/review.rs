@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _, Result};
 use serde::Serialize;
 use serde_json::Value;
 
+use self::silences::Silences;
 use crate::{
     backtest::propose::{self, Proposals},
     cli::ReviewArgs,
@@ -48,6 +49,9 @@ pub struct Row {
     pub no_aggressor: u64,
     /// Fell in a quiet period (reported, not sent).
     pub quiet: u64,
+    /// Covered by an Alertmanager silence (`--alertmanager`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub silenced: Option<u64>,
 }
 
 /// A drift alert of the period: the P3 trend.
@@ -74,9 +78,61 @@ pub struct Review {
     pub drift: Vec<Drift>,
     /// What automatic degradation did (`[mitigate]`, the archive's `mitigation` entries).
     pub mitigation: Mitigation,
+    /// What Alertmanager says people did (`--alertmanager`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alertmanager: Option<Acknowledged>,
     /// Changes to `[detect]` measured on Prometheus's history (`--prometheus`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proposals: Option<Proposals>,
+}
+
+/// Incidents people answered in Alertmanager, and those nobody did.
+#[derive(Debug, Default, PartialEq, Serialize)]
+pub struct Acknowledged {
+    /// Silences Alertmanager listed (expired ones included, for its retention).
+    pub silences: usize,
+    /// Silences left out as unreadable.
+    pub unreadable: usize,
+    /// Incidents a silence covered.
+    pub silenced: u64,
+    /// Sent (not quiet), never silenced, not acted on by `[mitigate]`, and back to baseline on
+    /// their own: alerts nobody acted on, the candidates to retune or retire.
+    pub unacknowledged: u64,
+}
+
+/// Counts, per row and in all, the incidents `silences` covered and those nobody answered.
+pub fn acknowledge(r: &mut Review, incidents: &[Value], silences: &Silences, instance: &str) {
+    let mut out = Acknowledged {
+        silences: silences.len(),
+        unreadable: silences.unreadable,
+        ..Acknowledged::default()
+    };
+    for row in &mut r.rows {
+        row.silenced = Some(0);
+    }
+    for v in incidents {
+        let workload = v["victim"]["workload"]
+            .as_str()
+            .or(v["victim"]["comm"].as_str())
+            .unwrap_or("-");
+        let row = r.rows.iter_mut().find(|row| {
+            v["alert"].as_str() == Some(&row.alert)
+                && v["cause"].as_str() == Some(&row.cause)
+                && row.workload == workload
+        });
+        if silences.covers(v, instance) {
+            out.silenced += 1;
+            if let Some(n) = row.and_then(|r| r.silenced.as_mut()) {
+                *n += 1;
+            }
+        } else if v["quiet"].is_null()
+            && v["mitigation"].as_array().is_none_or(Vec::is_empty)
+            && v["reason"] == "back_to_baseline"
+        {
+            out.unacknowledged += 1;
+        }
+    }
+    r.alertmanager = Some(out);
 }
 
 /// Automatic degradation's actions over the period.
@@ -194,7 +250,8 @@ impl Review {
             tiers[2],
             FLAP_S / 60.0
         ));
-        out.push(format!(
+        out.push(
+            format!(
             "{:<28}  {:<20}  {:<24}  {:>5}  {:>4} {:>4} {:>4}  {:>8}  {:>8}  {:>4}  {:>7}  {:>5}",
             "ALERT",
             "CAUSE",
@@ -208,7 +265,12 @@ impl Review {
             "FLAP",
             "UNNAMED",
             "QUIET"
-        ));
+        ) + if self.alertmanager.is_some() {
+                "  SILENCED"
+            } else {
+                ""
+            },
+        );
         for r in &self.rows {
             out.push(format!(
                 "{:<28}  {:<20}  {:<24}  {:>5}  {:>4} {:>4} {:>4}  {:>8.0}  {:>8.0}  {:>4}  {:>7}  {:>5}",
@@ -224,7 +286,7 @@ impl Review {
                 r.flapping,
                 r.no_aggressor,
                 r.quiet
-            ));
+            ) + &r.silenced.map(|n| format!("  {n:>8}")).unwrap_or_default());
         }
         let noisy: Vec<String> = self
             .noisiest
@@ -241,6 +303,12 @@ impl Review {
                 printable(&d.workload),
                 d.pct_per_week,
                 printable(&d.ended_at)
+            ));
+        }
+        if let Some(a) = &self.alertmanager {
+            out.push(format!(
+                "alertmanager: {} silences ({} unreadable); {} incidents silenced; {} unacknowledged (sent, never silenced nor mitigated, back to baseline on their own)",
+                a.silences, a.unreadable, a.silenced, a.unacknowledged
             ));
         }
         let m = &self.mitigation;
@@ -273,6 +341,17 @@ pub fn run(args: ReviewArgs) -> Result<()> {
     }
     let incidents: Vec<Value> = read.newest_first().collect();
     let mut r = review(incidents.iter().cloned());
+    if let Some(url) = &args.alertmanager {
+        crate::config::check_url(url).map_err(|e| anyhow::anyhow!("--alertmanager {url}: {e}"))?;
+        let silences = Silences::fetch(url)
+            .map_err(|e| anyhow::anyhow!("cannot read Alertmanager's silences: {e}"))?;
+        acknowledge(
+            &mut r,
+            &incidents,
+            &silences,
+            &crate::sinks::alertmanager::instance(),
+        );
+    }
     let mut step_s = 0;
     let mut kept = None;
     if let Some(url) = &args.prometheus {
@@ -330,5 +409,6 @@ pub fn run(args: ReviewArgs) -> Result<()> {
 }
 
 mod html;
+pub mod silences;
 #[cfg(test)]
 mod tests;
