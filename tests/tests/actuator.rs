@@ -257,11 +257,20 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_a
             )
         })
         .collect();
+    // The cap, and its undo when the incident ended.
     assert_eq!(
         acted,
-        vec![(&json!("act"), Some(tpid), &json!(true), true)],
+        vec![
+            (&json!("act"), Some(tpid), &json!(true), true),
+            (&json!("undo"), Some(tpid), &Value::Null, false)
+        ],
         "{text}"
     );
+    let first = incidents
+        .iter()
+        .find(|v| v["mitigation"].is_array())
+        .unwrap();
+    assert_eq!(first["mitigation"][1]["at"], first["ended_at"]);
     // Alertmanager was told, while the page fired, what was done.
     let annotated: Vec<String> = bodies
         .iter()

@@ -40,9 +40,15 @@ fn mitigation(v: &Value) -> String {
     };
     let said: Vec<String> = acts
         .iter()
+        .filter(|a| a["event"] == "act")
         .map(|a| printable(&describe(a, false)).into_owned())
         .collect();
-    format!("; {}", said.join(", "))
+    let undone = if acts.iter().any(|a| a["event"] == "undo") {
+        ", undone at its end"
+    } else {
+        ""
+    };
+    format!("; {}{undone}", said.join(", "))
 }
 
 /// The archive `args` name: `--archive`, else the `[alerts] archive` of `--config` (one line

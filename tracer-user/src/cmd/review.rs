@@ -199,7 +199,7 @@ pub fn review(incidents: impl IntoIterator<Item = Value>) -> Review {
         }
         if let Some(acts) = v["mitigation"].as_array().filter(|a| !a.is_empty()) {
             out.mitigation.incidents += 1;
-            for a in acts {
+            for a in acts.iter().filter(|a| a["event"] == "act") {
                 match (a["dry_run"].as_bool(), a["done"].as_bool()) {
                     (Some(true), _) => out.mitigation.planned += 1,
                     (_, Some(true)) => out.mitigation.capped += 1,

@@ -172,7 +172,11 @@ impl Archive {
                 m.insert("root_cause".into(), json!(root_cause(c)));
                 let acted = self.ledger.as_ref().map(|l| l.of(&c.key()));
                 if let Some(acted) = acted.filter(|a| !a.is_empty()) {
-                    m.insert("mitigation".into(), Value::Array(acted));
+                    let undo = super::mitigate::ledger::undo_entries(&acted, &c.at);
+                    m.insert(
+                        "mitigation".into(),
+                        Value::Array(acted.into_iter().chain(undo).collect()),
+                    );
                 }
             }
             let mut line = serde_json::to_string(&v).map_err(io::Error::other)?;
@@ -374,6 +378,30 @@ mod tests {
         assert_eq!(v["duration_s"], 30.0);
         assert_eq!(v["ended_at"], "2027-01-15T08:00:30Z");
         assert!(v.get("state").is_none());
+        let _ = fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn an_incident_acted_on_is_archived_with_its_caps_and_their_undo() {
+        let path = temp("mitigation");
+        let ledger = std::sync::Arc::new(crate::sinks::mitigate::ledger::Ledger::default());
+        let r = record(AlertState::Resolved);
+        let act = serde_json::json!({"event": "act", "at": "2027-01-15T08:00:10Z", "workload": "batch/trainer", "pid": 20, "dry_run": false, "done": true, "outcome": "capped /sys/fs/cgroup/batch"});
+        let refused = serde_json::json!({"event": "act", "workload": "batch/other", "pid": 21, "dry_run": false, "done": false, "outcome": "not capped: gone"});
+        ledger.note(r.key(), act.clone());
+        ledger.note(r.key(), refused.clone());
+        Archive::open(&path, u64::MAX)
+            .unwrap()
+            .with_ledger(ledger)
+            .record(&[r])
+            .unwrap();
+        let back = read(&path, None).unwrap();
+        let v = back.newest_first().next().unwrap();
+        // Only the cap taken is undone, when the incident ended.
+        assert_eq!(
+            v["mitigation"],
+            serde_json::json!([act, refused, {"event": "undo", "at": "2027-01-15T08:00:30Z", "workload": "batch/trainer", "pid": 20, "dry_run": false}])
+        );
         let _ = fs::remove_dir_all(path.parent().unwrap());
     }
 

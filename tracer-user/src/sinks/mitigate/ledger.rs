@@ -1,6 +1,7 @@
-//! What `[mitigate]` did for each firing page, kept until the page resolves: the incident
-//! archive writes it into the incident's record (`mitigation`), so that the archive says which
-//! incidents were acted on, how, and with what answer.
+//! What `[mitigate]` did for each firing page, kept until a minute after the page resolved
+//! (Alertmanager's task may post the resolved alert after the undo): the incident archive writes
+//! it into the incident's record (`mitigation`), with the undo each cap gets at that moment, so
+//! that the archive says which incidents were acted on, how, with what answer, and when undone.
 use std::{collections::HashMap, sync::Mutex};
 
 use serde_json::Value;
@@ -13,6 +14,9 @@ const MAX_ENTRIES: usize = 16;
 /// An alert's key (`AlertChange::key`).
 pub type Key = (u32, &'static str, &'static str);
 
+/// Seconds a resolved page's entries are kept after its undo.
+const KEEP_S: u64 = 60;
+
 /// Each page's entries, with the order it was first noted in (the oldest goes first).
 type Pages = HashMap<Key, (u64, Vec<Value>)>;
 
@@ -20,11 +24,36 @@ type Pages = HashMap<Key, (u64, Vec<Value>)>;
 #[derive(Default)]
 pub struct Ledger {
     pages: Mutex<(u64, Pages)>,
+    /// Pages undone, and when (to forget them [`KEEP_S`] later).
+    undone: Mutex<Vec<(Key, std::time::Instant)>>,
+}
+
+/// The undo entries of a resolved page's `acted` entries: each cap taken or planned is undone
+/// (asked of the actuator, or would be in a dry run) when the page resolves, at `at`; the
+/// answer goes to the webhook and the log.
+pub fn undo_entries(acted: &[Value], at: &str) -> Vec<Value> {
+    acted
+        .iter()
+        .filter(|a| a["event"] == "act" && (a["done"] == true || a["dry_run"] == true))
+        .map(|a| {
+            serde_json::json!({"event": "undo", "at": at, "workload": a["workload"], "pid": a["pid"], "dry_run": a["dry_run"]})
+        })
+        .collect()
 }
 
 impl Ledger {
     /// Notes one action (or planned action) of a page.
     pub fn note(&self, key: Key, entry: Value) {
+        // A new page of an alert undone less than a minute ago starts afresh.
+        let again = {
+            let mut undone = self
+                .undone
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let before = undone.len();
+            undone.retain(|(k, _)| *k != key);
+            undone.len() != before
+        };
         let mut g = self
             .pages
             .lock()
@@ -35,6 +64,9 @@ impl Ledger {
             if let Some(oldest) = pages.iter().min_by_key(|(_, (n, _))| *n).map(|(k, _)| *k) {
                 pages.remove(&oldest);
             }
+        }
+        if again {
+            pages.remove(&key);
         }
         let (_, entries) = pages.entry(key).or_insert((*next, Vec::new()));
         if entries.len() < MAX_ENTRIES {
@@ -51,13 +83,37 @@ impl Ledger {
         g.1.get(key).map(|(_, e)| e.clone()).unwrap_or_default()
     }
 
-    /// Forgets a page (its undo was done: every sink has read it by then).
+    /// Forgets a page [`KEEP_S`] after its undo (every sink has read it by then), and the
+    /// pages undone that long ago.
     pub fn forget(&self, key: &Key) {
+        self.forget_at(key, std::time::Instant::now());
+    }
+
+    fn forget_at(&self, key: &Key, now: std::time::Instant) {
+        let mut undone = self
+            .undone
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        undone.push((*key, now));
+        let due: Vec<Key> = undone
+            .iter()
+            .filter(|(_, t)| now.duration_since(*t).as_secs() >= KEEP_S)
+            .map(|(k, _)| *k)
+            .collect();
+        undone.retain(|(_, t)| now.duration_since(*t).as_secs() < KEEP_S);
+        // Bounded as the pages are.
+        if undone.len() > MAX_PAGES {
+            let over = undone.len() - MAX_PAGES;
+            undone.drain(..over);
+        }
+        drop(undone);
         let mut g = self
             .pages
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        g.1.remove(key);
+        for k in due {
+            g.1.remove(&k);
+        }
     }
 
     /// A page's actions in words, for the alert's `mitigation` annotation: `capped WORKLOAD
@@ -106,8 +162,19 @@ mod tests {
             l.annotation(&k).as_deref(),
             Some("capped batch/trainer (pid 20): capped /sys/fs/cgroup/batch")
         );
-        l.forget(&k);
+        // Kept a minute after its undo (for the resolved alert's post), then forgotten when
+        // another page is undone.
+        let t0 = std::time::Instant::now();
+        l.forget_at(&k, t0);
+        assert_eq!(l.of(&k).len(), 1);
+        let other: Key = (8, "wait_per_launch", "CudatraceComputeContention");
+        l.forget_at(&other, t0 + std::time::Duration::from_secs(KEEP_S));
         assert_eq!(l.of(&k), Vec::<Value>::new());
+        // The same alert paging again within the minute starts afresh.
+        l.note(other, json!("first page"));
+        l.forget_at(&other, t0);
+        l.note(other, json!("second page"));
+        assert_eq!(l.of(&other), vec![json!("second page")]);
         for i in 0..20 {
             l.note(k, json!(i));
         }
