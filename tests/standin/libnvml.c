@@ -4,7 +4,10 @@
  *   gpu INDEX [from=SECONDS] uuid=GPU-... sm=PCT mem=PCT total=BYTES used=BYTES temp=C
  *             power_mw=MW sm_clock=MHZ reasons=HEX pcie_tx_kbs=KBS pcie_rx_kbs=KBS
  *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT [mps=1] [gi=N]
+ *   mig INDEX uuid=MIG-... gi=N
  *
+ * A mig line puts GPU INDEX in MIG mode with one more MIG device: its UUID (nvmlDeviceGetUUID of
+ * its handle) and GPU instance (nvmlDeviceGetGpuInstanceId).
  * gi=N puts the process on MIG GPU instance N of the GPU (its process info's gpuInstanceId).
  * A proc line with mps=1 is a client of the GPU's MPS server: listed by
  * nvmlDeviceGetMPSComputeRunningProcesses_v3 only, not by the compute-process list (which lists
@@ -46,12 +49,15 @@ struct gpu_line {
     unsigned long long total, used, reasons;
 };
 struct proc_line { int index, mps; unsigned pid, sm, memutil, gi; unsigned long long used; };
-struct nvmlDevice_st { int index; };
+struct mig_line { int index; unsigned gi; char uuid[96]; };
+/* A GPU's handle (mig -1), or a MIG device's (mig: its line). */
+struct nvmlDevice_st { int index, mig; };
 
 static struct gpu_line gpus[MAX_LINES];
 static struct proc_line procs[MAX_LINES];
-static struct nvmlDevice_st devices[8];
-static int ngpus, nprocs, ndevices, initialized;
+static struct mig_line migs[MAX_LINES];
+static struct nvmlDevice_st devices[8], mig_handles[MAX_LINES];
+static int ngpus, nprocs, nmigs, ndevices, initialized;
 static struct timespec started;
 
 static double elapsed(void) {
@@ -83,7 +89,7 @@ static int load(const char *path) {
     struct stat st;
     if (fstat(fileno(f), &st) == 0) loaded_mtime = st.st_mtim;
     char line[512];
-    ngpus = nprocs = ndevices = 0;
+    ngpus = nprocs = nmigs = ndevices = 0;
     while (fgets(line, sizeof line, f)) {
         int index;
         if (sscanf(line, "gpu %d", &index) == 1 && ngpus < MAX_LINES) {
@@ -114,11 +120,20 @@ static int load(const char *path) {
             p->memutil = field(line, "memutil", 0);
             p->mps = (int)field(line, "mps", 0);
             p->gi = (unsigned)field(line, "gi", 0xFFFFFFFF);
+        } else if (sscanf(line, "mig %d", &index) == 1 && nmigs < MAX_LINES) {
+            struct mig_line *m = &migs[nmigs];
+            m->index = index;
+            m->gi = (unsigned)field(line, "gi", 0);
+            m->uuid[0] = 0;
+            const char *u = strstr(line, " uuid=");
+            if (u) sscanf(u + 6, "%95s", m->uuid);
+            mig_handles[nmigs] = (struct nvmlDevice_st){index, nmigs};
+            nmigs++;
         }
     }
     fclose(f);
     if (ndevices > 8) ndevices = 8;
-    for (int i = 0; i < ndevices; i++) devices[i].index = i;
+    for (int i = 0; i < ndevices; i++) devices[i] = (struct nvmlDevice_st){i, -1};
     return 1;
 }
 
@@ -162,8 +177,51 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int length) {
     GPU_OR_FAIL(dev);
-    if (!uuid || length < strlen(g->uuid) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
-    strcpy(uuid, g->uuid);
+    const char *own = dev->mig >= 0 ? migs[dev->mig].uuid : g->uuid;
+    if (!uuid || length < strlen(own) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(uuid, own);
+    return NVML_SUCCESS;
+}
+
+/* The k-th MIG device of GPU `index`, or -1. */
+static int mig_of(int index, unsigned k) {
+    for (int i = 0; i < nmigs; i++)
+        if (migs[i].index == index && k-- == 0) return i;
+    return -1;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int *mode, unsigned int *pending) {
+    GPU_OR_FAIL(dev);
+    (void)g;
+    if (!mode || !pending) return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = *pending = mig_of(dev->index, 0) >= 0;
+    return NVML_SUCCESS;
+}
+
+/* As on an A100 or H100 in MIG mode: room for 7, whether or not each exists. */
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t dev, unsigned int *count) {
+    GPU_OR_FAIL(dev);
+    (void)g;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = mig_of(dev->index, 0) >= 0 ? 7 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, unsigned int index, nvmlDevice_t *mig) {
+    GPU_OR_FAIL(dev);
+    (void)g;
+    if (!mig) return NVML_ERROR_INVALID_ARGUMENT;
+    int i = mig_of(dev->index, index);
+    if (i < 0) return NVML_ERROR_NOT_FOUND;
+    *mig = &mig_handles[i];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t dev, unsigned int *id) {
+    GPU_OR_FAIL(dev);
+    (void)g;
+    if (!id || dev->mig < 0) return NVML_ERROR_INVALID_ARGUMENT;
+    *id = migs[dev->mig].gi;
     return NVML_SUCCESS;
 }
 

@@ -140,3 +140,67 @@ fn trace_json_names_each_calls_device_and_its_uuid() {
         .collect();
     assert_eq!(launches, vec![(0, NVML_1, L0), (1, NVML_0, 2 * L1)]);
 }
+
+/// A container given a MIG device in the newer form (`NVIDIA_VISIBLE_DEVICES=MIG-<uuid>`), which
+/// NVML's process list does not show: placed on the GPU instance NVML lists that MIG device in,
+/// so two such containers on two instances of one GPU are not neighbours.
+#[test]
+fn a_mig_device_named_by_its_own_uuid_is_its_gpu_instance() {
+    let Some(env) = env() else { return };
+    let dir = TempDir::new("devices-mig");
+    let dev = device_file("devices-mig");
+    let (mig_a, mig_b) = (
+        "MIG-0a1b2c3d-0000-5555-aaaa-000000000001",
+        "MIG-0a1b2c3d-0000-5555-aaaa-000000000002",
+    );
+    let scenario = dir.write(
+        "nvml.txt",
+        &format!(
+            "gpu 0 uuid={NVML_0} sm=10 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n\
+             mig 0 uuid={mig_a} gi=1\nmig 0 uuid={mig_b} gi=2\n"
+        ),
+    );
+    let config = dir.write(
+        "cudatrace.toml",
+        &format!("nvml_library = {:?}\n", env.libnvml().display().to_string()),
+    );
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
+        &env,
+        &["--config", config.to_str().unwrap()],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    );
+    let job = |mig: &str| {
+        Workload::new(
+            &env,
+            Scenario::Basic {
+                launches: 100,
+                copies: 0,
+            },
+        )
+        .device(&dev)
+        .vars(&[("NVIDIA_VISIBLE_DEVICES", mig)])
+        .settle_ms(1000)
+        .spawn()
+    };
+    let (a, b) = (job(mig_a), job(mig_b));
+    let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
+    // Until both are placed as wanted (a process is `all` GPUs until its environment is read).
+    let want = (vec!["0/gi1".to_owned()], vec!["0/gi2".to_owned()]);
+    let mut placed = None;
+    poll(Duration::from_secs(15), || {
+        let m = exposition::parse(&http::scrape(&listen));
+        let gpus = |pid: &str| -> Vec<String> {
+            exposition::select(&m, "cudatrace_process_gpu", &[("pid", pid)])
+                .iter()
+                .map(|s| s.label("gpu").to_owned())
+                .collect()
+        };
+        placed = Some((gpus(&pa), gpus(&pb)));
+        (placed.as_ref() == Some(&want)).then_some(())
+    });
+    let _ = (a.finish(), b.finish());
+    let traced = daemon.stop();
+    let _ = std::fs::remove_file(&dev);
+    eprintln!("e2e a_mig_device_named_by_its_own_uuid_is_its_gpu_instance: {placed:?}");
+    assert_eq!(placed, Some(want), "{:?}", traced.stderr);
+}

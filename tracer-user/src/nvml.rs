@@ -70,6 +70,49 @@ pub struct GpuSample {
     pub pcie_kbs: Option<(u32, u32)>,
     /// Compute processes.
     pub processes: Vec<GpuProcess>,
+    /// In MIG mode: its MIG devices (a container's `MIG-<uuid>` names one).
+    pub mig: Vec<MigDevice>,
+}
+
+/// One MIG device of a GPU in MIG mode.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MigDevice {
+    /// Its UUID, `MIG-...`.
+    pub uuid: String,
+    /// The GPU instance it belongs to (the unit of contention and of memory).
+    pub gpu_instance: u32,
+}
+
+/// Most MIG devices read a GPU (an A100 or H100 has at most 7).
+const MAX_MIG: u32 = 16;
+
+/// The MIG devices of `d` when it is in MIG mode (none when it is not, or the library lacks the
+/// calls): each one's UUID and GPU instance (`nvmlDeviceGetGpuInstanceId`, which nvml-wrapper
+/// does not wrap: called through the library's own symbol).
+fn mig_devices(nvml: &Nvml, d: &nvml_wrapper::Device<'_>) -> Vec<MigDevice> {
+    if !d.mig_mode().is_ok_and(|m| m.current == 1) {
+        return Vec::new();
+    }
+    let (Ok(n), Ok(gi_of)) = (
+        d.mig_device_count(),
+        nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref(),
+    ) else {
+        return Vec::new();
+    };
+    (0..n.min(MAX_MIG))
+        .filter_map(|i| {
+            let m = d.mig_device_by_index(i).ok()?;
+            let uuid = m.uuid().ok()?;
+            let mut gi = 0;
+            // SAFETY: `m`'s handle is valid while `nvml` is initialized (it is borrowed here),
+            // and `gi` is a live `c_uint` the call writes.
+            let r = unsafe { gi_of(m.handle(), &mut gi) };
+            (r == 0).then_some(MigDevice {
+                uuid,
+                gpu_instance: gi,
+            })
+        })
+        .collect()
 }
 
 /// The sampler; `Off` carries why NVML is unavailable.
@@ -168,6 +211,7 @@ impl Sampler {
                     .ok()
                     .zip(d.pcie_throughput(PcieUtilCounter::Receive).ok()),
                 processes,
+                mig: mig_devices(nvml, &d),
             });
         }
         Ok(out)

@@ -83,15 +83,22 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
     }
 }
 
-/// A MIG device named in its older form, `MIG-GPU-<uuid>/<gi>/<ci>`, as the GPU instance it
-/// runs on (`INDEX/giN`, the unit NVML's process list gives) when NVML knows the parent GPU.
-/// The newer form (`MIG-<uuid>`) names no instance: it stays as written.
+/// A MIG device as the GPU instance it runs on (`INDEX/giN`, the unit NVML's process list
+/// gives): named in its older form, `MIG-GPU-<uuid>/<gi>/<ci>`, when NVML knows the parent GPU;
+/// in the newer, `MIG-<uuid>`, when NVML lists that MIG device under its GPU.
 fn mig_unit(entry: &str, gpus: &[GpuSample]) -> Option<String> {
-    let mut parts = entry.strip_prefix("MIG-")?.split('/');
+    let rest = entry.strip_prefix("MIG-")?;
+    if !rest.starts_with("GPU-") {
+        return gpus.iter().find_map(|g| {
+            g.mig
+                .iter()
+                .find(|m| m.uuid == entry)
+                .map(|m| format!("{}/gi{}", g.index, m.gpu_instance))
+        });
+    }
+    let mut parts = rest.split('/');
     let (parent, gi) = (parts.next()?, parts.next()?.parse::<u32>().ok()?);
-    let g = gpus
-        .iter()
-        .find(|g| parent.starts_with("GPU-") && g.uuid == parent)?;
+    let g = gpus.iter().find(|g| g.uuid == parent)?;
     Some(format!("{}/gi{gi}", g.index))
 }
 

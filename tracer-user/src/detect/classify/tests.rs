@@ -356,10 +356,33 @@ fn mig_instances_of_one_gpu_are_not_neighbours() {
         gpus_of(9, &env("MIG-GPU-aaaa/2/0"), &gpus).shared_with(&set(1)),
         None
     );
-    // An unknown parent, or the newer form, stays as written.
+    // An unknown parent, or a MIG device NVML does not list, stays as written.
     assert_eq!(
         gpus_of(9, &env("MIG-GPU-zzzz/1/0,MIG-8932f937"), &gpus),
         GpuSet::Only(vec!["MIG-GPU-zzzz/1/0".into(), "MIG-8932f937".into()])
+    );
+    // The newer form, `MIG-<uuid>`: the instance NVML lists that MIG device in.
+    let gpus = [GpuSample {
+        mig: vec![
+            crate::nvml::MigDevice {
+                uuid: "MIG-8932f937".into(),
+                gpu_instance: 2,
+            },
+            crate::nvml::MigDevice {
+                uuid: "MIG-11112222".into(),
+                gpu_instance: 1,
+            },
+        ],
+        ..gpus[0].clone()
+    }];
+    let set = |pid| gpus_of(pid, &id(None), &gpus);
+    let newer = gpus_of(9, &env("MIG-11112222"), &gpus);
+    assert_eq!(newer, GpuSet::Only(vec!["0/gi1".into()]));
+    assert_eq!(newer.shared_with(&set(1)), Some("0/gi1".into()));
+    assert_eq!(newer.shared_with(&set(2)), None);
+    assert_eq!(
+        gpus_of(9, &env("MIG-8932f937"), &gpus),
+        GpuSet::Only(vec!["0/gi2".into()])
     );
 }
 
