@@ -17,24 +17,31 @@ const MIB: u64 = 1 << 20;
 const NVML_0: &str = "GPU-00000000-1111-2222-3333-444444444444";
 const NVML_1: &str = "GPU-55555555-6666-7777-8888-999999999999";
 
+/// The stand-in NVML's line of GPU `i`.
+fn gpu(i: u32, uuid: &str) -> String {
+    format!("gpu {i} uuid={uuid} sm=10 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n")
+}
+
+/// The daemon on loopback with the stand-in NVML replaying `scenario`.
+fn with_nvml(env: &integration_tests::Env, dir: &TempDir, scenario: &str) -> (Cudatrace, String) {
+    let scenario = dir.write("nvml.txt", scenario);
+    let config = dir.write(
+        "cudatrace.toml",
+        &format!("nvml_library = {:?}\n", env.libnvml().display().to_string()),
+    );
+    Cudatrace::start_daemon_on_loopback(
+        env,
+        &["--config", config.to_str().unwrap()],
+        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
+    )
+}
+
 #[test]
 fn a_two_device_process_is_split_by_device_matched_by_uuid() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("devices");
     let dev = device_file("devices");
-    let gpu = |i: u32, uuid: &str| {
-        format!("gpu {i} uuid={uuid} sm=10 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n")
-    };
-    let scenario = dir.write("nvml.txt", &(gpu(0, NVML_0) + &gpu(1, NVML_1)));
-    let config = dir.write(
-        "cudatrace.toml",
-        &format!("nvml_library = {:?}\n", env.libnvml().display().to_string()),
-    );
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
-        &env,
-        &["--config", config.to_str().unwrap()],
-        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
-    );
+    let (daemon, listen) = with_nvml(&env, &dir, &(gpu(0, NVML_0) + &gpu(1, NVML_1)));
     let job = Workload::new(
         &env,
         Scenario::Named("two-devices", vec![L0, L1, COPIES, 5]),
@@ -153,22 +160,8 @@ fn a_mig_device_named_by_its_own_uuid_is_its_gpu_instance() {
         "MIG-0a1b2c3d-0000-5555-aaaa-000000000001",
         "MIG-0a1b2c3d-0000-5555-aaaa-000000000002",
     );
-    let scenario = dir.write(
-        "nvml.txt",
-        &format!(
-            "gpu 0 uuid={NVML_0} sm=10 mem=1 total=85899345920 used=1073741824 temp=40 power_mw=90000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=0 pcie_rx_kbs=0\n\
-             mig 0 uuid={mig_a} gi=1\nmig 0 uuid={mig_b} gi=2\n"
-        ),
-    );
-    let config = dir.write(
-        "cudatrace.toml",
-        &format!("nvml_library = {:?}\n", env.libnvml().display().to_string()),
-    );
-    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(
-        &env,
-        &["--config", config.to_str().unwrap()],
-        &[("NVML_STANDIN_SCENARIO", scenario.to_str().unwrap())],
-    );
+    let scenario = gpu(0, NVML_0) + &format!("mig 0 uuid={mig_a} gi=1\nmig 0 uuid={mig_b} gi=2\n");
+    let (daemon, listen) = with_nvml(&env, &dir, &scenario);
     let job = |mig: &str| {
         Workload::new(
             &env,

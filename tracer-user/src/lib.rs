@@ -12,6 +12,7 @@ pub mod actuator;
 pub mod aggregate;
 pub mod alert;
 pub mod backtest;
+pub mod bounded;
 pub mod cli;
 pub mod cmd;
 pub mod config;

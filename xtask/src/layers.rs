@@ -9,7 +9,7 @@ mod tests {
     /// Bottom first. Modules in one layer do not import each other.
     const LAYERS: &[&[&str]] = &[
         // Plain data and helpers: no imports from the stages.
-        &["config", "text"],
+        &["config", "text", "bounded"],
         // How stderr lines are written; who a process is; what one decoded call is.
         &["logging", "identity", "actuator"],
         &["event"],

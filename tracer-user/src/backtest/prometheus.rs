@@ -88,17 +88,7 @@ pub fn read(base: &str, query: &str, (from, to, step): (u64, u64, u64)) -> Resul
             .call()
             .map_err(|e| format!("{url}: {e}"))?;
         let status = answer.status();
-        let body = answer
-            .body_mut()
-            .with_config()
-            .limit(MAX_BODY)
-            .read_to_vec()
-            .map_err(|e| {
-                format!(
-                    "{url}: reading the answer: {e} (at most {} MiB)",
-                    MAX_BODY >> 20
-                )
-            })?;
+        let body = crate::bounded::body(&mut answer, MAX_BODY, &url, "the answer")?;
         let parsed: Answer = serde_json::from_slice(&body)
             .map_err(|e| format!("{url} answered {status}, not Prometheus's API: {e}"))?;
         if parsed.status != "success" {

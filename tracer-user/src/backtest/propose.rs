@@ -62,53 +62,43 @@ fn pct(f: f64) -> String {
 /// The variants of `cfg` tried: each a change in words and the config it makes.
 pub fn variants(cfg: &DetectConfig) -> Vec<(String, DetectConfig)> {
     let mut out = Vec::new();
+    let mut vary = |change: String, set: &dyn Fn(&mut DetectConfig)| {
+        let mut c = cfg.clone();
+        set(&mut c);
+        out.push((change, c));
+    };
     for step in [0.05, 0.10] {
         let w = cfg.warning + step;
         if w < cfg.critical - 1e-9 {
-            let mut c = cfg.clone();
-            c.warning = w;
-            out.push((
-                format!("warning at {} instead of {}", pct(w), pct(cfg.warning)),
-                c,
-            ));
+            let change = format!("warning at {} instead of {}", pct(w), pct(cfg.warning));
+            vary(change, &|c| c.warning = w);
         }
     }
     let crit = cfg.critical + 0.10;
     if crit < cfg.page - 1e-9 {
-        let mut c = cfg.clone();
-        c.critical = crit;
-        out.push((
-            format!("critical at {} instead of {}", pct(crit), pct(cfg.critical)),
-            c,
-        ));
+        let change = format!("critical at {} instead of {}", pct(crit), pct(cfg.critical));
+        vary(change, &|c| c.critical = crit);
     }
-    let mut c = cfg.clone();
-    c.pending_windows = cfg.pending_windows + 2;
-    out.push((
-        format!(
-            "pending after {} breaching windows instead of {}",
-            c.pending_windows, cfg.pending_windows
-        ),
-        c,
-    ));
-    let mut c = cfg.clone();
-    c.firing_after_s = cfg.firing_after_s.saturating_mul(2).max(1);
-    out.push((
-        format!(
-            "firing after {} s instead of {} s",
-            c.firing_after_s, cfg.firing_after_s
-        ),
-        c,
-    ));
-    let mut c = cfg.clone();
-    c.resolve_after_s = cfg.resolve_after_s.saturating_mul(2).max(1);
-    out.push((
-        format!(
-            "resolved after {} s without a breach instead of {} s",
-            c.resolve_after_s, cfg.resolve_after_s
-        ),
-        c,
-    ));
+    let (pending, firing, resolve) = (
+        cfg.pending_windows + 2,
+        cfg.firing_after_s.saturating_mul(2).max(1),
+        cfg.resolve_after_s.saturating_mul(2).max(1),
+    );
+    let change = format!(
+        "pending after {pending} breaching windows instead of {}",
+        cfg.pending_windows
+    );
+    vary(change, &|c| c.pending_windows = pending);
+    let change = format!(
+        "firing after {firing} s instead of {} s",
+        cfg.firing_after_s
+    );
+    vary(change, &|c| c.firing_after_s = firing);
+    let change = format!(
+        "resolved after {resolve} s without a breach instead of {} s",
+        cfg.resolve_after_s
+    );
+    vary(change, &|c| c.resolve_after_s = resolve);
     out
 }
 

@@ -207,18 +207,7 @@ fn fetch(t: &Target) -> Result<(PodIndex, usize), String> {
     if !status.is_success() {
         return Err(format!("{} answered {status}", t.url));
     }
-    let body = answer
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY)
-        .read_to_vec()
-        .map_err(|e| {
-            format!(
-                "{}: reading the pod list: {e} (at most {} MiB)",
-                t.url,
-                MAX_BODY >> 20
-            )
-        })?;
+    let body = crate::bounded::body(&mut answer, MAX_BODY, &t.url, "the pod list")?;
     PodIndex::parse(&body).map_err(|e| format!("{}: not a PodList: {e}", t.url))
 }
 

@@ -121,17 +121,7 @@ impl Silences {
         let url = format!("{}/api/v2/silences", base.trim_end_matches('/'));
         let mut answer = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
         let status = answer.status();
-        let body = answer
-            .body_mut()
-            .with_config()
-            .limit(MAX_BODY)
-            .read_to_vec()
-            .map_err(|e| {
-                format!(
-                    "{url}: reading the answer: {e} (at most {} MiB)",
-                    MAX_BODY >> 20
-                )
-            })?;
+        let body = crate::bounded::body(&mut answer, MAX_BODY, &url, "the silences")?;
         if !status.is_success() {
             return Err(format!("{url} answered {status}"));
         }
