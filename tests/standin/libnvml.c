@@ -2,7 +2,7 @@
  * (nvml.h), replaying a scenario file named by NVML_STANDIN_SCENARIO. Lines:
  *
  *   gpu INDEX [from=SECONDS] uuid=GPU-... sm=PCT mem=PCT total=BYTES used=BYTES temp=C
- *             power_mw=MW sm_clock=MHZ reasons=HEX pcie_tx_kbs=KBS pcie_rx_kbs=KBS
+ *             power_mw=MW sm_clock=MHZ reasons=HEX pcie_tx_kbs=KBS pcie_rx_kbs=KBS [pci=BUSID]
  *   proc INDEX pid=PID used=BYTES sm=PCT memutil=PCT [mps=1] [gi=N]
  *   mig INDEX uuid=MIG-... gi=N
  *
@@ -31,6 +31,11 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned int version; unsigned long long total, reserved, free, used; } nvmlMemory_v2_t;
 typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId, computeInstanceId; } nvmlProcessInfo_t;
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
 typedef struct { unsigned int pid; unsigned long long timeStamp; unsigned int smUtil, memUtil, encUtil, decUtil; } nvmlProcessUtilizationSample_t;
 
 #define NVML_SUCCESS 0
@@ -44,7 +49,7 @@ typedef struct { unsigned int pid; unsigned long long timeStamp; unsigned int sm
 struct gpu_line {
     int index;
     double from;
-    char uuid[96];
+    char uuid[96], pci[32];
     unsigned sm, mem, temp, power_mw, sm_clock, pcie_tx, pcie_rx;
     unsigned long long total, used, reasons;
 };
@@ -100,6 +105,8 @@ static int load(const char *path) {
             g->from = from ? atof(from + 6) : 0;
             const char *u = strstr(line, " uuid=");
             if (u) sscanf(u + 6, "%95s", g->uuid);
+            const char *pci = strstr(line, " pci=");
+            if (pci) sscanf(pci + 5, "%31s", g->pci);
             g->sm = field(line, "sm", 0);
             g->mem = field(line, "mem", 0);
             g->total = field(line, "total", 0);
@@ -180,6 +187,21 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned int
     const char *own = dev->mig >= 0 ? migs[dev->mig].uuid : g->uuid;
     if (!uuid || length < strlen(own) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
     strcpy(uuid, own);
+    return NVML_SUCCESS;
+}
+
+#define NVML_ERROR_NOT_SUPPORTED 3
+
+/* The bus id of a gpu line's pci=, as given (NVML writes 00000000:3B:00.0). */
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci) {
+    GPU_OR_FAIL(dev);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!g->pci[0]) return NVML_ERROR_NOT_SUPPORTED;
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", g->pci);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", g->pci);
+    unsigned fn = 0;
+    sscanf(g->pci, "%x:%x:%x.%x", &pci->domain, &pci->bus, &pci->device, &fn);
     return NVML_SUCCESS;
 }
 

@@ -150,9 +150,10 @@ fn trace_json_names_each_calls_device_and_its_uuid() {
 
 /// A container given a MIG device in the newer form (`NVIDIA_VISIBLE_DEVICES=MIG-<uuid>`), which
 /// NVML's process list does not show: placed on the GPU instance NVML lists that MIG device in,
-/// so two such containers on two instances of one GPU are not neighbours.
+/// so two such containers on two instances of one GPU are not neighbours. One given a PCI bus id
+/// is the GPU NVML gives that bus id.
 #[test]
-fn a_mig_device_named_by_its_own_uuid_is_its_gpu_instance() {
+fn a_mig_device_named_by_its_own_uuid_is_its_gpu_instance_and_a_bus_id_its_gpu() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("devices-mig");
     let dev = device_file("devices-mig");
@@ -160,25 +161,29 @@ fn a_mig_device_named_by_its_own_uuid_is_its_gpu_instance() {
         "MIG-0a1b2c3d-0000-5555-aaaa-000000000001",
         "MIG-0a1b2c3d-0000-5555-aaaa-000000000002",
     );
-    let scenario = gpu(0, NVML_0) + &format!("mig 0 uuid={mig_a} gi=1\nmig 0 uuid={mig_b} gi=2\n");
+    let scenario = gpu(0, NVML_0)
+        + &format!("mig 0 uuid={mig_a} gi=1\nmig 0 uuid={mig_b} gi=2\n")
+        + &gpu(1, NVML_1).replace('\n', " pci=00000000:3B:00.0\n");
     let (daemon, listen) = with_nvml(&env, &dir, &scenario);
     let job = |mig: &str| {
-        Workload::new(
-            &env,
-            Scenario::Basic {
-                launches: 100,
-                copies: 0,
-            },
-        )
-        .device(&dev)
-        .vars(&[("NVIDIA_VISIBLE_DEVICES", mig)])
-        .settle_ms(1000)
-        .spawn()
+        // Calls for 4 s: its identity is read while it runs.
+        integration_tests::alerting::looping(&env, 4.0, 100, 1)
+            .device(&dev)
+            .vars(&[("NVIDIA_VISIBLE_DEVICES", mig)])
+            .spawn()
     };
-    let (a, b) = (job(mig_a), job(mig_b));
-    let (pa, pb) = (a.pid().to_string(), b.pid().to_string());
-    // Until both are placed as wanted (a process is `all` GPUs until its environment is read).
-    let want = (vec!["0/gi1".to_owned()], vec!["0/gi2".to_owned()]);
+    let (a, b, c) = (job(mig_a), job(mig_b), job("0000:3b:00.0"));
+    let (pa, pb, pc) = (
+        a.pid().to_string(),
+        b.pid().to_string(),
+        c.pid().to_string(),
+    );
+    // Until all are placed as wanted.
+    let want = (
+        vec!["0/gi1".to_owned()],
+        vec!["0/gi2".to_owned()],
+        vec!["1".to_owned()],
+    );
     let mut placed = None;
     poll(Duration::from_secs(15), || {
         let m = exposition::parse(&http::scrape(&listen));
@@ -188,12 +193,12 @@ fn a_mig_device_named_by_its_own_uuid_is_its_gpu_instance() {
                 .map(|s| s.label("gpu").to_owned())
                 .collect()
         };
-        placed = Some((gpus(&pa), gpus(&pb)));
+        placed = Some((gpus(&pa), gpus(&pb), gpus(&pc)));
         (placed.as_ref() == Some(&want)).then_some(())
     });
-    let _ = (a.finish(), b.finish());
+    let _ = (a.finish(), b.finish(), c.finish());
     let traced = daemon.stop();
     let _ = std::fs::remove_file(&dev);
-    eprintln!("e2e a_mig_device_named_by_its_own_uuid_is_its_gpu_instance: {placed:?}");
+    eprintln!("e2e a_mig_device_named_by_its_own_uuid_is_its_gpu_instance_and_a_bus_id_its_gpu: {placed:?}");
     assert_eq!(placed, Some(want), "{:?}", traced.stderr);
 }

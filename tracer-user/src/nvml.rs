@@ -72,6 +72,8 @@ pub struct GpuSample {
     pub processes: Vec<GpuProcess>,
     /// In MIG mode: its MIG devices (a container's `MIG-<uuid>` names one).
     pub mig: Vec<MigDevice>,
+    /// Its PCI bus id as NVML writes it (`00000000:3B:00.0`).
+    pub pci_bus_id: Option<String>,
 }
 
 /// One MIG device of a GPU in MIG mode.
@@ -212,6 +214,7 @@ impl Sampler {
                     .zip(d.pcie_throughput(PcieUtilCounter::Receive).ok()),
                 processes,
                 mig: mig_devices(nvml, &d),
+                pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
             });
         }
         Ok(out)

@@ -42,8 +42,8 @@ pub enum GpuSet {
     Only(Vec<String>),
 }
 
-/// The GPUs of a process: where NVML lists it, else its `CUDA_VISIBLE_DEVICES` (UUIDs that NVML
-/// knows become indices, so that the two forms compare), read through the container's
+/// The GPUs of a process: where NVML lists it, else its `CUDA_VISIBLE_DEVICES` (UUIDs and PCI
+/// bus ids that NVML knows become indices, so that the forms compare), read through the container's
 /// `NVIDIA_VISIBLE_DEVICES` (see [`host_devices`]). On a MIG GPU the unit is the GPU
 /// instance, `INDEX/giN`: processes on two instances of one GPU share nothing, and the parent
 /// GPU's NVML facts (utilization, memory) are not theirs.
@@ -69,6 +69,13 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
                 .map(|e| {
                     if let Some(unit) = mig_unit(&e, gpus) {
                         return unit;
+                    }
+                    if let Some(bus) = pci_bus(&e) {
+                        let same =
+                            |g: &&GpuSample| g.pci_bus_id.as_deref().and_then(pci_bus) == Some(bus);
+                        if let Some(g) = gpus.iter().find(same) {
+                            return g.index.to_string();
+                        }
                     }
                     match gpus
                         .iter()
@@ -100,6 +107,25 @@ fn mig_unit(entry: &str, gpus: &[GpuSample]) -> Option<String> {
     let (parent, gi) = (parts.next()?, parts.next()?.parse::<u32>().ok()?);
     let g = gpus.iter().find(|g| g.uuid == parent)?;
     Some(format!("{}/gi{gi}", g.index))
+}
+
+/// A PCI bus id, `[DOMAIN:]BUS:DEVICE.FUNCTION` in hex (`0000:3b:00.0`, NVML's
+/// `00000000:3B:00.0`), as numbers, so that the two spellings compare.
+fn pci_bus(s: &str) -> Option<(u32, u32, u32, u32)> {
+    let (rest, function) = s.rsplit_once('.')?;
+    let mut parts: Vec<&str> = rest.split(':').collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    let hex = |p: &str| {
+        (!p.is_empty() && p.len() <= 8)
+            .then(|| u32::from_str_radix(p, 16).ok())
+            .flatten()
+    };
+    match parts.as_slice() {
+        [d, b, dev] => Some((hex(d)?, hex(b)?, hex(dev)?, hex(function)?)),
+        _ => None,
+    }
 }
 
 /// A process's memory per GPU (NVML's index of the UUID it read for each device), when every

@@ -10,8 +10,8 @@ pub const MAX_VISIBLE_DEVICES: usize = 16;
 const MAX_DEVICE_ENTRY: usize = 64;
 
 /// A tenant's `CUDA_VISIBLE_DEVICES`, bounded: at most [`MAX_VISIBLE_DEVICES`] entries, each a
-/// GPU index (up to three digits) or a `GPU-`/`MIG-` UUID of at most 64 letters, digits, `-`
-/// and `/`; repeats are skipped, the rest dropped and counted. What is kept becomes metric labels and, where
+/// GPU index (up to three digits), a PCI bus id (at most 16 hex digits, `:` and `.`) or a
+/// `GPU-`/`MIG-` UUID of at most 64 letters, digits, `-` and `/`; repeats are skipped, the rest dropped and counted. What is kept becomes metric labels and, where
 /// NVML does not place the process, the GPU named in alerts, so it is never free text.
 pub fn parse_visible_devices(raw: &[u8]) -> (String, u32) {
     let mut kept: Vec<&str> = Vec::new();
@@ -30,6 +30,14 @@ pub fn parse_visible_devices(raw: &[u8]) -> (String, u32) {
             && entry
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'/');
+        // A PCI bus id, `[DOMAIN:]BUS:DEVICE.FUNCTION` in hex.
+        let bus = entry.len() <= 16
+            && entry.contains(':')
+            && entry.contains('.')
+            && entry
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+        let index = index || bus;
         if (index || uuid) && kept.contains(&entry) {
             // A repeat names no new GPU.
             continue;
@@ -383,6 +391,13 @@ mod tests {
         assert_eq!(
             parse_visible_devices(b"0,\x1b[2J,evil label,1234,GPU-\xff"),
             ("0".into(), 4)
+        );
+        // PCI bus ids, and what only looks like one.
+        assert_eq!(
+            parse_visible_devices(
+                b"0000:3b:00.0,00000000:3B:00.0,3b:00,00000000:3B:00.0:1.2,zz:00.0"
+            ),
+            ("0000:3b:00.0,00000000:3B:00.0".into(), 3)
         );
         // 0..99 two hundred times: 0..15 kept once, their repeats skipped, 16..99 dropped.
         let many: String = (0..20_000).map(|i| format!("{},", i % 100)).collect();

@@ -386,6 +386,33 @@ fn mig_instances_of_one_gpu_are_not_neighbours() {
     );
 }
 
+/// A PCI bus id in the environment is the GPU NVML gives that bus id, however it is spelled.
+#[test]
+fn pci_bus_ids_are_nvml_indices() {
+    let mut gpus = vec![gpu(0, 0, 0, &[]), gpu(1, 0, 0, &[])];
+    gpus[0].pci_bus_id = Some("00000000:18:00.0".into());
+    gpus[1].pci_bus_id = Some("00000000:3B:00.0".into());
+    let env = |v: &str| Identity {
+        nvidia_visible_devices: Some(v.into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        gpus_of(9, &env("0000:3b:00.0"), &gpus),
+        GpuSet::Only(vec!["1".into()])
+    );
+    assert_eq!(
+        gpus_of(9, &env("18:00.0,00000000:3B:00.0"), &gpus),
+        GpuSet::Only(vec!["0".into(), "1".into()])
+    );
+    // Unknown, or not a bus id: kept as written.
+    assert_eq!(
+        gpus_of(9, &env("0000:5e:00.0,3b:00"), &gpus),
+        GpuSet::Only(vec!["0000:5e:00.0".into(), "3b:00".into()])
+    );
+    assert_eq!(pci_bus("123456789:3b:00.0"), None);
+    assert_eq!(pci_bus("3B:00.0"), Some((0, 0x3b, 0, 0)));
+}
+
 /// A container's devices: CUDA_VISIBLE_DEVICES indices are positions in NVIDIA_VISIBLE_DEVICES
 /// (host indices or UUIDs); UUIDs NVML knows become its indices.
 #[test]
