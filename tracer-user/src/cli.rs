@@ -56,7 +56,8 @@ pub enum Command {
     /// Per incident (live daemon or archive): what rose, the causal chain, who, what to do.
     Explain(ExplainArgs),
     /// The alert-effectiveness review of the archive (--since 30d, the default; 7d weekly): per
-    /// alert, cause and workload, how often, at which tier, time to resolve, flapping, unnamed.
+    /// alert, cause and workload, how often, at which tier, time to resolve, flapping, unnamed;
+    /// who acted (--alertmanager), what to change (--prometheus), one page (--html).
     Review(ReviewArgs),
     /// Replay cudatrace_signal_value from Prometheus through the detector: the alerts a config
     /// would have raised over that range.
