@@ -72,8 +72,30 @@ pub struct GpuSample {
     pub processes: Vec<GpuProcess>,
     /// In MIG mode: its MIG devices (a container's `MIG-<uuid>` names one).
     pub mig: Vec<MigDevice>,
-    /// Its PCI bus id as NVML writes it (`00000000:3B:00.0`).
-    pub pci_bus_id: Option<String>,
+    /// Its PCI bus id (NVML's `00000000:3B:00.0`), as [`pci_bus`] reads it.
+    pub pci_bus: Option<PciBus>,
+}
+
+/// A PCI bus id as numbers: domain, bus, device, function.
+pub type PciBus = (u32, u32, u32, u32);
+
+/// A PCI bus id, `[DOMAIN:]BUS:DEVICE.FUNCTION` in hex (`0000:3b:00.0`, NVML's
+/// `00000000:3B:00.0`), as numbers, so that the two spellings compare.
+pub fn pci_bus(s: &str) -> Option<PciBus> {
+    let (rest, function) = s.rsplit_once('.')?;
+    let mut parts: Vec<&str> = rest.split(':').collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    let hex = |p: &str| {
+        (!p.is_empty() && p.len() <= 8)
+            .then(|| u32::from_str_radix(p, 16).ok())
+            .flatten()
+    };
+    match parts.as_slice() {
+        [d, b, dev] => Some((hex(d)?, hex(b)?, hex(dev)?, hex(function)?)),
+        _ => None,
+    }
 }
 
 /// One MIG device of a GPU in MIG mode.
@@ -127,6 +149,8 @@ pub enum Sampler {
         nvml: Nvml,
         /// Last process-utilization timestamp seen per GPU, so each sample is new.
         last_seen: HashMap<u32, u64>,
+        /// Each GPU's PCI bus id, once NVML gave it.
+        pci: HashMap<u32, PciBus>,
     },
     /// No NVML.
     Off(String),
@@ -143,6 +167,7 @@ impl Sampler {
             Ok(nvml) => Sampler::On {
                 nvml,
                 last_seen: HashMap::new(),
+                pci: HashMap::new(),
             },
             Err(e) => Sampler::Off(format!(
                 "NVML unavailable ({e}); GPU metrics are off, tracing goes on"
@@ -157,7 +182,12 @@ impl Sampler {
 
     /// Samples every GPU. An error on one field leaves that field out.
     pub fn sample(&mut self) -> Result<Vec<GpuSample>, NvmlError> {
-        let Sampler::On { nvml, last_seen } = self else {
+        let Sampler::On {
+            nvml,
+            last_seen,
+            pci,
+        } = self
+        else {
             return Ok(Vec::new());
         };
         let mut out = Vec::new();
@@ -214,7 +244,17 @@ impl Sampler {
                     .zip(d.pcie_throughput(PcieUtilCounter::Receive).ok()),
                 processes,
                 mig: mig_devices(nvml, &d),
-                pci_bus_id: d.pci_info().ok().map(|p| p.bus_id),
+                // A GPU's bus id does not change: read until NVML gives it, then kept.
+                pci_bus: match pci.get(&index) {
+                    Some(b) => Some(*b),
+                    None => {
+                        let b = d.pci_info().ok().and_then(|p| pci_bus(&p.bus_id));
+                        if let Some(b) = b {
+                            pci.insert(index, b);
+                        }
+                        b
+                    }
+                },
             });
         }
         Ok(out)

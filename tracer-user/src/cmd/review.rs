@@ -111,15 +111,7 @@ pub fn acknowledge(r: &mut Review, incidents: &[Value], silences: &Silences, ins
         row.silenced = Some(0);
     }
     for v in incidents {
-        let workload = v["victim"]["workload"]
-            .as_str()
-            .or(v["victim"]["comm"].as_str())
-            .unwrap_or("-");
-        let row = r.rows.iter_mut().find(|row| {
-            v["alert"].as_str() == Some(&row.alert)
-                && v["cause"].as_str() == Some(&row.cause)
-                && row.workload == workload
-        });
+        let row = r.rows.iter_mut().find(|row| row.holds(v));
         if silences.covers(v, instance) {
             out.silenced += 1;
             if let Some(n) = row.and_then(|r| r.silenced.as_mut()) {
@@ -148,6 +140,29 @@ pub struct Mitigation {
     pub refused: u64,
 }
 
+/// The victim's workload of an archived incident (its comm when it has none).
+pub fn workload_of(v: &Value) -> &str {
+    v["victim"]["workload"]
+        .as_str()
+        .or(v["victim"]["comm"].as_str())
+        .unwrap_or("-")
+}
+
+/// Unix seconds of an RFC 3339 time.
+pub fn unix_s(t: &str) -> Option<f64> {
+    let t = humantime::parse_rfc3339_weak(t).ok()?;
+    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
+}
+
+impl Row {
+    /// Whether the archived incident `v` is of this row (alert, cause, workload).
+    pub fn holds(&self, v: &Value) -> bool {
+        v["alert"].as_str() == Some(&self.alert)
+            && v["cause"].as_str() == Some(&self.cause)
+            && workload_of(v) == self.workload
+    }
+}
+
 fn text(v: &Value, k: &str) -> String {
     v[k].as_str().unwrap_or("-").to_owned()
 }
@@ -159,11 +174,7 @@ pub fn review(incidents: impl IntoIterator<Item = Value>) -> Review {
     let mut durations: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
     let mut per_workload: BTreeMap<String, u64> = BTreeMap::new();
     for v in incidents {
-        let workload = v["victim"]["workload"]
-            .as_str()
-            .or(v["victim"]["comm"].as_str())
-            .unwrap_or("-")
-            .to_owned();
+        let workload = workload_of(&v).to_owned();
         let key = (text(&v, "alert"), text(&v, "cause"), workload.clone());
         let row = rows.entry(key.clone()).or_insert_with(|| Row {
             alert: key.0.clone(),

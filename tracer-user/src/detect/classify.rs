@@ -2,7 +2,11 @@
 //! window, and what NVML says of that GPU. Traced calls alone are enough for compute and copy
 //! contention; memory pressure and throttling need NVML.
 use crate::{
-    alert::Cause, alert::Party, identity::Identity, identity::ProcessRef, nvml::GpuSample,
+    alert::Cause,
+    alert::Party,
+    identity::Identity,
+    identity::ProcessRef,
+    nvml::{pci_bus, GpuSample},
 };
 
 pub use super::causes::classify;
@@ -71,9 +75,7 @@ pub fn gpus_of(pid: u32, identity: &Identity, gpus: &[GpuSample]) -> GpuSet {
                         return unit;
                     }
                     if let Some(bus) = pci_bus(&e) {
-                        let same =
-                            |g: &&GpuSample| g.pci_bus_id.as_deref().and_then(pci_bus) == Some(bus);
-                        if let Some(g) = gpus.iter().find(same) {
+                        if let Some(g) = gpus.iter().find(|g| g.pci_bus == Some(bus)) {
                             return g.index.to_string();
                         }
                     }
@@ -107,25 +109,6 @@ fn mig_unit(entry: &str, gpus: &[GpuSample]) -> Option<String> {
     let (parent, gi) = (parts.next()?, parts.next()?.parse::<u32>().ok()?);
     let g = gpus.iter().find(|g| g.uuid == parent)?;
     Some(format!("{}/gi{gi}", g.index))
-}
-
-/// A PCI bus id, `[DOMAIN:]BUS:DEVICE.FUNCTION` in hex (`0000:3b:00.0`, NVML's
-/// `00000000:3B:00.0`), as numbers, so that the two spellings compare.
-fn pci_bus(s: &str) -> Option<(u32, u32, u32, u32)> {
-    let (rest, function) = s.rsplit_once('.')?;
-    let mut parts: Vec<&str> = rest.split(':').collect();
-    if parts.len() == 2 {
-        parts.insert(0, "0");
-    }
-    let hex = |p: &str| {
-        (!p.is_empty() && p.len() <= 8)
-            .then(|| u32::from_str_radix(p, 16).ok())
-            .flatten()
-    };
-    match parts.as_slice() {
-        [d, b, dev] => Some((hex(d)?, hex(b)?, hex(dev)?, hex(function)?)),
-        _ => None,
-    }
 }
 
 /// A process's memory per GPU (NVML's index of the UUID it read for each device), when every

@@ -62,8 +62,7 @@ fn short(v: f64) -> String {
 }
 
 fn unix(v: &Value, k: &str) -> Option<f64> {
-    let t = humantime::parse_rfc3339_weak(v[k].as_str()?).ok()?;
-    Some(t.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs_f64())
+    super::unix_s(v[k].as_str()?)
 }
 
 fn tier(v: &Value) -> Option<usize> {
@@ -73,13 +72,6 @@ fn tier(v: &Value) -> Option<usize> {
         "warning" => Some(2),
         _ => None,
     }
-}
-
-fn workload(v: &Value) -> &str {
-    v["victim"]["workload"]
-        .as_str()
-        .or(v["victim"]["comm"].as_str())
-        .unwrap_or("-")
 }
 
 fn legend(out: &mut String, y: f64) {
@@ -196,11 +188,7 @@ fn to_resolve(out: &mut String, r: &Review, incidents: &[Value]) {
             y + 4.0,
             esc(&label)
         );
-        for v in incidents.iter().filter(|v| {
-            v["alert"].as_str() == Some(row.alert.as_str())
-                && v["cause"].as_str() == Some(row.cause.as_str())
-                && workload(v) == row.workload
-        }) {
+        for v in incidents.iter().filter(|v| row.holds(v)) {
             let (Some(k), Some(d)) = (tier(v), v["duration_s"].as_f64()) else {
                 continue;
             };
@@ -244,7 +232,10 @@ fn workload_history(
     history: Option<&History<'_>>,
     (from, to): (f64, f64),
 ) {
-    let mine: Vec<&Value> = incidents.iter().filter(|v| workload(v) == name).collect();
+    let mine: Vec<&Value> = incidents
+        .iter()
+        .filter(|v| super::workload_of(v) == name)
+        .collect();
     let signal = {
         let mut n: BTreeMap<&str, usize> = BTreeMap::new();
         for v in &mine {

@@ -63,11 +63,6 @@ pub struct Silences {
     pub unreadable: usize,
 }
 
-fn unix(s: &str) -> Option<f64> {
-    let t = humantime::parse_rfc3339_weak(s).ok()?;
-    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
-}
-
 impl Silences {
     /// The silences of a `/api/v2/silences` answer.
     pub fn parse(body: &[u8]) -> Result<Silences, String> {
@@ -101,7 +96,11 @@ impl Silences {
                     Some((m.name, test, m.is_equal))
                 })
                 .collect();
-            match (matchers, unix(&s.starts_at), unix(&s.ends_at)) {
+            match (
+                matchers,
+                super::unix_s(&s.starts_at),
+                super::unix_s(&s.ends_at),
+            ) {
                 (Some(matchers), Some(from), Some(to)) => {
                     out.rules.push(Rule { matchers, from, to })
                 }
@@ -141,8 +140,8 @@ impl Silences {
     /// Whether a silence matching the archived incident `v` was in force during it.
     pub fn covers(&self, v: &Value, instance: &str) -> bool {
         let (Some(start), Some(end)) = (
-            v["started_at"].as_str().and_then(unix),
-            v["ended_at"].as_str().and_then(unix),
+            v["started_at"].as_str().and_then(super::unix_s),
+            v["ended_at"].as_str().and_then(super::unix_s),
         ) else {
             return false;
         };

@@ -390,8 +390,8 @@ fn mig_instances_of_one_gpu_are_not_neighbours() {
 #[test]
 fn pci_bus_ids_are_nvml_indices() {
     let mut gpus = vec![gpu(0, 0, 0, &[]), gpu(1, 0, 0, &[])];
-    gpus[0].pci_bus_id = Some("00000000:18:00.0".into());
-    gpus[1].pci_bus_id = Some("00000000:3B:00.0".into());
+    gpus[0].pci_bus = pci_bus("00000000:18:00.0");
+    gpus[1].pci_bus = pci_bus("00000000:3B:00.0");
     let env = |v: &str| Identity {
         nvidia_visible_devices: Some(v.into()),
         ..Default::default()
