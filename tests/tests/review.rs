@@ -134,6 +134,18 @@ fn review_page_renders_its_plots_in_headless_chromium() {
         ),
         "{stdout}"
     );
+    // A page that cannot be written: the review is printed all the same, then one line, exit 1.
+    let nowhere = Command::new(&env.bin)
+        .args(["review", "--since", "30d", "--archive"])
+        .arg(&archive)
+        .args(["--html", "/nonexistent-dir/review.html"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&nowhere.stderr);
+    assert_eq!(nowhere.status.code(), Some(1), "{err}");
+    assert_eq!(nowhere.stdout, out.stdout);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("cannot write /nonexistent-dir/review.html: give --html a file in a folder you can write"), "{err}");
     let html = std::fs::read_to_string(&page).unwrap();
     // Self-contained: nothing to fetch, nothing to run.
     for word in ["src=", "href=", "<script", "url(", "@import"] {

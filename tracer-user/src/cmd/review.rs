@@ -390,6 +390,19 @@ pub fn run(args: ReviewArgs) -> Result<()> {
         kept = Some((matrix, from));
     }
     let period = humantime::format_duration(since).to_string();
+    // The review first: a page that cannot be written loses nothing of it.
+    if args.archive.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        for l in r.lines(&period) {
+            println!("{l}");
+        }
+        if let Some(p) = &r.proposals {
+            for l in p.lines(step_s) {
+                println!("{l}");
+            }
+        }
+    }
     if let Some(file) = &args.html {
         let history = kept.as_ref().map(|(matrix, from)| html::History {
             matrix,
@@ -403,18 +416,6 @@ pub fn run(args: ReviewArgs) -> Result<()> {
                 printable(&file.display().to_string())
             )
         })?;
-    }
-    if args.archive.json {
-        println!("{}", serde_json::to_string(&r)?);
-        return Ok(());
-    }
-    for l in r.lines(&period) {
-        println!("{l}");
-    }
-    if let Some(p) = &r.proposals {
-        for l in p.lines(step_s) {
-            println!("{l}");
-        }
     }
     Ok(())
 }
