@@ -464,7 +464,11 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     .unwrap_or_else(|| am.groups());
     let notified = hook.wait_for(Duration::from_secs(45), |n| n["alerts"].is_array());
     let notify_after = trainer_start.elapsed();
-    let first_group = grouped.received().first().cloned();
+    // cudatrace's grouped webhook holds an incident for its window (`webhook_group_s = 10`) and
+    // may answer after Alertmanager did: wait for its first body, then take that first body.
+    let first_group = grouped
+        .wait_for(Duration::from_secs(30), |_| true)
+        .and_then(|_| grouped.received().first().cloned());
     drop((a, b, loader, trainer));
     let traced = daemon.stop();
     let _ = (std::fs::remove_file(&dev0), std::fs::remove_file(&dev1));
@@ -545,7 +549,8 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
         Some(want_group.as_str())
     );
     // cudatrace's grouped webhook: its first body is the incident, both victims in it.
-    let first_group = first_group.unwrap_or_else(|| panic!("the grouped webhook got nothing"));
+    let first_group =
+        first_group.unwrap_or_else(|| panic!("the grouped webhook got nothing within 30 s"));
     eprintln!("e2e every_panel_returns_series_and_one_trainer_makes_one_incident: first grouped webhook body: {}", first_group["summary"]);
     assert_eq!(
         (
