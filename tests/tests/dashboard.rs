@@ -465,10 +465,8 @@ fn every_panel_returns_series_and_one_trainer_makes_one_incident() {
     let notified = hook.wait_for(Duration::from_secs(45), |n| n["alerts"].is_array());
     let notify_after = trainer_start.elapsed();
     // cudatrace's grouped webhook holds an incident for its window (`webhook_group_s = 10`) and
-    // may answer after Alertmanager did: wait for its first body, then take that first body.
-    let first_group = grouped
-        .wait_for(Duration::from_secs(30), |_| true)
-        .and_then(|_| grouped.received().first().cloned());
+    // may answer after Alertmanager did: wait for its first body (the first body received).
+    let first_group = grouped.wait_for(Duration::from_secs(30), |_| true);
     drop((a, b, loader, trainer));
     let traced = daemon.stop();
     let _ = (std::fs::remove_file(&dev0), std::fs::remove_file(&dev1));
