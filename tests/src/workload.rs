@@ -192,6 +192,7 @@ pub struct Workload {
     cgroup: Option<PathBuf>,
     exit_code: Option<i32>,
     hold: bool,
+    loader: Option<PathBuf>,
 }
 
 impl Workload {
@@ -202,6 +203,7 @@ impl Workload {
             lib: env.libcuda(),
             scenario,
             settle_ms: None,
+            loader: None,
             threads: None,
             uid: None,
             vars: Vec::new(),
@@ -308,6 +310,9 @@ impl Workload {
                 "--inh-caps=-all".into(),
             ]);
         }
+        if let Some(loader) = &self.loader {
+            argv.push(loader.into());
+        }
         argv.push(exe.into());
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
@@ -334,6 +339,13 @@ impl Workload {
             child: Some(child),
             _link_dir: link_dir,
         }
+    }
+
+    /// Runs it through the dynamic loader `loader` (`LOADER PROGRAM ARGS...`: the loader is the
+    /// executed file, and the one the process maps).
+    pub fn through_loader(mut self, loader: &std::path::Path) -> Workload {
+        self.loader = Some(loader.to_owned());
+        self
     }
 
     /// Runs it to completion; returns its JSON report.

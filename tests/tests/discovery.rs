@@ -1,5 +1,7 @@
 //! End-to-end: discovery without polling. The kernel names each process that opens a file
-//! named like libcuda (the `sys_enter` raw tracepoint), and only that process's maps are read:
+//! named like libcuda (the open path's kprobe; on this sandbox's kernel, without kprobes, the
+//! loaders' hooks, `tests/loaders.rs`, and then the `sys_enter` raw tracepoint), and only that
+//! process's maps are read:
 //! a crowd of processes that open none costs no read, while a process in another mount
 //! namespace that `dlopen`s a copy of its own after start is attached within 100 ms and traced
 //! in full. Where the kernel cannot, one line says so and discovery polls.
@@ -20,14 +22,20 @@ fn maps_read(listen: &str) -> f64 {
 }
 
 /// The open hook this kernel should get: the open path's kprobe where it has kprobes (a
-/// `kprobe` PMU), else the `sys_enter` tracepoint (this sandbox's kernel: CONFIG_KPROBES off).
+/// `kprobe` PMU), else the loaders' hooks (this sandbox's kernel: CONFIG_KPROBES off).
 fn expected_hook() -> &'static str {
     if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
         "kprobe:do_sys_openat2"
     } else {
-        "raw_tracepoint:sys_enter"
+        "uprobe:_dl_debug_state"
     }
 }
+
+/// Keeps discovery off the open path's kprobe and the loaders, so that it takes `sys_enter`.
+const SYSCALLS_ONLY: [(&str, &str); 2] = [
+    ("CUDATRACE_OPENS_FUNCTION", "no_such_function"),
+    ("CUDATRACE_LOADER_SYMBOL", "no_such_symbol"),
+];
 
 #[test]
 fn discovery_reads_only_the_maps_of_processes_the_kernel_names() {
@@ -121,20 +129,21 @@ fn discovery_reads_only_the_maps_of_processes_the_kernel_names() {
         "{:?}",
         traced.stderr
     );
-    // Where the open path's hook attached, nothing says the fallback runs on every system call.
-    assert_eq!(
-        traced
+    // Neither the open path's hook nor the loaders' runs on every system call.
+    assert!(
+        !traced
             .stderr
             .iter()
             .any(|l| l.contains("every system call")),
-        expected_hook() != "kprobe:do_sys_openat2",
         "{:?}",
         traced.stderr
     );
-    // The processes that opened a file named libcuda.so.1: the two workloads, `touch` and
-    // `mount` making the container's path, and this test copying the library twice, each read
-    // at once and again at most five times until it mapped one or left. None of the crowd (a
-    // polling pass reads all 200, and every other process, four times a second).
+    // The processes that opened (kprobe) or loaded (loaders) a file named libcuda.so.1: the two
+    // workloads, with the kprobe `touch` and `mount` making the container's path and this test
+    // copying the library twice, with the loaders each new executable (`sleep` once, `sh`,
+    // `unshare`...), each read at once and again at most five times until it mapped one or
+    // left. None of the crowd (a polling pass reads all 200, and every other process, four
+    // times a second).
     assert!(
         (2.0..=40.0).contains(&read),
         "{read} maps read: {:?}",
@@ -183,10 +192,7 @@ fn without_the_open_path_discovery_hooks_system_calls_and_says_so_once() {
     if env().is_none() {
         return;
     }
-    let (mode, counted, stderr) = discovered_with(
-        &[("CUDATRACE_OPENS_FUNCTION", "no_such_function")],
-        "syscalls",
-    );
+    let (mode, counted, stderr) = discovered_with(&SYSCALLS_ONLY, "syscalls");
     let said: Vec<&String> = stderr
         .iter()
         .filter(|l| l.contains("every system call"))
@@ -197,7 +203,9 @@ fn without_the_open_path_discovery_hooks_system_calls_and_says_so_once() {
     assert_eq!(said.len(), 1, "{stderr:?}");
     assert!(
         said[0].starts_with("cudatrace: discovery's open hook runs on every system call of the node (raw_tracepoint:sys_enter), since the kernel's open path cannot be probed (kprobe no_such_function: cannot create a multi link for cuda_opened_path in kernel function no_such_function")
-            && said[0].contains("; no perf-event kprobe on no_such_function either"),
+            && said[0].contains("; no perf-event kprobe on no_such_function either")
+            && said[0].contains("; loader hooks: ")
+            && said[0].contains("exports no no_such_symbol"),
         "{}",
         said[0]
     );
@@ -215,7 +223,8 @@ fn without_the_kernels_help_discovery_polls_and_says_so_once() {
     }
     let (mode, counted, stderr) = discovered_with(
         &[
-            ("CUDATRACE_OPENS_FUNCTION", "no_such_function"),
+            SYSCALLS_ONLY[0],
+            SYSCALLS_ONLY[1],
             ("CUDATRACE_OPENS_TRACEPOINT", "no_such_tracepoint"),
         ],
         "polls",
@@ -230,6 +239,7 @@ fn without_the_kernels_help_discovery_polls_and_says_so_once() {
     assert_eq!(said.len(), 1, "{stderr:?}");
     assert!(
         said[0].starts_with("cudatrace: the kernel cannot say which process opens a libcuda (kprobe no_such_function: ")
+            && said[0].contains("; loader hooks: ")
             && said[0].contains("; cannot attach to the raw tracepoint no_such_tracepoint")
             && said[0].ends_with("discovering by reading every process's maps every 250 ms instead"),
         "{}",
@@ -246,14 +256,14 @@ fn without_the_kernels_help_discovery_polls_and_says_so_once() {
     assert_eq!(counted, Some(700.0), "{stderr:?}");
 }
 
-/// A tenant opening a file named libcuda.so.1 in a loop for 5 s: the kernel reports it at most
-/// once a millisecond, its maps are read at most once per 50 ms, and the daemon stays cheap and
-/// answers scrapes.
+/// A tenant opening a file named libcuda.so.1 in a loop for 5 s (on the open hook, the loaders'
+/// kept off: they see no open): the kernel reports it at most once a millisecond, its maps are read at most
+/// once per 50 ms, and the daemon stays cheap and answers scrapes.
 #[test]
 fn a_tenant_opening_libcuda_in_a_loop_costs_little() {
     let Some(env) = env() else { return };
     let listen = format!("127.0.0.1:{}", free_port());
-    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[]);
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[SYSCALLS_ONLY[1]]);
     let dir = TempDir::new("open-flood");
     let bait = dir.write("libcuda.so.1", "not a library");
     let before = maps_read(&listen);

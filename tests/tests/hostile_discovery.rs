@@ -16,6 +16,10 @@ use integration_tests::{
     Scenario, Workload,
 };
 
+/// Keeps discovery off the loaders' hooks (which no open runs), on the open hook: the open
+/// path's kprobe where the kernel has kprobes, else `sys_enter`.
+const OPEN_HOOK: (&str, &str) = ("CUDATRACE_LOADER_SYMBOL", "no_such_symbol");
+
 /// `n` processes of 1,000 mappings in `cgroup`, each opening a missing libcuda.so.1 once a
 /// second for `secs` seconds.
 fn flood(env: &Env, cgroup: &Path, n: u32, secs: u32) -> Child {
@@ -57,7 +61,7 @@ fn counter(listen: &str, name: &str) -> f64 {
 fn four_hundred_flooding_openers_cost_the_daemon_little() {
     let Some(env) = env() else { return };
     let listen = format!("127.0.0.1:{}", free_port());
-    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[]);
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[OPEN_HOOK]);
     let cgroup = Cgroup::new("flood-400");
     let dev = device_file("flood400");
     let cpu = cpu_seconds(daemon.pid());
@@ -103,7 +107,7 @@ fn four_hundred_flooding_openers_cost_the_daemon_little() {
 fn four_thousand_flooding_openers_hide_no_library_and_no_scrape() {
     let Some(env) = env() else { return };
     let listen = format!("127.0.0.1:{}", free_port());
-    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[]);
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[OPEN_HOOK]);
     let cgroup = Cgroup::new("flood-4096");
     let dev = device_file("flood4096");
     let shell = flood(&env, cgroup.path(), 4096, 90);

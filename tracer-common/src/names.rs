@@ -32,6 +32,13 @@ pub const MAP_OPENS: &str = "OPENS";
 pub const MAP_OPENERS: &str = "OPENERS";
 /// Per-process sampling windows (LRU hash, pid to [`crate::launches::ProcWindow`]).
 pub const MAP_PROCS: &str = "PROCS";
+/// What the loader program saw of each process's loaded objects (LRU hash, pid to
+/// [`crate::opens::LoadedState`]).
+pub const MAP_LOADED: &str = "LOADED";
+/// Executed files said already (LRU hash, [`crate::opens::ExeKey`] to u8).
+pub const MAP_EXES: &str = "EXES";
+/// The exec program's offsets and wake time (array of u64, `EXEC_*` slots).
+pub const MAP_EXEC_CONFIG: &str = "EXEC_CONFIG";
 
 /// Entry program for `cuLaunchKernel`-shaped calls.
 pub const PROG_LAUNCH: &str = "cuda_launch";
@@ -57,6 +64,14 @@ pub const PROG_OPENED: &str = "cuda_opened";
 pub const OPENED_TRACEPOINT: &str = "sys_enter";
 /// The kprobe program of discovery on the kernel's open path (only opens run it).
 pub const PROG_OPENED_PATH: &str = "cuda_opened_path";
+/// Discovery's hook in each dynamic loader (`_dl_debug_state`, a uprobe_multi link per loader
+/// file): names the processes that loaded a libcuda.
+pub const PROG_LOADED: &str = "cuda_loaded";
+/// Discovery's exec hook: names the processes that executed a file not seen before, whose
+/// loader may need [`PROG_LOADED`].
+pub const PROG_EXEC: &str = "cuda_exec";
+/// The raw tracepoint [`PROG_EXEC`] is attached to.
+pub const EXEC_TRACEPOINT: &str = "sched_process_exec";
 /// The kernel function [`PROG_OPENED_PATH`] probes: every `open`, `openat` and `openat2`, the
 /// user-space path its second argument.
 pub const OPENED_FUNCTION: &str = "do_sys_openat2";
@@ -77,7 +92,7 @@ pub const MAP_SLOTS_CGROUP: &str = "SLOTS_CG";
 pub const MAP_UNSLOTTED: &str = "UNSLOTTED";
 
 /// Every map name.
-pub const MAPS: [&str; 18] = [
+pub const MAPS: [&str; 21] = [
     MAP_EVENTS,
     MAP_ENTRIES,
     MAP_STATS,
@@ -96,9 +111,12 @@ pub const MAPS: [&str; 18] = [
     MAP_SLOTS,
     MAP_SLOTS_CGROUP,
     MAP_UNSLOTTED,
+    MAP_LOADED,
+    MAP_EXES,
+    MAP_EXEC_CONFIG,
 ];
 /// Every program name.
-pub const PROGRAMS: [&str; 12] = [
+pub const PROGRAMS: [&str; 14] = [
     PROG_FAULT,
     PROG_LAUNCH,
     PROG_LAUNCH_EX,
@@ -111,4 +129,6 @@ pub const PROGRAMS: [&str; 12] = [
     PROG_OPENED,
     PROG_OPENED_PATH,
     PROG_CENSUS,
+    PROG_LOADED,
+    PROG_EXEC,
 ];

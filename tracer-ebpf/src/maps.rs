@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use tracer_common::{
     launches::{LaunchCell, LaunchKey, ProcWindow, MAX_LAUNCH_CELLS, MAX_SAMPLED_PROCS},
-    opens::{MAX_OPENERS, OPENS_RINGBUF_BYTES},
+    opens::{ExeKey, LoadedState, EXEC_CONFIG_COUNT, MAX_EXES, MAX_OPENERS, OPENS_RINGBUF_BYTES},
     CensusKey, Entry, EventTag, Filter, NameEvent, RateWindow, CONFIG_COUNT, CONFIG_RATE_LIMIT,
     DEFAULT_RINGBUF_BYTES, MAX_CENSUS, MAX_DROPPING, MAX_INFLIGHT, MAX_RATED, MAX_TRACKED,
     STAT_COUNT, STAT_DROPPED, STAT_RATE_LIMITED,
@@ -89,6 +89,20 @@ pub static OPENS: RingBuf = RingBuf::with_byte_size(OPENS_RINGBUF_BYTES, 0);
 /// When each process that opened a libcuda was last reported, for `OPEN_REPORT_GAP_NS`.
 #[map]
 pub static OPENERS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(MAX_OPENERS, 0);
+
+/// What the loader program saw of each process's loaded objects (its count and last object), so
+/// that a load looks at the new objects only; forgotten at each execution.
+#[map]
+pub static LOADED: LruHashMap<u32, LoadedState> = LruHashMap::with_max_entries(MAX_OPENERS, 0);
+
+/// Executed files said to discovery already: each is said once (its loader does not change).
+#[map]
+pub static EXES: LruHashMap<ExeKey, u8> = LruHashMap::with_max_entries(MAX_EXES, 0);
+
+/// The exec program's field offsets (from the kernel's BTF, set by user space) and when it last
+/// woke the reader (`EXEC_*` slots).
+#[map]
+pub static EXEC_CONFIG: Array<u64> = Array::with_max_entries(EXEC_CONFIG_COUNT, 0);
 
 /// Each process's launch-sampling window and wait epoch, while aggregating.
 #[map]

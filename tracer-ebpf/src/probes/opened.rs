@@ -13,11 +13,13 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracer_common::{
-    opens::{OpenEvent, LIBCUDA_PREFIX, OPEN_PATH_BYTES, OPEN_REPORT_GAP_NS},
+    opens::{OpenEvent, LIBCUDA_PREFIX, OPEN_KIND_OPENED, OPEN_PATH_BYTES, OPEN_REPORT_GAP_NS},
     STAT_OPENS_LOST,
 };
 
 use crate::maps::{bump, OPENERS, OPENS};
+
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 /// System call numbers and where the path argument sits in `struct pt_regs` (bytes).
 #[cfg(bpf_target_arch = "x86_64")]
@@ -77,6 +79,13 @@ pub fn report_if_libcuda(filename: u64) {
     if !names_libcuda(&path, len) {
         return;
     }
+    report(OPEN_KIND_OPENED);
+}
+
+/// Names the calling process to discovery, saying why (`kind`), at most once per
+/// [`OPEN_REPORT_GAP_NS`] per process. Shared by the open hooks and the loader's.
+#[inline(always)]
+pub fn report(kind: u32) {
     let id = bpf_get_current_pid_tgid();
     let pid = (id >> 32) as u32;
     // SAFETY: bpf_ktime_get_ns has no preconditions.
@@ -95,8 +104,12 @@ pub fn report_if_libcuda(filename: u64) {
                 tid: id as u32,
                 // SAFETY: bpf_get_current_cgroup_id has no preconditions.
                 cgroup: unsafe { bpf_get_current_cgroup_id() },
+                kind,
+                ..OpenEvent::default()
             });
-            slot.submit(0);
+            // Woken whatever waits before it: an execution's record (`exec`) does not wake the
+            // reader, and the ring's adaptive wake-up would not either while one is unread.
+            slot.submit(BPF_RB_FORCE_WAKEUP);
         }
         None => bump(STAT_OPENS_LOST),
     }
@@ -110,7 +123,7 @@ const NAME_WINDOW: usize = 32;
 /// name that only looks so, `libcuda.so.d/x`, makes discovery read that one process's maps.)
 /// The loop has a constant bound and carries no state, so the verifier walks it once.
 #[inline(always)]
-fn names_libcuda(path: &[u8; OPEN_PATH_BYTES], len: usize) -> bool {
+pub fn names_libcuda(path: &[u8; OPEN_PATH_BYTES], len: usize) -> bool {
     let n = LIBCUDA_PREFIX.len();
     for k in 0..NAME_WINDOW {
         let Some(i) = len.checked_sub(n + k) else {

@@ -20,6 +20,7 @@ use crate::{
     probe::guard::Guard,
     probe::loader,
     probe::loader::Probes,
+    probe::opens::OpenHook,
     probe::run_as,
     registry::Registry,
 };
@@ -121,12 +122,19 @@ impl Session {
         // Said once running as its own uid: a run that cannot switch says that one line only.
         if let Some((why, hook)) = opens
             .as_ref()
-            .and_then(|o| Some((o.fell_back.as_ref()?, o.hook.name())))
+            .and_then(|o| Some((o.fell_back.as_ref()?, &o.hook)))
         {
-            log::warn!(
-                "cudatrace: discovery's open hook runs on every system call of the node ({hook}), \
-                 since the kernel's open path cannot be probed ({why})"
-            );
+            match hook {
+                OpenHook::Syscalls(_) => log::warn!(
+                    "cudatrace: discovery's open hook runs on every system call of the node ({}), \
+                     since the kernel's open path cannot be probed ({why})",
+                    hook.name()
+                ),
+                _ => log::info!(
+                    "cudatrace: the kernel's open path cannot be probed ({why}); discovery hooks the dynamic loaders instead ({})",
+                    hook.name()
+                ),
+            }
         }
         let discovery_stats = std::sync::Arc::new(discovery::Stats::default());
         let mut discovery = if watch {
@@ -140,7 +148,7 @@ impl Session {
                 hook = hook.as_str();
                 "discovery: {}",
                 if d.event_driven() {
-                    format!("the kernel names each process that opens a libcuda ({hook}); only its maps are read")
+                    format!("the kernel names each process that opens or loads a libcuda ({hook}); only its maps are read")
                 } else {
                     "every process's maps are read at each rescan".to_owned()
                 }

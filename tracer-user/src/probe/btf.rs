@@ -1,7 +1,8 @@
-//! The one thing cudatrace reads from the kernel's BTF (`/sys/kernel/btf/vmlinux`): where
-//! `exit_code` sits in `struct task_struct`, so that the exit program can report a process's
-//! exit status (this kernel refuses the BTF-typed programs that would read it by name). A
-//! walk over the type section, bounded; aya 0.14 keeps its BTF types' members private.
+//! What cudatrace reads from the kernel's BTF (`/sys/kernel/btf/vmlinux`): where `exit_code`
+//! sits in `struct task_struct`, so that the exit program can report a process's exit status,
+//! and where discovery's exec hook finds an executed file's device and inode (kernels that
+//! refuse the BTF-typed programs that would read them by name need the offsets). A walk over
+//! the type section, bounded; aya 0.14 keeps its BTF types' members private.
 use std::io::Read as _;
 
 /// The kernel's BTF.
@@ -13,13 +14,32 @@ const MAGIC: u16 = 0xeb9f;
 /// The byte offset of `exit_code` in the running kernel's `struct task_struct`, or None when the
 /// kernel has no BTF or it does not say.
 pub fn exit_code_offset() -> Option<u32> {
+    member_offset(&vmlinux()?, "task_struct", "exit_code")
+}
+
+/// Where the exec hook finds an executed file's device and inode: `linux_binprm.file`,
+/// `file.f_inode`, `inode.i_ino`, `inode.i_sb` and `super_block.s_dev`, in that order (the
+/// `EXEC_*` slots); None unless the kernel's BTF says each.
+pub fn exec_offsets() -> Option<[u32; 5]> {
+    let data = vmlinux()?;
+    Some([
+        member_offset(&data, "linux_binprm", "file")?,
+        member_offset(&data, "file", "f_inode")?,
+        member_offset(&data, "inode", "i_ino")?,
+        member_offset(&data, "inode", "i_sb")?,
+        member_offset(&data, "super_block", "s_dev")?,
+    ])
+}
+
+/// The running kernel's BTF, at most [`MAX_BYTES`].
+fn vmlinux() -> Option<Vec<u8>> {
     let mut data = Vec::new();
     std::fs::File::open(VMLINUX)
         .ok()?
         .take(MAX_BYTES)
         .read_to_end(&mut data)
         .ok()?;
-    member_offset(&data, "task_struct", "exit_code")
+    Some(data)
 }
 
 fn u32_at(data: &[u8], at: usize) -> Option<u32> {
@@ -138,5 +158,9 @@ mod tests {
         // Every kernel this runs on in CI has BTF (uprobe_multi needs 6.6).
         let off = exit_code_offset().expect("exit_code in /sys/kernel/btf/vmlinux");
         assert!(off > 0 && off < 16384, "{off}");
+        let exec = exec_offsets().expect("the exec hook's members in /sys/kernel/btf/vmlinux");
+        assert!(exec.iter().all(|o| *o < 4096), "{exec:?}");
+        // The device and the inode's superblock are distinct members of their structs.
+        assert_ne!(exec[2], exec[3], "{exec:?}");
     }
 }

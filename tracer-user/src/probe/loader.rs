@@ -18,8 +18,8 @@ use aya::{
 };
 use tracer_common::{
     names::{
-        MAP_EVENTS, PROG_EXIT, PROG_FAULT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_OPENED_PATH,
-        PROG_REGS, PROG_RENAME, PROG_RETURN,
+        MAP_EVENTS, PROG_EXIT, PROG_FAULT, PROG_LAUNCH, PROG_LAUNCH_EX, PROG_REGS, PROG_RENAME,
+        PROG_RETURN,
     },
     Layout,
 };
@@ -76,8 +76,8 @@ pub struct Probes {
     guard: Guard,
     /// Libraries whose probes harmed a process: never attached again until cleared.
     pub breaker: Breaker,
-    /// Discovery's open-path program, loaded for a kprobe_multi link, or why it was not.
-    pub(super) open_path: Result<std::os::fd::OwnedFd, String>,
+    /// Discovery's programs for multi links (the open path's, the loaders'), or why not.
+    pub(super) discovery: super::opens::Programs,
 }
 
 pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -152,8 +152,7 @@ pub fn load(
         None => UProbeScope::AllProcesses,
     };
     // Loaded while every map is in `ebpf`; attached only if discovery watches the opens.
-    let open_path =
-        super::multi::load_kprobe(EBPF_OBJECT, &ebpf, PROG_OPENED_PATH).map_err(|e| e.to_string());
+    let discovery = super::opens::Programs::load(EBPF_OBJECT, &ebpf);
     let maps = Maps::take(&mut ebpf)?;
     let ring = Some(take(&mut ebpf, MAP_EVENTS)?);
     let log = match log_level {
@@ -174,7 +173,7 @@ pub fn load(
         log,
         guard: Guard::running(false),
         breaker: Breaker::default(),
-        open_path,
+        discovery,
     })
 }
 

@@ -19,6 +19,7 @@ pub mod kernels;
 pub mod kmsg;
 pub mod library;
 pub mod loader;
+mod loader_hooks;
 pub mod multi;
 pub mod opens;
 pub mod proc_maps;

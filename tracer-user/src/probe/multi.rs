@@ -26,6 +26,7 @@ use super::symbols::Resolved;
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_KPROBE_MULTI: u32 = 42;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
@@ -280,6 +281,27 @@ pub fn kprobe_link(
         path: format!("kernel function {function}"),
         source,
     })
+}
+
+/// `union bpf_attr` for BPF_RAW_TRACEPOINT_OPEN.
+#[repr(C)]
+#[derive(Default)]
+struct RawTracepointAttr {
+    name: u64,
+    prog_fd: u32,
+    pad: u32,
+}
+
+/// Attaches the loaded raw-tracepoint program `prog` to the raw tracepoint `name`; the link
+/// holds it.
+pub fn raw_tracepoint(prog: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let mut attr = RawTracepointAttr {
+        name: name.as_ptr() as u64,
+        prog_fd: prog.as_raw_fd() as u32,
+        pad: 0,
+    };
+    bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr)
 }
 
 /// One uprobe_multi link of `prog` (named `program` in errors) on `offsets` of the library at

@@ -1,8 +1,9 @@
 //! The open hook of discovery: the kernel names each process that opens a file named like
 //! libcuda. First choice, a kprobe_multi link on the kernel's open path (`do_sys_openat2`): only
-//! opens run it. Where the kernel cannot (no fprobe, the function renamed), the `sys_enter` raw
-//! tracepoint, which every system call of the node runs. Where neither attaches, the caller
-//! polls.
+//! opens run it. Where the kernel cannot (no kprobes, the function renamed), hooks in the
+//! dynamic loaders (`loader_hooks`): only loads and executions run them. Where those cannot
+//! either (no uprobe_multi, no BTF), the `sys_enter` raw tracepoint, which every system call of
+//! the node runs. Where nothing attaches, the caller polls.
 use std::os::fd::OwnedFd;
 
 use anyhow::{Context as _, Result};
@@ -11,19 +12,40 @@ use aya::{
     programs::{KProbe, RawTracePoint},
 };
 use tracer_common::names::{
-    MAP_OPENS, OPENED_FUNCTION, OPENED_TRACEPOINT, PROG_OPENED, PROG_OPENED_PATH,
+    MAP_OPENS, OPENED_FUNCTION, OPENED_TRACEPOINT, PROG_LOADED, PROG_OPENED, PROG_OPENED_PATH,
 };
 
 use super::{
+    discovery::loaders::Loaders,
     loader::{take, Probes},
     multi,
 };
+
+/// Discovery's programs loaded for multi links while every map is in the object: the open
+/// path's (kprobe_multi) and the loaders' (uprobe_multi), or why each was not.
+pub struct Programs {
+    pub(super) open_path: Result<OwnedFd, String>,
+    pub(super) loaded: Result<OwnedFd, String>,
+}
+
+impl Programs {
+    /// Loads both from `object`, relocated against `ebpf`'s maps.
+    pub fn load(object: &[u8], ebpf: &aya::Ebpf) -> Programs {
+        Programs {
+            open_path: multi::load_kprobe(object, ebpf, PROG_OPENED_PATH)
+                .map_err(|e| e.to_string()),
+            loaded: multi::load_program(object, ebpf, PROG_LOADED).map_err(|e| e.to_string()),
+        }
+    }
+}
 
 /// Which hook names the processes that open a libcuda.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpenHook {
     /// A kprobe on the kernel's open path: other system calls pay nothing.
     OpenPath(String),
+    /// A uprobe on this function of every dynamic loader: only loads pay.
+    Loaders(String),
     /// The `sys_enter` raw tracepoint: every system call of the node runs it.
     Syscalls(String),
 }
@@ -33,6 +55,7 @@ impl OpenHook {
     pub fn name(&self) -> String {
         match self {
             OpenHook::OpenPath(f) => format!("kprobe:{f}"),
+            OpenHook::Loaders(f) => format!("uprobe:{f}"),
             OpenHook::Syscalls(t) => format!("raw_tracepoint:{t}"),
         }
     }
@@ -44,11 +67,14 @@ pub struct Opens {
     pub ring: RingBuf<MapData>,
     /// Which hook attached.
     pub hook: OpenHook,
-    /// Why the open-path hook did not attach, when the `sys_enter` one did instead.
+    /// Why the open-path hook did not attach, when another did instead (said by the caller
+    /// once it runs as its own uid).
     pub fell_back: Option<String>,
     /// The kprobe_multi link (the hook stays while it is held); none for the tracepoint, which
     /// aya's program holds.
     pub link: Option<OwnedFd>,
+    /// The loader hooks, for the discovery thread to add to.
+    pub loaders: Option<Loaders>,
 }
 
 impl Probes {
@@ -60,7 +86,7 @@ impl Probes {
             .unwrap_or_else(|_| OPENED_FUNCTION.to_owned());
         // A kprobe_multi link (fprobe) first, else a perf-event kprobe (aya's, held by its
         // program), else the tracepoint.
-        let linked = match &self.open_path {
+        let linked = match &self.discovery.open_path {
             Ok(prog) => {
                 multi::kprobe_link(prog, PROG_OPENED_PATH, &function).map_err(|e| e.to_string())
             }
@@ -73,6 +99,7 @@ impl Probes {
                     hook: OpenHook::OpenPath(function),
                     fell_back: None,
                     link: Some(link),
+                    loaders: None,
                 })
             }
             Err(multi) => match self.perf_kprobe(&function) {
@@ -82,10 +109,23 @@ impl Probes {
                         hook: OpenHook::OpenPath(function),
                         fell_back: None,
                         link: None,
+                        loaders: None,
                     })
                 }
                 Err(perf) => format!("kprobe {function}: {multi}; {perf:#}"),
             },
+        };
+        let fell_back = match self.watch_loaders() {
+            Ok(loaders) => {
+                return Ok(Opens {
+                    ring: take(&mut self.ebpf, MAP_OPENS)?,
+                    hook: OpenHook::Loaders(loaders.symbol().to_owned()),
+                    fell_back: Some(fell_back),
+                    link: None,
+                    loaders: Some(loaders),
+                });
+            }
+            Err(e) => format!("{fell_back}; loader hooks: {e:#}"),
         };
         let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
             .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
@@ -104,6 +144,7 @@ impl Probes {
             hook: OpenHook::Syscalls(tracepoint),
             fell_back: Some(fell_back),
             link: None,
+            loaders: None,
         })
     }
 

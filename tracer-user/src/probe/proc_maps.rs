@@ -103,7 +103,32 @@ pub fn file_offset_of(reader: impl std::io::Read, addr: u64) -> Option<(Mapping,
 /// The libcuda mappings in a maps text read from `reader`, at most [`MAX_MAPS_BYTES`] of it;
 /// one per file (device and inode), at most [`MAX_FILES`].
 pub fn libcuda_mappings(reader: impl std::io::Read) -> Vec<Mapping> {
-    let mut found: Vec<Mapping> = Vec::new();
+    mappings(reader).libcuda
+}
+
+/// Dynamic loaders kept of one process (one is usual; a process may map another's by hand).
+pub const MAX_LOADERS: usize = 4;
+
+/// What discovery looks for in one process's maps.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Its libcuda files, one mapping each, at most [`MAX_FILES`].
+    pub libcuda: Vec<Mapping>,
+    /// Its dynamic loaders (files named `ld-*.so*`), one mapping each, at most [`MAX_LOADERS`].
+    pub loaders: Vec<Mapping>,
+}
+
+/// Whether a file name is a dynamic loader's: `ld-linux-x86-64.so.2`, `ld-linux-aarch64.so.1`,
+/// `ld-2.31.so`, `ld-musl-x86_64.so.1`. (A tenant's file so named is read, and refused unless
+/// it exports an empty `_dl_debug_state`.)
+pub fn is_loader(name: &str) -> bool {
+    name.starts_with("ld-") && name.contains(".so")
+}
+
+/// The libcuda and loader mappings in a maps text read from `reader`, at most
+/// [`MAX_MAPS_BYTES`] of it; one per file (device and inode).
+pub fn mappings(reader: impl std::io::Read) -> Found {
+    let mut found = Found::default();
     let mut files = std::collections::HashSet::new();
     let mut lines = BufReader::new(reader.take(MAX_MAPS_BYTES));
     let mut buf = Vec::new();
@@ -130,9 +155,16 @@ pub fn libcuda_mappings(reader: impl std::io::Read) -> Vec<Mapping> {
             continue;
         };
         let name = m.path.rsplit('/').next().unwrap_or_default();
-        if is_libcuda(name) && files.insert((m.dev, m.inode)) {
-            found.push(m);
-            if found.len() == MAX_FILES {
+        let list = if is_libcuda(name) {
+            &mut found.libcuda
+        } else if is_loader(name) && found.loaders.len() < MAX_LOADERS {
+            &mut found.loaders
+        } else {
+            continue;
+        };
+        if files.insert((m.dev, m.inode)) {
+            list.push(m);
+            if found.libcuda.len() == MAX_FILES {
                 break;
             }
         }
@@ -210,5 +242,30 @@ mod tests {
         let mut huge = "1-2 r 0 08:01 1 /pad\n".repeat((MAX_MAPS_BYTES / 20) as usize + 10);
         huge.push_str("7-8 r 0 08:01 5 /late/libcuda.so.1\n");
         assert!(libcuda_mappings(huge.as_bytes()).is_empty());
+    }
+
+    #[test]
+    fn loaders_are_found_beside_libcuda_and_bounded() {
+        let text = "1-2 r--p 0 08:01 3 /usr/bin/python3.11\n\
+                    2-3 r-xp 0 08:01 4 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\n\
+                    3-4 r--p 1000 08:01 4 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\n\
+                    4-5 r-xp 0 08:01 7 /usr/lib/libcuda.so.1\n\
+                    5-6 r-xp 0 08:01 8 /nix/store/x-glibc/lib/ld-2.31.so\n\
+                    6-7 r-xp 0 08:01 9 /lib/ld-musl-x86_64.so.1\n\
+                    7-8 r-xp 0 08:01 10 /opt/ld-library.txt\n\
+                    8-9 r-xp 0 08:01 11 /opt/old.so\n";
+        let found = mappings(text.as_bytes());
+        assert_eq!(
+            found.libcuda.iter().map(|m| m.inode).collect::<Vec<_>>(),
+            [7]
+        );
+        assert_eq!(
+            found.loaders.iter().map(|m| m.inode).collect::<Vec<_>>(),
+            [4, 8, 9]
+        );
+        let many: String = (1..=50)
+            .map(|i| format!("1-2 r 0 08:01 {i} /f{i}/ld-linux-x86-64.so.2\n"))
+            .collect();
+        assert_eq!(mappings(many.as_bytes()).loaders.len(), MAX_LOADERS);
     }
 }

@@ -11,6 +11,7 @@ use std::{
 use object::{Object, ObjectSection, ObjectSymbol, ReadRef};
 
 mod bounded;
+pub mod debug_state;
 
 pub use bounded::{header_refusal, MAX_SYMBOL_READ};
 use thiserror::Error;
@@ -255,7 +256,7 @@ pub fn exported_cu(data: &[u8], path: &Path) -> Result<Vec<(String, u64)>, Symbo
 }
 
 /// Translates a symbol's virtual address into the file offset uprobes are attached by.
-fn file_offset<'d, R: ReadRef<'d>>(
+pub(crate) fn file_offset<'d, R: ReadRef<'d>>(
     file: &object::File<'d, R>,
     sym: &object::Symbol<'d, '_, R>,
 ) -> Option<u64> {

@@ -14,9 +14,10 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use tokio::sync::mpsc;
-use tracer_common::opens::OpenEvent;
+use tracer_common::opens::{OpenEvent, EXEC_WAKE_GAP_NS, OPEN_KIND_EXEC, OPEN_KIND_LOADED};
 
 use super::{
+    loaders::Loaders,
     queue::{thread_cpu, Queue},
     sweep::Sweep,
     Pass, Scanner, Settled,
@@ -70,14 +71,21 @@ pub struct Request {
 }
 
 /// The thread's loop: kernel events in, passes out, until the event loop goes. The first full
-/// pass (before `ready`) runs whole; a later one runs in steps under the reads' budget.
+/// pass (before `ready`) runs whole; a later one runs in steps under the reads' budget. With
+/// `loaders`, every loader in the maps read is hooked, and each execution of a new file is read
+/// once for its loader (its process read again, as a named one, when that loader was new: it
+/// may have loaded a libcuda before the hook was there).
 pub fn run(
     mut scanner: Scanner,
+    mut loaders: Option<Loaders>,
     mut opens: RingBuf<MapData>,
     incoming: std_mpsc::Receiver<Request>,
     bell: Bell,
     out: mpsc::UnboundedSender<Pass>,
 ) {
+    if let Some(l) = loaders.as_mut() {
+        l.say_unsaid();
+    }
     let mut settled = Settled::default();
     let mut queue = Queue::new(scanner.stats.clone(), Instant::now());
     let mut sweep: Option<Sweep> = None;
@@ -107,6 +115,7 @@ pub fn run(
         }
         let now = Instant::now();
         let mut heard = false;
+        let mut execs = Vec::new();
         while let Some(item) = opens.next() {
             heard = true;
             if item.len() < std::mem::size_of::<OpenEvent>() {
@@ -114,7 +123,11 @@ pub fn run(
             }
             // SAFETY: the kernel wrote an OpenEvent (plain integers), length checked above.
             let ev: OpenEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-            queue.offer(ev.pid, ev.cgroup, now);
+            match ev.kind {
+                OPEN_KIND_EXEC => execs.push(ev),
+                OPEN_KIND_LOADED => queue.offer_now(ev.pid, ev.cgroup, now),
+                _ => queue.offer(ev.pid, ev.cgroup, now),
+            }
         }
         // A full pass asked for (a slot given back, opens lost or dropped): read every process
         // in steps; what waits is read by it.
@@ -139,6 +152,31 @@ pub fn run(
             queue.budget.spend(thread_cpu().saturating_sub(cpu));
             queue.done(pid, maps, now);
         }
+        let executed = !execs.is_empty();
+        if let Some(l) = loaders.as_mut() {
+            for ev in execs {
+                if !queue.budget.left_over(Instant::now(), keep) {
+                    l.forget(ev.exe);
+                    continue;
+                }
+                let cpu = thread_cpu();
+                let maps = scanner.scan(ev.pid, &settled, now, &mut tried, &mut mapped, &mut found);
+                queue.budget.spend(thread_cpu().saturating_sub(cpu));
+                scanner
+                    .stats
+                    .execs_read
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if maps.is_none() {
+                    l.again(ev.exe);
+                }
+                let seen = std::mem::take(scanner.loaders.get_or_insert_with(Vec::new));
+                for (pid, m) in seen {
+                    if l.watch(pid, &m) && maps.is_some() {
+                        queue.offer(pid, ev.cgroup, now);
+                    }
+                }
+            }
+        }
         let mut passes = Vec::new();
         if !found.is_empty() {
             passes.push(Pass {
@@ -159,6 +197,12 @@ pub fn run(
         if !passes.is_empty() {
             told = Instant::now();
         }
+        // The loaders in every other read (the first pass, named processes, a sweep's step).
+        if let (Some(l), Some(seen)) = (loaders.as_mut(), scanner.loaders.as_mut()) {
+            for (pid, m) in std::mem::take(seen) {
+                l.watch(pid, &m);
+            }
+        }
         for pass in passes {
             settled.skip.extend(pass.found.iter().map(|p| {
                 use std::os::unix::fs::MetadataExt as _;
@@ -174,6 +218,11 @@ pub fn run(
         let mut wait = queue.next_due(now).unwrap_or(IDLE_WAIT).min(IDLE_WAIT);
         if sweep.is_some() {
             wait = Duration::ZERO;
+        }
+        // Executions after the one that woke this thread wake nobody for a while: read them
+        // within that while.
+        if executed {
+            wait = wait.min(Duration::from_nanos(EXEC_WAKE_GAP_NS));
         }
         wait = wait.max(queue.budget.wait(now, Duration::ZERO));
         let mut fds = [opens.as_raw_fd(), bell.0.as_raw_fd()].map(|fd| libc::pollfd {

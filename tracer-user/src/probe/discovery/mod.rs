@@ -18,6 +18,7 @@ use std::{
 };
 
 mod events;
+pub mod loaders;
 mod queue;
 mod sweep;
 mod watch;
@@ -121,9 +122,9 @@ fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
-/// Opens the file `pid` mapped as `m`, checks it is that very file (device, inode), a regular
-/// file within the size cap, and reads its entry points.
-fn prepare(pid: u32, m: &Mapping, settled: &Settled) -> Result<Prepared, String> {
+/// Opens the file `pid` mapped as `m` and checks it is that very file (device, inode), a
+/// regular file within the size cap: the file, its metadata, and its path as shown.
+pub(super) fn open_mapped(pid: u32, m: &Mapping) -> Result<(File, fs::Metadata, PathBuf), String> {
     let path = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
     let shown = printable(&path.display().to_string()).into_owned();
     let file = if m.deleted {
@@ -143,6 +144,12 @@ fn prepare(pid: u32, m: &Mapping, settled: &Settled) -> Result<Prepared, String>
             m.inode
         ));
     }
+    Ok((file, meta, path))
+}
+
+/// Opens the file `pid` mapped as `m` ([`open_mapped`]) and reads its entry points.
+fn prepare(pid: u32, m: &Mapping, settled: &Settled) -> Result<Prepared, String> {
+    let (file, meta, path) = open_mapped(pid, m)?;
     let allowed = settled
         .allowed
         .as_ref()
@@ -190,6 +197,13 @@ pub struct Stats {
     pub deferred: AtomicU64,
     /// Full passes over every process (the first one included).
     pub full_passes: AtomicU64,
+    /// Dynamic loaders hooked (where discovery hooks loaders).
+    pub loaders: AtomicU64,
+    /// Executions of new files whose process's maps were read for its loader.
+    pub execs_read: AtomicU64,
+    /// Executions of new files not read (the reads' budget was spent): said again at the file's
+    /// next execution.
+    pub execs_dropped: AtomicU64,
 }
 
 impl Stats {
@@ -201,6 +215,9 @@ impl Stats {
             opens_dropped: get(&self.dropped),
             opens_deferred: get(&self.deferred),
             full_passes: get(&self.full_passes),
+            loaders: get(&self.loaders),
+            execs_read: get(&self.execs_read),
+            execs_dropped: get(&self.execs_dropped),
         }
     }
 }
@@ -216,6 +233,12 @@ pub struct Counted {
     pub opens_deferred: u64,
     /// Full passes.
     pub full_passes: u64,
+    /// Dynamic loaders hooked.
+    pub loaders: u64,
+    /// Executions of new files read for their loader.
+    pub execs_read: u64,
+    /// Executions of new files not read (budget spent).
+    pub execs_dropped: u64,
 }
 
 /// Discovery's memory between passes: files that failed, retried with backoff, and pruned once
@@ -226,6 +249,9 @@ pub struct Scanner {
     pass: u64,
     /// What it did, shared with the metrics.
     pub stats: Arc<Stats>,
+    /// The dynamic loaders in the maps read, not handed on yet (`None`: not looked for, as
+    /// where discovery does not hook loaders).
+    pub loaders: Option<Vec<(u32, Mapping)>>,
 }
 
 impl Scanner {
@@ -282,7 +308,11 @@ impl Scanner {
         let file = File::open(format!("/proc/{pid}/maps")).ok()?;
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         let mut any = false;
-        for m in proc_maps::libcuda_mappings(file) {
+        let found = proc_maps::mappings(file);
+        if let Some(loaders) = self.loaders.as_mut() {
+            loaders.extend(found.loaders.into_iter().map(|m| (pid, m)));
+        }
+        for m in found.libcuda {
             any = true;
             let key = (m.dev, m.inode);
             mapped.insert(key);

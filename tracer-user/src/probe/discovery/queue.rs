@@ -155,6 +155,16 @@ impl Queue {
         self.enqueue(pid, tenant, now);
     }
 
+    /// The kernel saw `pid` load a libcuda: queued even if its reads found nothing a moment ago
+    /// (they will now); its tenant's share still holds.
+    pub fn offer_now(&mut self, pid: u32, tenant: u64, now: Instant) {
+        if self.named.contains_key(&pid) {
+            return;
+        }
+        self.quiet.remove(&pid);
+        self.enqueue(pid, tenant, now);
+    }
+
     fn enqueue(&mut self, pid: u32, tenant: u64, next: Instant) {
         let waiting = self.per_tenant.get(&tenant).copied().unwrap_or(0);
         if waiting >= MAX_PER_TENANT || self.named.len() >= MAX_PENDING {

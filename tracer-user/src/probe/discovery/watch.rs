@@ -46,10 +46,13 @@ impl Discovery {
         opens: Option<super::super::opens::Opens>,
         stats: std::sync::Arc<super::Stats>,
     ) -> std::io::Result<Discovery> {
-        let (opens, hook, link) = match opens {
-            Some(o) => (Some(o.ring), Some(o.hook), o.link),
-            None => (None, None, None),
+        let (opens, hook, link, mut loaders) = match opens {
+            Some(o) => (Some(o.ring), Some(o.hook), o.link, o.loaders),
+            None => (None, None, None, None),
         };
+        if let Some(l) = loaders.as_mut() {
+            l.share(stats.clone());
+        }
         let (requests, incoming) = std_mpsc::channel::<Request>();
         let (out, found) = mpsc::unbounded_channel();
         let events = opens.is_some();
@@ -57,12 +60,13 @@ impl Discovery {
         let thread_bell = bell.clone();
         let mut scanner = Scanner {
             stats,
+            loaders: loaders.as_ref().map(|_| Vec::new()),
             ..Scanner::default()
         };
         std::thread::Builder::new()
             .name("cudatrace-discover".into())
             .spawn(move || match opens {
-                Some(opens) => events::run(scanner, opens, incoming, thread_bell, out),
+                Some(opens) => events::run(scanner, loaders, opens, incoming, thread_bell, out),
                 None => {
                     for r in incoming {
                         if out.send(scanner.pass(&r.settled)).is_err() {

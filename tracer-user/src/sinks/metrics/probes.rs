@@ -68,6 +68,24 @@ impl Collector for ProbesCollector {
             "Passes over every process's maps (the first at start; later ones paid from the reads' CPU budget).",
             &[(vec![], snap.discovery.full_passes as f64)],
         )?;
+        counter(
+            &mut enc,
+            "cudatrace_discovery_execs_read",
+            "Executions of a file not executed before whose process's maps were read for its dynamic loader (where the loaders are hooked).",
+            &[(vec![], snap.discovery.execs_read as f64)],
+        )?;
+        counter(
+            &mut enc,
+            "cudatrace_discovery_execs_dropped",
+            "Executions of a new file not read, the reads' CPU budget being spent: said again at the file's next execution.",
+            &[(vec![], snap.discovery.execs_dropped as f64)],
+        )?;
+        gauge(
+            &mut enc,
+            "cudatrace_discovery_loaders",
+            "Dynamic loader files whose _dl_debug_state discovery hooks (where the kernel's open path cannot be probed; at most 64, then the sys_enter hook runs as well).",
+            &[(vec![], snap.discovery.loaders as f64)],
+        )?;
         let by_process: Vec<(Labels, f64)> = snap
             .drops_by_process
             .iter()

@@ -102,3 +102,29 @@ fn the_budget_refills_at_its_rate_and_no_further() {
     assert!(b.left_over(now + Duration::from_millis(1100), Duration::ZERO));
     assert_eq!(b.held(now + Duration::from_secs(3600)), CPU_BURST);
 }
+
+#[test]
+fn a_load_the_kernel_saw_is_read_at_once_even_when_quiet() {
+    let (mut q, stats, mut now) = queue();
+    q.offer(42, 7, now);
+    for k in 0..=RETRIES.len() {
+        if k > 0 {
+            now += RETRIES[k - 1];
+        }
+        assert_eq!(q.due(now), vec![42]);
+        q.done(42, Some(false), now);
+    }
+    // Quiet now: an open waits, a load of a libcuda does not.
+    q.offer(42, 7, now);
+    assert!(q.due(now).is_empty());
+    assert_eq!(stats.deferred.load(Ordering::Relaxed), 1);
+    q.offer_now(42, 7, now);
+    assert_eq!(q.due(now), vec![42]);
+    // Its tenant's share still holds.
+    let (mut q, stats, now) = queue();
+    for pid in 0..(MAX_PER_TENANT as u32 + 3) {
+        q.offer_now(pid, 7, now);
+    }
+    assert_eq!(q.waiting(), MAX_PER_TENANT);
+    assert_eq!(stats.dropped.load(Ordering::Relaxed), 3);
+}
