@@ -75,3 +75,42 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / hz
 }
+
+/// What a tenant's 5-second loop (`python3 -c SCRIPT` under `timeout 5`) cost the daemon
+/// `daemon_pid` listening on `listen`.
+pub struct Flood {
+    /// `timeout`'s exit code (124: the loop ran its 5 s).
+    pub code: Option<i32>,
+    /// The daemon's CPU seconds meanwhile.
+    pub cpu: f64,
+    /// Maps discovery read meanwhile.
+    pub read: f64,
+    /// How long a scrape right after took.
+    pub scrape: std::time::Duration,
+}
+
+/// Runs `script` in python3 for 5 s beside the daemon and measures what it cost ([`Flood`]).
+pub fn flood(daemon_pid: u32, listen: &str, script: &str) -> Flood {
+    let read = || {
+        exposition::sum(
+            &exposition::parse(&http::scrape(listen)),
+            "cudatrace_discovery_maps_read_total",
+            &[],
+        )
+    };
+    let before = read();
+    let cpu = cpu_seconds(daemon_pid);
+    let status = std::process::Command::new("timeout")
+        .args(["5", "python3", "-c", script])
+        .status()
+        .unwrap();
+    let cpu = cpu_seconds(daemon_pid) - cpu;
+    let t = std::time::Instant::now();
+    let after = read();
+    Flood {
+        code: status.code(),
+        cpu,
+        read: after - before,
+        scrape: t.elapsed(),
+    }
+}

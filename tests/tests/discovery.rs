@@ -266,28 +266,23 @@ fn a_tenant_opening_libcuda_in_a_loop_costs_little() {
     let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[SYSCALLS_ONLY[1]]);
     let dir = TempDir::new("open-flood");
     let bait = dir.write("libcuda.so.1", "not a library");
-    let before = maps_read(&listen);
-    let cpu = integration_tests::cpu_seconds(daemon.pid());
-    let flood = Command::new("timeout")
-        .args(["5", "python3", "-c"])
-        .arg(format!(
+    let f = integration_tests::flood(
+        daemon.pid(),
+        &listen,
+        &format!(
             "n = 0\nwhile True:\n    open({:?}).close()\n",
             bait.display().to_string()
-        ))
-        .status()
-        .unwrap();
-    let cpu = integration_tests::cpu_seconds(daemon.pid()) - cpu;
-    let t = std::time::Instant::now();
-    let read = maps_read(&listen) - before;
-    let scrape = t.elapsed();
+        ),
+    );
     let traced = daemon.stop();
     eprintln!(
-        "e2e a_tenant_opening_libcuda_in_a_loop_costs_little: 5 s of opens ({flood:?}): daemon CPU {cpu:.2} s, \
-         maps read {read}, a scrape after in {scrape:?}"
+        "e2e a_tenant_opening_libcuda_in_a_loop_costs_little: 5 s of opens (exit {:?}): daemon CPU {:.2} s, \
+         maps read {}, a scrape after in {:?}",
+        f.code, f.cpu, f.read, f.scrape
     );
-    assert_eq!(flood.code(), Some(124), "the loop ran its 5 s");
-    assert!(cpu < 0.5, "{cpu} s of CPU in 5 s");
-    assert!(read <= 150.0, "{read} maps read");
-    assert!(scrape < std::time::Duration::from_secs(1));
+    assert_eq!(f.code, Some(124), "the loop ran its 5 s");
+    assert!(f.cpu < 0.5, "{} s of CPU in 5 s", f.cpu);
+    assert!(f.read <= 150.0, "{} maps read", f.read);
+    assert!(f.scrape < std::time::Duration::from_secs(1));
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
 }

@@ -4,22 +4,17 @@
 //! inode, read through the offsets user space took from the kernel's BTF; each is said once
 //! (`EXES`). An execution also forgets what the loader hook saw of the process.
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
-    },
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, generated::bpf_ktime_get_ns},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use tracer_common::{
-    opens::{
-        ExeKey, OpenEvent, EXEC_BPRM_FILE, EXEC_FILE_INODE, EXEC_INODE_INO, EXEC_INODE_SB,
-        EXEC_READY, EXEC_SB_DEV, EXEC_WAKE_GAP_NS, EXEC_WOKE, OPEN_KIND_EXEC,
-    },
-    STAT_OPENS_LOST,
+use tracer_common::opens::{
+    ExeKey, EXEC_BPRM_FILE, EXEC_FILE_INODE, EXEC_INODE_INO, EXEC_INODE_SB, EXEC_READY,
+    EXEC_SB_DEV, EXEC_WAKE_GAP_NS, EXEC_WOKE, OPEN_KIND_EXEC,
 };
 
-use crate::maps::{bump, EXEC_CONFIG, EXES, LOADED, OPENS};
+use super::opened::emit;
+use crate::maps::{EXEC_CONFIG, EXES, LOADED};
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 
@@ -91,23 +86,8 @@ fn try_cuda_exec(ctx: &RawTracePointContext) {
         }
         None => 0,
     };
-    match OPENS.reserve::<OpenEvent>(0) {
-        Some(mut slot) => {
-            slot.write(OpenEvent {
-                pid,
-                tid: id as u32,
-                // SAFETY: bpf_get_current_cgroup_id has no preconditions.
-                cgroup: unsafe { bpf_get_current_cgroup_id() },
-                kind: OPEN_KIND_EXEC,
-                pad: 0,
-                exe,
-            });
-            slot.submit(flags);
-        }
-        None => {
-            // Said again at its next execution.
-            let _ = EXES.remove(&exe);
-            bump(STAT_OPENS_LOST);
-        }
+    if !emit(id, OPEN_KIND_EXEC, exe, flags) {
+        // Said again at its next execution.
+        let _ = EXES.remove(&exe);
     }
 }

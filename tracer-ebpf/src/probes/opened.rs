@@ -13,7 +13,9 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use tracer_common::{
-    opens::{OpenEvent, LIBCUDA_PREFIX, OPEN_KIND_OPENED, OPEN_PATH_BYTES, OPEN_REPORT_GAP_NS},
+    opens::{
+        ExeKey, OpenEvent, LIBCUDA_PREFIX, OPEN_KIND_OPENED, OPEN_PATH_BYTES, OPEN_REPORT_GAP_NS,
+    },
     STAT_OPENS_LOST,
 };
 
@@ -97,21 +99,33 @@ pub fn report(kind: u32) {
         }
     }
     let _ = OPENERS.insert(&pid, &now, 0);
+    // Woken whatever waits before it: an execution's record (`exec`) does not wake the reader,
+    // and the ring's adaptive wake-up would not either while one is unread.
+    emit(id, kind, ExeKey::default(), BPF_RB_FORCE_WAKEUP);
+}
+
+/// Writes the calling thread's process (`id`: pid and tid) to `OPENS` with `kind` and `exe`,
+/// submitted with `flags`; false (counted as lost) when the ring is full.
+#[inline(always)]
+pub fn emit(id: u64, kind: u32, exe: ExeKey, flags: u64) -> bool {
     match OPENS.reserve::<OpenEvent>(0) {
         Some(mut slot) => {
             slot.write(OpenEvent {
-                pid,
+                pid: (id >> 32) as u32,
                 tid: id as u32,
                 // SAFETY: bpf_get_current_cgroup_id has no preconditions.
                 cgroup: unsafe { bpf_get_current_cgroup_id() },
                 kind,
-                ..OpenEvent::default()
+                pad: 0,
+                exe,
             });
-            // Woken whatever waits before it: an execution's record (`exec`) does not wake the
-            // reader, and the ring's adaptive wake-up would not either while one is unread.
-            slot.submit(BPF_RB_FORCE_WAKEUP);
+            slot.submit(flags);
+            true
         }
-        None => bump(STAT_OPENS_LOST),
+        None => {
+            bump(STAT_OPENS_LOST);
+            false
+        }
     }
 }
 

@@ -11,9 +11,7 @@ use aya::{
     programs::RawTracePoint,
 };
 use tracer_common::{
-    names::{
-        EXEC_TRACEPOINT, MAP_EXEC_CONFIG, MAP_EXES, OPENED_TRACEPOINT, PROG_EXEC, PROG_OPENED,
-    },
+    names::{EXEC_TRACEPOINT, MAP_EXEC_CONFIG, MAP_EXES, PROG_EXEC},
     opens::{
         ExeKey, EXEC_BPRM_FILE, EXEC_FILE_INODE, EXEC_INODE_INO, EXEC_INODE_SB, EXEC_READY,
         EXEC_SB_DEV, LOADER_SYMBOL,
@@ -75,15 +73,7 @@ impl Probes {
 
     /// The `sys_enter` program, loaded, for [`Loaders`] to attach if loaders overflow.
     fn syscalls_for_overflow(&mut self) -> Result<Syscalls> {
-        let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
-            .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
-        let prog: &mut RawTracePoint = self
-            .ebpf
-            .program_mut(PROG_OPENED)
-            .context("eBPF object lacks program cuda_opened")?
-            .try_into()?;
-        prog.load()
-            .context("the kernel refused eBPF program cuda_opened")?;
+        let (prog, tracepoint) = self.syscalls_program()?;
         let fd = prog.fd()?.as_fd().try_clone_to_owned()?;
         Ok(Syscalls {
             prog: fd,

@@ -127,15 +127,7 @@ impl Probes {
             }
             Err(e) => format!("{fell_back}; loader hooks: {e:#}"),
         };
-        let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
-            .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
-        let prog: &mut RawTracePoint = self
-            .ebpf
-            .program_mut(PROG_OPENED)
-            .context("eBPF object lacks program cuda_opened")?
-            .try_into()?;
-        prog.load()
-            .context("the kernel refused eBPF program cuda_opened")?;
+        let (prog, tracepoint) = self.syscalls_program()?;
         prog.attach(&tracepoint).with_context(|| {
             format!("{fell_back}; cannot attach to the raw tracepoint {tracepoint}")
         })?;
@@ -146,6 +138,21 @@ impl Probes {
             link: None,
             loaders: None,
         })
+    }
+
+    /// The `sys_enter` program, loaded, and the raw tracepoint it goes on
+    /// (`CUDATRACE_OPENS_TRACEPOINT` names another: a test names one that does not exist).
+    pub(super) fn syscalls_program(&mut self) -> Result<(&mut RawTracePoint, String)> {
+        let tracepoint = std::env::var("CUDATRACE_OPENS_TRACEPOINT")
+            .unwrap_or_else(|_| OPENED_TRACEPOINT.to_owned());
+        let prog: &mut RawTracePoint = self
+            .ebpf
+            .program_mut(PROG_OPENED)
+            .context("eBPF object lacks program cuda_opened")?
+            .try_into()?;
+        prog.load()
+            .context("the kernel refused eBPF program cuda_opened")?;
+        Ok((prog, tracepoint))
     }
 
     /// The open-path program as a perf-event kprobe on `function` (kernels without fprobe).
