@@ -89,6 +89,20 @@ pub struct Flood {
     pub scrape: std::time::Duration,
 }
 
+impl Flood {
+    /// Prints what the loop cost as test `test`'s e2e line, and asserts that it ran its 5 s,
+    /// cost the daemon under 0.5 s of CPU, and that a scrape after took under 1 s.
+    pub fn print_and_check(&self, test: &str, what: &str) {
+        eprintln!(
+            "e2e {test}: 5 s of {what} (exit {:?}): daemon CPU {:.2} s, maps read {}, a scrape after in {:?}",
+            self.code, self.cpu, self.read, self.scrape
+        );
+        assert_eq!(self.code, Some(124), "the loop ran its 5 s");
+        assert!(self.cpu < 0.5, "{} s of CPU in 5 s", self.cpu);
+        assert!(self.scrape < std::time::Duration::from_secs(1));
+    }
+}
+
 /// Runs `script` in python3 for 5 s beside the daemon and measures what it cost ([`Flood`]).
 pub fn flood(daemon_pid: u32, listen: &str, script: &str) -> Flood {
     let read = || {

@@ -239,14 +239,7 @@ fn a_tenant_loading_libcuda_in_a_loop_costs_little() {
         ),
     );
     let traced = daemon.stop();
-    eprintln!(
-        "e2e a_tenant_loading_libcuda_in_a_loop_costs_little: 5 s of loads (exit {:?}): daemon CPU {:.2} s, \
-         maps read {}, a scrape after in {:?}",
-        f.code, f.cpu, f.read, f.scrape
-    );
-    assert_eq!(f.code, Some(124), "the loop ran its 5 s");
-    assert!(f.cpu < 0.5, "{} s of CPU in 5 s", f.cpu);
+    f.print_and_check("a_tenant_loading_libcuda_in_a_loop_costs_little", "loads");
     assert!(f.read >= 1.0, "{} maps read", f.read);
-    assert!(f.scrape < Duration::from_secs(1));
     assert_eq!(traced.code, Some(0), "{:?}", traced.stderr);
 }
