@@ -80,7 +80,7 @@ pub const LINK_MAP_PREV: u64 = 32;
 /// Objects of a list walked at most (a process with more is read from its maps at each load).
 pub const LOADER_MAX_OBJECTS: u32 = 1024;
 /// New objects whose names are looked at, newest first (more: the process's maps are read).
-pub const LOADER_NEW_CHECKED: u32 = 32;
+pub const LOADER_NEW_CHECKED: u32 = 16;
 /// Executed files remembered (LRU hash `EXES`): each is said once.
 pub const MAX_EXES: u32 = 8192;
 /// An execution wakes the reader at most once in this long (ns); between, it is read at the

@@ -31,12 +31,11 @@ impl Probes {
     pub(super) fn watch_loaders(&mut self) -> Result<Loaders> {
         let symbol =
             std::env::var("CUDATRACE_LOADER_SYMBOL").unwrap_or_else(|_| LOADER_SYMBOL.to_owned());
-        let prog = std::mem::replace(&mut self.discovery.loaded, Err("already taken".into()))
-            .map_err(|e| anyhow!(e))?;
+        let prog = self.discovery.take_loaded().map_err(|e| anyhow!(e))?;
         let offsets = btf::exec_offsets().context(
             "the kernel's BTF does not say where an executed file's inode is (no /sys/kernel/btf/vmlinux?)",
         )?;
-        let mut loaders = Loaders::new(prog, symbol, None, None);
+        let mut loaders = Loaders::new(prog, symbol);
         loaders.watch_own().map_err(|e| anyhow!(e))?;
         let mut config: Array<MapData, u64> = take(&mut self.ebpf, MAP_EXEC_CONFIG)?;
         let slots = [

@@ -232,6 +232,22 @@ fn load_as(
     })
 }
 
+/// `object` parsed and relocated against `ebpf`'s maps (which must all still be in it), to
+/// load programs from later ([`load_uprobe_from`], [`load_kprobe_from`]).
+pub fn relocate(object: &[u8], ebpf: &Ebpf) -> Result<aya_obj::Object, MultiError> {
+    relocated(object, ebpf)
+}
+
+/// Program `name` of a relocated object, loaded for uprobe_multi links.
+pub fn load_uprobe_from(obj: &aya_obj::Object, name: &'static str) -> Result<OwnedFd, MultiError> {
+    load_one(obj, name)
+}
+
+/// Program `name` of a relocated object, loaded for kprobe_multi links.
+pub fn load_kprobe_from(obj: &aya_obj::Object, name: &'static str) -> Result<OwnedFd, MultiError> {
+    load_as(obj, name, BPF_TRACE_KPROBE_MULTI)
+}
+
 /// Loads one program of `object` for uprobe_multi links, relocated against `ebpf`'s maps.
 pub fn load_program(object: &[u8], ebpf: &Ebpf, name: &'static str) -> Result<OwnedFd, MultiError> {
     load_one(&relocated(object, ebpf)?, name)

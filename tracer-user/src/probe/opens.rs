@@ -21,21 +21,36 @@ use super::{
     multi,
 };
 
-/// Discovery's programs loaded for multi links while every map is in the object: the open
-/// path's (kprobe_multi) and the loaders' (uprobe_multi), or why each was not.
+/// Discovery's programs for multi links: the open path's (kprobe_multi), loaded while every map
+/// is in the object, and the object relocated then, from which the loaders' program
+/// (uprobe_multi) is loaded only if the open path's cannot attach (its verification is the
+/// costly one, and a kernel with kprobes never needs it).
 pub struct Programs {
     pub(super) open_path: Result<OwnedFd, String>,
-    pub(super) loaded: Result<OwnedFd, String>,
+    object: Result<aya_obj::Object, String>,
 }
 
 impl Programs {
-    /// Loads both from `object`, relocated against `ebpf`'s maps.
+    /// Relocates `object` against `ebpf`'s maps and loads the open path's program.
     pub fn load(object: &[u8], ebpf: &aya::Ebpf) -> Programs {
+        let object = multi::relocate(object, ebpf).map_err(|e| e.to_string());
         Programs {
-            open_path: multi::load_kprobe(object, ebpf, PROG_OPENED_PATH)
-                .map_err(|e| e.to_string()),
-            loaded: multi::load_program(object, ebpf, PROG_LOADED).map_err(|e| e.to_string()),
+            open_path: object.as_ref().map_err(Clone::clone).and_then(|o| {
+                multi::load_kprobe_from(o, PROG_OPENED_PATH).map_err(|e| e.to_string())
+            }),
+            object,
         }
+    }
+
+    /// The loaders' program, loaded now (once: the relocated object is dropped).
+    pub(super) fn take_loaded(&mut self) -> Result<OwnedFd, String> {
+        let object = std::mem::replace(&mut self.object, Err("already taken".into()))?;
+        multi::load_uprobe_from(&object, PROG_LOADED).map_err(|e| e.to_string())
+    }
+
+    /// Drops the relocated object (the open path's hook attached: no loader program needed).
+    fn done(&mut self) {
+        self.object = Err("not needed".into());
     }
 }
 
@@ -94,23 +109,25 @@ impl Probes {
         };
         let fell_back = match linked {
             Ok(link) => {
+                self.discovery.done();
                 return Ok(Opens {
                     ring: take(&mut self.ebpf, MAP_OPENS)?,
                     hook: OpenHook::OpenPath(function),
                     fell_back: None,
                     link: Some(link),
                     loaders: None,
-                })
+                });
             }
             Err(multi) => match self.perf_kprobe(&function) {
                 Ok(()) => {
+                    self.discovery.done();
                     return Ok(Opens {
                         ring: take(&mut self.ebpf, MAP_OPENS)?,
                         hook: OpenHook::OpenPath(function),
                         fell_back: None,
                         link: None,
                         loaders: None,
-                    })
+                    });
                 }
                 Err(perf) => format!("kprobe {function}: {multi}; {perf:#}"),
             },

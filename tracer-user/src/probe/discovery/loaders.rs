@@ -56,14 +56,9 @@ pub struct Loaders {
 }
 
 impl Loaders {
-    /// Loader hooks of the loaded `cuda_loaded` program `prog` on `symbol`, none attached yet;
-    /// `exes` is the kernel's `EXES` map, `syscalls` the hook for overflow.
-    pub fn new(
-        prog: OwnedFd,
-        symbol: String,
-        exes: Option<BpfHashMap<MapData, ExeKey, u8>>,
-        syscalls: Option<Syscalls>,
-    ) -> Loaders {
+    /// Loader hooks of the loaded `cuda_loaded` program `prog` on `symbol`, none attached yet
+    /// ([`Loaders::overflow_to`] gives the exec hook's map and the hook for overflow).
+    pub fn new(prog: OwnedFd, symbol: String) -> Loaders {
         let max = std::env::var("CUDATRACE_MAX_LOADERS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -74,8 +69,8 @@ impl Loaders {
             links: Vec::new(),
             seen: HashSet::new(),
             max,
-            exes,
-            syscalls,
+            exes: None,
+            syscalls: None,
             overflow: None,
             stats: Arc::default(),
             unsaid: Vec::new(),
