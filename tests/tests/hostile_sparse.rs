@@ -12,6 +12,12 @@ use integration_tests::{
 use object::{Object as _, ObjectSection as _};
 
 const GIB: u64 = 1 << 30;
+/// The tenants map their files by hand, which only the open path's hook sees (the loaders' hook
+/// sees what the dynamic loader loads, and the loader refuses the first two kinds before
+/// listing them); so the loaders are kept off and discovery hooks the open path, as on a node
+/// with more loader files than the bound. Whichever hook names a file, it is read by the same
+/// bounded reader.
+const OPEN_HOOK: (&str, &str) = ("CUDATRACE_LOADER_SYMBOL", "no_such_symbol");
 
 /// A copy of the stand-in whose `.dynsym` header claims 900 MiB, in a 1 GiB sparse file.
 fn lying_tables(lib: &Path, to: &Path) {
@@ -50,7 +56,7 @@ fn sparse_libraries_leave_the_daemon_small_and_everyone_traced() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("sparse");
     let listen = format!("127.0.0.1:{}", free_port());
-    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[]);
+    let daemon = Cudatrace::start_daemon(&env, &["--listen", &listen], &[OPEN_HOOK]);
     let dev = device_file("sparse");
     let mut job = None;
     // Six 1 GiB files in a row: zeros, an ELF header over zeros, and a copy of the library
