@@ -18,7 +18,7 @@ use tracer_common::{
     opens::{ExeKey, LOADER_DEBUG_SYMBOL},
 };
 
-use super::{open_mapped, FileKey, Stats};
+use super::{open_mapped, FileKey, Stats, Unmapped};
 use crate::{
     probe::{multi, proc_maps::Mapping, symbols::debug_state::debug_state},
     text::printable,
@@ -33,6 +33,19 @@ pub struct Syscalls {
     pub prog: OwnedFd,
     /// The raw tracepoint it goes on.
     pub tracepoint: String,
+}
+
+/// Why a loader was not hooked.
+#[derive(Debug, thiserror::Error)]
+enum NotHooked {
+    /// Its file could not be opened (gone before it was read): tried again when another
+    /// process maps it.
+    #[error("{0}")]
+    Unopened(String),
+    /// Its file was refused (not the file mapped, not an empty `_dl_debug_state`, or the link
+    /// failed): not tried again.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// The loader hooks and what they have seen.
@@ -115,6 +128,7 @@ impl Loaders {
             return Err("cudatrace itself maps no dynamic loader".into());
         };
         self.attach(std::process::id(), m)
+            .map_err(|e| e.to_string())
     }
 
     /// Hooks the loader `pid` maps as `m` unless its file was hooked or refused before: whether
@@ -133,8 +147,7 @@ impl Loaders {
             Ok(()) => true,
             Err(why) => {
                 log::debug!("cudatrace: loader not hooked: {why}");
-                // Gone before it could be read: tried again when another process maps it.
-                if !why.starts_with("cannot open") {
+                if matches!(why, NotHooked::Refused(_)) {
                     self.seen.insert(key);
                 }
                 false
@@ -142,9 +155,13 @@ impl Loaders {
         }
     }
 
-    fn attach(&mut self, pid: u32, m: &Mapping) -> Result<(), String> {
-        let (file, _, shown) = open_mapped(pid, m)?;
-        let site = debug_state(&file, &shown, &self.symbol, LOADER_DEBUG_SYMBOL)?;
+    fn attach(&mut self, pid: u32, m: &Mapping) -> Result<(), NotHooked> {
+        let (file, _, shown) = open_mapped(pid, m).map_err(|e| match e {
+            Unmapped::Unopened(why) => NotHooked::Unopened(why),
+            Unmapped::Unusable(why) => NotHooked::Refused(why),
+        })?;
+        let site = debug_state(&file, &shown, &self.symbol, LOADER_DEBUG_SYMBOL)
+            .map_err(NotHooked::Refused)?;
         let fd_path = format!("/proc/self/fd/{}", file.as_raw_fd());
         let link = multi::link(
             &self.prog,
@@ -156,7 +173,7 @@ impl Loaders {
             multi::Mode::Entry,
             None,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| NotHooked::Refused(e.to_string()))?;
         self.links.push(link);
         self.seen.insert((m.dev, m.inode));
         self.stats

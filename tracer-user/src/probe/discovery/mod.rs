@@ -122,34 +122,50 @@ fn open_in_root(root: &Path, path: &str) -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
 
+/// Why [`open_mapped`] gave no file.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Unmapped {
+    /// Its path could not be opened inside the process's root (gone, or not there yet).
+    #[error("{0}")]
+    Unopened(String),
+    /// Opened, or deleted, but not a file this agent can use: not the file mapped, or not
+    /// readable as a library.
+    #[error("{0}")]
+    Unusable(String),
+}
+
 /// Opens the file `pid` mapped as `m` and checks it is that very file (device, inode), a
 /// regular file within the size cap: the file, its metadata, and its path as shown.
-pub(super) fn open_mapped(pid: u32, m: &Mapping) -> Result<(File, fs::Metadata, PathBuf), String> {
+pub(super) fn open_mapped(
+    pid: u32,
+    m: &Mapping,
+) -> Result<(File, fs::Metadata, PathBuf), Unmapped> {
     let path = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
     let shown = printable(&path.display().to_string()).into_owned();
     let file = if m.deleted {
         File::options()
             .read(true)
             .open(format!("/proc/{pid}/map_files/{}", m.range))
-            .map_err(|e| format!("{shown} was deleted after pid {pid} mapped it; it can be read only through /proc/{pid}/map_files, which needs CAP_CHECKPOINT_RESTORE ({e})"))?
+            .map_err(|e| Unmapped::Unusable(format!("{shown} was deleted after pid {pid} mapped it; it can be read only through /proc/{pid}/map_files, which needs CAP_CHECKPOINT_RESTORE ({e})")))?
     } else {
-        open_in_root(Path::new(&format!("/proc/{pid}/root")), &m.path)
-            .map_err(|e| format!("cannot open {shown} inside pid {pid}'s root: {e}"))?
+        open_in_root(Path::new(&format!("/proc/{pid}/root")), &m.path).map_err(|e| {
+            Unmapped::Unopened(format!("cannot open {shown} inside pid {pid}'s root: {e}"))
+        })?
     };
-    let meta = symbols::check(&file, &path).map_err(|e| e.to_string())?;
+    let meta = symbols::check(&file, &path).map_err(|e| Unmapped::Unusable(e.to_string()))?;
     if (meta.dev(), meta.ino()) != (m.dev, m.inode) {
-        return Err(format!(
+        return Err(Unmapped::Unusable(format!(
             "{shown} is not the file pid {pid} mapped (inode {} there, {} in its maps): it changed since, not attached",
             meta.ino(),
             m.inode
-        ));
+        )));
     }
     Ok((file, meta, path))
 }
 
 /// Opens the file `pid` mapped as `m` ([`open_mapped`]) and reads its entry points.
 fn prepare(pid: u32, m: &Mapping, settled: &Settled) -> Result<Prepared, String> {
-    let (file, meta, path) = open_mapped(pid, m)?;
+    let (file, meta, path) = open_mapped(pid, m).map_err(|e| e.to_string())?;
     let allowed = settled
         .allowed
         .as_ref()
