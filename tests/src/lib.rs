@@ -7,6 +7,7 @@ pub mod chart;
 pub mod container;
 pub mod cpucap;
 mod cudatrace;
+pub mod dashboard;
 mod env;
 pub mod exposition;
 pub mod guards;

@@ -3,14 +3,14 @@
 //! `cudatrace run` through the contention scenario: every panel's query, its variables filled
 //! with the run's values, returns series; the heatmap's buckets hold the simulated waits; the
 //! incident timeline shows the victims firing; two victims of one trainer make one Alertmanager
-//! group and one notification.
+//! group and one notification. (The JSON's own shape: `dashboard_json.rs`.)
 use std::{
     collections::{BTreeMap, HashSet},
-    path::PathBuf,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use integration_tests::{
+    dashboard::{dashboard, deploy, panels, queries},
     device_file, env,
     guards::TempDir,
     poll,
@@ -18,157 +18,6 @@ use integration_tests::{
     Cudatrace, Scenario, Workload, FAST_DETECTION,
 };
 use serde_json::Value;
-
-fn deploy(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy")
-        .join(path)
-}
-
-fn dashboard() -> Value {
-    serde_json::from_str(&std::fs::read_to_string(deploy("grafana/cudatrace.json")).unwrap())
-        .expect("the dashboard is JSON")
-}
-
-/// Every panel, rows' nested panels included.
-fn panels(d: &Value) -> Vec<&Value> {
-    let mut out = Vec::new();
-    for p in d["panels"].as_array().unwrap() {
-        out.push(p);
-        out.extend(p["panels"].as_array().into_iter().flatten());
-    }
-    out
-}
-
-/// Every query of the dashboard: (where, expr), panels' targets and annotations.
-fn queries(d: &Value) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for p in panels(d).into_iter().filter(|p| p["type"] != "row") {
-        for t in p["targets"].as_array().unwrap() {
-            out.push((
-                format!(
-                    "panel {} {:?} {}",
-                    p["id"],
-                    p["title"].as_str().unwrap(),
-                    t["refId"].as_str().unwrap()
-                ),
-                t["expr"].as_str().unwrap().to_owned(),
-            ));
-        }
-    }
-    for a in d["annotations"]["list"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["expr"].is_string())
-    {
-        out.push((
-            format!("annotation {:?}", a["name"].as_str().unwrap()),
-            a["expr"].as_str().unwrap().to_owned(),
-        ));
-    }
-    out
-}
-
-#[test]
-fn the_dashboard_is_well_formed() {
-    let d = dashboard();
-    assert!(
-        d["schemaVersion"].as_i64().unwrap() >= 38,
-        "Grafana 10's JSON model"
-    );
-    let names: Vec<&str> = d["templating"]["list"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "datasource",
-            "instance",
-            "gpu",
-            "namespace",
-            "pod",
-            "process",
-            "api"
-        ]
-    );
-    let ds = &d["templating"]["list"][0];
-    assert_eq!(
-        (ds["type"].as_str(), ds["query"].as_str()),
-        (Some("datasource"), Some("prometheus"))
-    );
-    let all = panels(&d);
-    let mut ids = HashSet::new();
-    for p in &all {
-        assert!(
-            ids.insert(p["id"].as_i64().unwrap()),
-            "panel id {} twice",
-            p["id"]
-        );
-    }
-    // Grid: inside 24 columns, no two panels overlapping.
-    let rects: Vec<(i64, i64, i64, i64, &str)> = all
-        .iter()
-        .map(|p| {
-            let g = &p["gridPos"];
-            (
-                g["x"].as_i64().unwrap(),
-                g["y"].as_i64().unwrap(),
-                g["w"].as_i64().unwrap(),
-                g["h"].as_i64().unwrap(),
-                p["title"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    for (i, a) in rects.iter().enumerate() {
-        assert!(a.0 >= 0 && a.0 + a.2 <= 24 && a.2 > 0 && a.3 > 0, "{a:?}");
-        for b in &rects[i + 1..] {
-            let apart =
-                a.0 + a.2 <= b.0 || b.0 + b.2 <= a.0 || a.1 + a.3 <= b.1 || b.1 + b.3 <= a.1;
-            assert!(apart, "{a:?} overlaps {b:?}");
-        }
-    }
-    // A datasource and a query on every panel; every variable used exists.
-    let known: HashSet<&str> = names.iter().copied().chain(["__rate_interval"]).collect();
-    for p in all.iter().filter(|p| p["type"] != "row") {
-        assert_eq!(
-            p["datasource"]["uid"], "${datasource}",
-            "panel {}",
-            p["title"]
-        );
-        let targets = p["targets"].as_array().unwrap();
-        assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
-        for t in targets {
-            assert_eq!(t["datasource"]["uid"], "${datasource}");
-            let expr = t["expr"].as_str().unwrap();
-            assert!(!expr.trim().is_empty());
-            for var in expr.split('$').skip(1) {
-                let name: String = var
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                assert!(
-                    known.contains(name.as_str()),
-                    "panel {}: ${name} is not a variable",
-                    p["title"]
-                );
-            }
-        }
-        assert!(
-            p["description"].as_str().is_some_and(|s| !s.is_empty()),
-            "panel {} says what it shows",
-            p["title"]
-        );
-    }
-    eprintln!(
-        "dashboard: {} panels, {} queries, ids unique, grid without overlaps",
-        all.len(),
-        queries(&d).len()
-    );
-}
 
 /// Two GPUs, neither throttled; NVML lists no process (placement from CUDA_VISIBLE_DEVICES).
 const NVML: &str = "gpu 0 uuid=GPU-00000000-1111-2222-3333-444444444444 sm=80 mem=30 total=85899345920 used=4294967296 temp=65 power_mw=300000 sm_clock=1980 reasons=0x0 pcie_tx_kbs=1000 pcie_rx_kbs=2000\n\
