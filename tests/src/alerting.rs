@@ -145,16 +145,16 @@ pub fn names(events: &[Value]) -> Vec<String> {
 }
 
 /// Asserts who the records blame: every record that names aggressors is about `victim` and names
-/// exactly `aggressor` (pid, comm). A record about any other process names nobody: it can only be
-/// that process's own launch latency (`CudatraceLaunchLatencyHigh`, `cpu_or_driver_contention`),
-/// which the CPU load of these tests on a 2-core machine can really raise for a while, and it
-/// never gets past pending.
-pub fn blames_only(events: &[Value], victim: u64, aggressor: (u64, &str)) {
+/// exactly `aggressors` (pid, comm; none: nobody may be named). A record about any other process
+/// names nobody: it can only be that process's own launch latency (`CudatraceLaunchLatencyHigh`,
+/// `cpu_or_driver_contention`), which the CPU load of these tests on a 2-core machine can really
+/// raise for a while, and it never gets past pending.
+pub fn blames_only(events: &[Value], victim: u64, aggressors: &[(u64, &str)]) {
     for e in events {
         let about = e["victim"]["pid"].as_u64();
         let named: Vec<(u64, &str)> = parties(e).iter().map(|&(p, c, _)| (p, c)).collect();
         if about == Some(victim) {
-            assert!(named.is_empty() || named == [aggressor], "{e}");
+            assert!(named.is_empty() || named == aggressors, "{e}");
             continue;
         }
         assert!(
@@ -227,7 +227,7 @@ mod tests {
                 record(10, c, "compute_contention", "firing", trainer()),
             ],
             10,
-            (20, "trainer"),
+            &[(20, "trainer")],
         );
     }
 
@@ -241,7 +241,7 @@ mod tests {
             "pending",
             trainer(),
         );
-        blames_only(&[r], 10, (20, "trainer"));
+        blames_only(&[r], 10, &[(20, "trainer")]);
     }
 
     #[test]
@@ -254,7 +254,7 @@ mod tests {
             "firing",
             json!([]),
         );
-        blames_only(&[r], 10, (20, "trainer"));
+        blames_only(&[r], 10, &[(20, "trainer")]);
     }
 
     #[test]
@@ -270,7 +270,20 @@ mod tests {
                 other,
             )],
             10,
-            (20, "trainer"),
+            &[(20, "trainer")],
         );
+    }
+
+    #[test]
+    #[should_panic(expected = "\"comm\":\"trainer\"")]
+    fn naming_anyone_where_nobody_may_be_named_fails() {
+        let r = record(
+            10,
+            "CudatraceGpuThrottled",
+            "throttling",
+            "firing",
+            trainer(),
+        );
+        blames_only(&[r], 10, &[]);
     }
 }

@@ -221,7 +221,7 @@ fn contention_alert_names_both_and_resolves() {
     );
     assert_eq!(*waits[1], firing);
     assert_eq!(*waits[2], resolved);
-    blames_only(&traced.events, victim_pid, (heavy_pid, "trainer"));
+    blames_only(&traced.events, victim_pid, &[(heavy_pid, "trainer")]);
     assert_eq!(
         hook.received(),
         traced.events,
