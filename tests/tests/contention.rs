@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use integration_tests::{
-    alerting::{alert_active, baseline_of, blames_only, looping, names, of_signal},
+    alerting::{alert_active, blames_only, gpu0, learned_victim, looping, names, of_signal},
     device_file, env, exposition, http,
     servers::{Alertmanager, Webhook},
     Cudatrace,
@@ -40,27 +40,10 @@ fn contention_alert_names_both_and_resolves() {
         &[],
     );
     let dev = device_file("contention");
-    let vars = [
-        ("CUDA_STANDIN_DEVICE", dev.as_str()),
-        ("CUDA_STANDIN_NS_PER_BLOCK", "1000"),
-        ("CUDA_VISIBLE_DEVICES", "0"),
-    ];
+    let vars = gpu0(&dev);
     // The victim: 1 ms kernels, a wait after each, for longer than the test needs.
-    let victim = looping(&env, 400.0, 1000, 1)
-        .comm("model-server")
-        .vars(&vars)
-        .spawn();
+    let victim = learned_victim(&env, &daemon, &vars, 400.0);
     let victim_pid = victim.pid();
-    let learned = daemon.wait_event(
-        Duration::from_secs(60),
-        "baseline",
-        baseline_of(victim_pid, "wait_per_launch"),
-    );
-    assert!(
-        learned.is_some(),
-        "no baseline within 60 s: {:?}",
-        daemon.stderr_now()
-    );
 
     // The aggressor: 4 ms kernels, two queued before each wait, for 45 s.
     let heavy_start = Instant::now();
