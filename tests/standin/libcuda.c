@@ -10,6 +10,8 @@
  *
  * Environment (read once):
  *   CUDA_STANDIN_CALL_NS          CPU time each call spends before returning (default 1000)
+ *   CUDA_STANDIN_LAUNCH_NS        more CPU time each launch spends (default 0): a launch blocked
+ *                                 in the driver, with set-up calls as fast as CALL_NS
  *   CUDA_STANDIN_NS_PER_BLOCK     device time per launched block, grid x*y*z (default 100)
  *   CUDA_STANDIN_GRAPH_NS         device time of a graph launch (default 10000)
  *   CUDA_STANDIN_COPY_BYTES_PER_US copy-engine bandwidth (default 10000, i.e. 10 GB/s)
@@ -39,6 +41,7 @@
 
 /* ---- configuration and clock ---------------------------------------------------------------- */
 
+static uint64_t cfg_launch_ns = 0;
 static uint64_t cfg_call_ns = 1000, cfg_ns_per_block = 100, cfg_graph_ns = 10000, cfg_bytes_per_us = 10000;
 static uint64_t cfg_outlier_ppm, cfg_outlier_every, cfg_memory_bytes;
 
@@ -83,6 +86,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 
 static void init_once(void) {
     cfg_call_ns = env_u64("CUDA_STANDIN_CALL_NS", cfg_call_ns);
+    cfg_launch_ns = env_u64("CUDA_STANDIN_LAUNCH_NS", 0);
     cfg_ns_per_block = env_u64("CUDA_STANDIN_NS_PER_BLOCK", cfg_ns_per_block);
     cfg_graph_ns = env_u64("CUDA_STANDIN_GRAPH_NS", cfg_graph_ns);
     cfg_bytes_per_us = env_u64("CUDA_STANDIN_COPY_BYTES_PER_US", cfg_bytes_per_us);
@@ -297,7 +301,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
                        unsigned bz, CUstream s, int per_thread) {
     init();
     uint64_t factor = outlier_factor();
-    spin(cfg_call_ns * factor);
+    spin(cfg_call_ns * factor + cfg_launch_ns);
     if (!f || !gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
     uintptr_t key = stream_key(s, per_thread);
     uint64_t blocks = (uint64_t)gx * gy * gz;

@@ -150,6 +150,9 @@ pub const FLAG_COUNTED: u32 = 1;
 /// Flag of [`crate::CallEvent::flags`]: a successful poll that followed `CUDA_ERROR_NOT_READY`
 /// answers on its thread (their count is `flags >> POLLS_SHIFT`): the work finished while polled.
 pub const FLAG_AFTER_NOT_READY: u32 = 2;
+/// Flag of [`crate::CallEvent::flags`]: written at the launch's entry, outside a window of the
+/// pair (no return probe ran): its start is true, its duration (0) and result (0) unknown.
+pub const FLAG_UNTIMED: u32 = 4;
 /// Where the count of `CUDA_ERROR_NOT_READY` answers sits in the flags of a poll's record.
 pub const POLLS_SHIFT: u32 = 8;
 

@@ -37,8 +37,11 @@ pub const STAT_COUNTED: u32 = 5;
 /// Index of the slot counting cells made in `LAUNCHES`: while it stands still, user space reads
 /// the cells it knows one by one instead of walking every bucket of the map.
 pub const STAT_CELLS_MADE: u32 = 6;
+/// Index in `STATS` of the launches counted after the fact, untimed: their return was cut off
+/// by the end of a window of the pair, or their thread exited inside them.
+pub const STAT_COUNTED_LATE: u32 = 7;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 7;
+pub const STAT_COUNT: u32 = 8;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;
@@ -64,8 +67,12 @@ pub const CONFIG_CELL_QUOTA: u32 = 7;
 /// Index of the byte offset of `exit_code` in the kernel's `struct task_struct`, which user
 /// space reads from the kernel's BTF (0: unknown, and exit records carry no status).
 pub const CONFIG_EXIT_CODE_OFFSET: u32 = 8;
+/// Index of the pair's window switch in the `CONFIG` array: 1 while the launches' return probes
+/// are detached (outside a window), when each launch's entry counts it and writes what must be
+/// written itself; 0 (the default, and always with sessions or classic uprobes): returns run.
+pub const CONFIG_RETURNS_CLOSED: u32 = 9;
 /// Number of slots in the `CONFIG` array.
-pub const CONFIG_COUNT: u32 = 9;
+pub const CONFIG_COUNT: u32 = 10;
 
 /// Filter flag: record only calls of threads whose `comm` equals [`Filter::comm`].
 pub const FILTER_COMM: u32 = 1;

@@ -228,7 +228,7 @@ pub fn sample_at_random(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> 
 /// Counts a launch in its process's one-second window (made on its first): (its count in the
 /// window, the epoch).
 #[inline(always)]
-fn tick(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (u64, u64) {
+pub fn tick(pid: u32, window: Option<*mut ProcWindow>, now: u64) -> (u64, u64) {
     let Some(w) = window else {
         let _ = PROCS.insert(
             &pid,

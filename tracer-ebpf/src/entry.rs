@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 
 use aya_log_ebpf::warn;
-use tracer_common::{Entry, FILTER_CGROUP, FILTER_COMM};
+use tracer_common::{api::COOKIE_LAUNCH, Entry, CONFIG_AGGREGATE, FILTER_CGROUP, FILTER_COMM};
 
 use crate::{
     arch::entry_ip,
@@ -44,6 +44,20 @@ fn wanted() -> bool {
     true
 }
 
+/// Counts the launch in `stale`, a slot still busy whose return will never come (cut off by a
+/// window's end, see `crate::window`, or its thread exiting), when aggregating: whether it was
+/// a launch.
+#[inline(always)]
+pub fn counted_late(id: u64, stale: &Entry) -> bool {
+    if stale.cookie & COOKIE_LAUNCH == 0 || crate::maps::config(CONFIG_AGGREGATE) != 1 {
+        return false;
+    }
+    if crate::aggregate::count_untimed((id >> 32) as u32, stale) {
+        crate::maps::bump(tracer_common::STAT_COUNTED_LATE);
+    }
+    true
+}
+
 /// Saves the entry state of the calling thread in its slot, made on its first call and reused
 /// after (an in-place write: no map insert or delete per call); the timestamp is taken last so
 /// that the work of the probe itself is not counted in the call's duration. The thread's slot
@@ -74,7 +88,9 @@ pub fn save_with(ctx: &ProbeContext, cookie: u64, args: [u64; 6]) -> Option<*mut
             // A slot still busy: a call whose return was never seen (a longjmp out of the
             // driver, a nested probed call). Rare; said once each through aya-log, and the
             // newer call wins.
-            if (*slot).start_ns != 0 {
+            // A launch's return cut off by the end of a window of the pair (its probe
+            // detached while the call ran) is counted now, untimed, and is no fault.
+            if (*slot).start_ns != 0 && !counted_late(id, &*slot) {
                 warn!(
                     ctx,
                     "entry state of tid {} replaced: its previous driver call never returned",

@@ -18,6 +18,7 @@ mod maps;
 mod probes;
 mod session;
 mod slots;
+mod window;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -5,7 +5,7 @@ use thiserror::Error;
 use crate::identity::Comm;
 use tracer_common::{
     api::{Direction, Shape, CU_MEM_LOCATION_TYPE_DEVICE},
-    launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, POLLS_SHIFT},
+    launches::{FLAG_AFTER_NOT_READY, FLAG_COUNTED, FLAG_UNTIMED, POLLS_SHIFT},
     Api, CallEvent, EventTag, ExitEvent, LongLookupEvent, LookupEvent, NameEvent,
 };
 
@@ -45,6 +45,9 @@ pub struct Event {
     /// A launch the kernel counted already (`LAUNCHES`): this record is a sample of it, for
     /// its arguments and stream batch, and is not counted again.
     pub counted: bool,
+    /// A launch written at its entry outside a window of the pair (`FLAG_UNTIMED`): its start
+    /// is true, its duration (0) and result unknown.
+    pub untimed: bool,
     /// For a wait or a poll: when its thread's last launch returned (CLOCK_MONOTONIC ns; 0:
     /// none seen), which tells a host gap before the wait.
     pub thread_launch_ns: u64,
@@ -71,6 +74,7 @@ impl Event {
             result: 0,
             detail,
             counted: false,
+            untimed: false,
             thread_launch_ns: 0,
             not_ready: 0,
             context: 0,
@@ -344,6 +348,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         result: call.result,
         detail: detail(api, &call, name),
         counted: call.flags & FLAG_COUNTED != 0,
+        untimed: call.flags & FLAG_UNTIMED != 0,
         thread_launch_ns: if api.info().kind.waits() { call.out } else { 0 },
         not_ready: if call.flags & FLAG_AFTER_NOT_READY != 0 {
             (call.flags >> POLLS_SHIFT).max(1)

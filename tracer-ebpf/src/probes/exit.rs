@@ -1,4 +1,5 @@
-//! `sched_process_exit`: drops the entry state of a thread that dies inside a driver call, and
+//! `sched_process_exit`: drops the entry state of a thread that dies inside a driver call (a
+//! launch it was in is counted, untimed), and
 //! tells user space when a process it tracks exits, so that its tables die with it.
 use aya_ebpf::{
     helpers::{
@@ -26,6 +27,13 @@ pub fn cuda_exit(ctx: RawTracePointContext) -> u32 {
 fn try_cuda_exit(ctx: &RawTracePointContext) {
     let id = bpf_get_current_pid_tgid();
     let (pid, tid) = ((id >> 32) as u32, id as u32);
+    // SAFETY: the thread's own slot, read while this program runs; a launch it was in is
+    // counted (untimed: its return will never come).
+    if let Some(entry) = unsafe { ENTRIES.get(&id) } {
+        if entry.start_ns != 0 {
+            crate::entry::counted_late(id, entry);
+        }
+    }
     if ENTRIES.remove(&id).is_ok() {
         // SAFETY: bpf_get_current_cgroup_id has no preconditions.
         slots::give_back(pid, unsafe { bpf_get_current_cgroup_id() });

@@ -15,7 +15,10 @@ use crate::{
 
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
-    try_cuda_launch(&ctx);
+    let slot = try_cuda_launch(&ctx);
+    if crate::window::closed() {
+        crate::window::outside(&ctx, slot);
+    }
     0
 }
 

@@ -10,7 +10,10 @@ use crate::entry::{arg, save};
 
 #[uprobe]
 pub fn cuda_launch_ex(ctx: ProbeContext) -> u32 {
-    try_cuda_launch_ex(&ctx);
+    let slot = try_cuda_launch_ex(&ctx);
+    if crate::window::closed() {
+        crate::window::outside(&ctx, slot);
+    }
     0
 }
 

@@ -67,6 +67,10 @@ pub fn try_cuda_ret(ctx: &RetProbeContext) {
             (*slot).ended_ns = end;
             (slot, e)
         },
+        // A launch its entry counted outside a window, whose return probe was attached
+        // meanwhile: counted already.
+        // SAFETY: as above.
+        Some(slot) if unsafe { (*slot).session } == crate::window::COUNTED_AT_ENTRY => return,
         _ => {
             // Recording off (stopping): the entry saved nothing, and that is no orphan.
             if !enabled() {
@@ -167,7 +171,7 @@ pub fn try_cuda_ret(ctx: &RetProbeContext) {
 
 /// The call's record, built on the stack.
 #[inline(always)]
-fn record<C: EbpfContext>(
+pub fn record<C: EbpfContext>(
     ctx: &C,
     tag: EventTag,
     entry: &Entry,
@@ -226,8 +230,9 @@ fn record<C: EbpfContext>(
     }
 }
 
+/// Writes `call` to the ring buffer, or counts it dropped for its process.
 #[inline(always)]
-fn emit_call(call: CallEvent) {
+pub fn emit_call(call: CallEvent) {
     let Some(mut slot) = EVENTS.reserve::<CallEvent>(0) else {
         dropped(call.pid);
         return;

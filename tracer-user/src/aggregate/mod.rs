@@ -204,6 +204,9 @@ impl Aggregator {
             f.add(Some(ev.result), 1, ev.duration_ns, ev.duration_ns);
         }
         s.calls += 1;
+        // Written at entry outside a window (a captured launch, or one no cell counted): in
+        // the first bucket, as an untimed cell with no sample to spread by; no quantile.
+        s.untimed += u64::from(ev.untimed);
         s.errors += u64::from(ev.result != 0);
         if ev.result == 0 && !captured && ev.api.info().kind == Kind::Launch {
             s.runs += 1;
@@ -216,10 +219,12 @@ impl Aggregator {
         s.buckets[bucket_index(ev.duration_ns)] += 1;
         // Quantile sketches for the calls that carry latency (launches, copies, waits); the rare
         // lookups and allocations have their buckets only, which keeps memory per process small.
-        if matches!(
-            ev.api.info().kind,
-            Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Memset | Kind::Sync
-        ) {
+        if !ev.untimed
+            && matches!(
+                ev.api.info().kind,
+                Kind::Launch | Kind::GraphLaunch | Kind::Memcpy | Kind::Memset | Kind::Sync
+            )
+        {
             p.windows
                 .entry(ev.api)
                 .or_default()

@@ -99,3 +99,33 @@ fn kernels_past_the_limits_become_other() {
     r.sweep();
     assert_eq!(r.len(), 10);
 }
+
+#[test]
+fn untimed_records_count_without_a_duration() {
+    let mut a = Aggregator::new(SeriesLimits {
+        top_kernels: 10,
+        max_kernels: 100,
+    });
+    let mut r = registry(10);
+    let k = KernelName::new("_Z3addv");
+    for _ in 0..99 {
+        observe(&mut a, &mut r, &launch(1, 2_000, 0x10), Some(&k));
+    }
+    // A launch written at its entry outside a window, no cell counting it: one call more,
+    // untimed, in the first bucket, and no quantile sample of 0 ns.
+    let mut untimed = launch(1, 0, 0x10);
+    untimed.untimed = true;
+    observe(&mut a, &mut r, &untimed, Some(&k));
+    let s = &a.series(r.series())[0].series;
+    assert_eq!(
+        (s.calls, s.untimed, s.buckets[0], s.buckets[1]),
+        (100, 1, 1, 99)
+    );
+    let q = a.quantiles(r.series());
+    let p1 = q
+        .iter()
+        .find(|v| v.window == "all" && v.quantile == 0.5)
+        .unwrap()
+        .seconds;
+    assert!((p1 - 2e-6).abs() < 0.05e-6, "{p1}");
+}

@@ -143,7 +143,12 @@ fn bad_records_are_errors() {
     );
     let mut sample = raw(Api::LaunchKernel, [0; 6], 0);
     sample.flags = FLAG_COUNTED;
-    assert!(decode(bytes(&sample)).unwrap().counted);
+    let ev = decode(bytes(&sample)).unwrap();
+    assert_eq!((ev.counted, ev.untimed), (true, false));
+    // Written at entry outside a window of the pair: counted, untimed.
+    sample.flags = FLAG_COUNTED | tracer_common::launches::FLAG_UNTIMED;
+    let ev = decode(bytes(&sample)).unwrap();
+    assert_eq!((ev.counted, ev.untimed), (true, true));
 }
 
 #[test]

@@ -251,7 +251,8 @@ impl Session {
     /// releases the processes that left. An error is the consumer's output closing.
     pub fn drain(&mut self, consumer: &mut impl Consumer) -> io::Result<()> {
         let records = self.read_ring(consumer)?;
-        if self.pace.after_drain(records, &mut self.probes.maps) {
+        let awake = records + u64::from(self.probes.windows_closed_now());
+        if self.pace.after_drain(awake, &mut self.probes.maps) {
             let late = self.read_ring(consumer)?;
             self.pace.after_drain(late, &mut self.probes.maps);
         }
@@ -277,6 +278,7 @@ impl Session {
             self.harvest(consumer);
         }
         self.release_leaving(consumer);
+        self.probes.tick_windows();
         self.probes.flush_log();
         consumer.flush()
     }
@@ -448,6 +450,10 @@ impl Session {
             (dropped.ring_full, dropped.rate_limited, c.decode_errors);
         let (probes, exits, live) = (self.probes.probe_count(), c.exits, live.len());
         let launch_probes = self.probes.launch_probes().name();
+        let (windows, late) = (
+            self.probes.windows_closed(),
+            self.probes.maps.counted_late(),
+        );
         log::info!(
             target: "cudatrace::summary",
             events = events,
@@ -460,6 +466,8 @@ impl Session {
             undecodable = undecodable,
             probes = probes,
             launch_probes = launch_probes,
+            windows_closed = windows,
+            counted_late = late,
             exits = exits,
             live_processes = live,
             inflight_entries = inflight,
@@ -467,7 +475,7 @@ impl Session {
             "summary: events={events} launches_counted={counted} launch_samples={samples} \
              dropped={ring_full} rate_limited={rate_limited} orphan_returns={orphans} \
              polls_not_ready={polls} undecodable={undecodable} probes={probes} \
-             launch_probes={launch_probes} exits={exits} live_processes={live} \
+             launch_probes={launch_probes} windows_closed={windows} counted_late={late} exits={exits} live_processes={live} \
              inflight_entries={inflight} tracked_processes={tracked}"
         );
         Ok(())

@@ -182,6 +182,7 @@ impl Session {
         // Wake the reader when an eighth of the ring buffer is used; drain on a timer otherwise.
         probes.maps.set_wakeup_bytes(opts.ringbuf_bytes / 8)?;
         probes.maps.set_aggregation(opts.sampling)?;
+        probes.windows_for(opts.sampling.is_some());
         // Exit statuses where the kernel's BTF says where they are (restart loops name them).
         probes
             .maps

@@ -169,6 +169,11 @@ impl Maps {
         self.set_config(CONFIG_AGGREGATE, u32::from(sampling.is_some()))
     }
 
+    /// Tells the launch programs that their returns are detached (`true`: count at entry).
+    pub fn set_returns_closed(&mut self, closed: bool) -> Result<()> {
+        self.set_config(tracer_common::CONFIG_RETURNS_CLOSED, u32::from(closed))
+    }
+
     fn set_config(&mut self, index: u32, value: u32) -> Result<()> {
         self.config.set(index, value, 0)?;
         Ok(())
@@ -211,6 +216,11 @@ impl Maps {
     /// cell changed.
     pub fn launches_counted(&self) -> u64 {
         self.stat(STAT_COUNTED)
+    }
+
+    /// Launches counted after the fact (see `STAT_COUNTED_LATE`).
+    pub fn counted_late(&self) -> u64 {
+        self.stat(tracer_common::STAT_COUNTED_LATE)
     }
 
     /// Cells the kernel made in the launch map so far: while it stands still, the keys known

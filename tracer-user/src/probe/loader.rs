@@ -50,7 +50,7 @@ pub(super) enum Attach {
         /// The uprobe programs, loaded for uprobe_multi.
         programs: MultiPrograms,
         /// Each attached library's links.
-        links: Vec<Vec<std::os::fd::OwnedFd>>,
+        links: Vec<super::windows::LibraryLinks>,
     },
     /// Classic perf-event uprobes (kernels before 6.6), held by aya's programs.
     Classic,
@@ -78,6 +78,8 @@ pub struct Probes {
     pub breaker: Breaker,
     /// Discovery's programs for multi links (the open path's, the loaders'), or why not.
     pub(super) discovery: super::opens::Programs,
+    /// The pair's windows (`super::windows`).
+    pub(super) windows: super::windows::Windows,
 }
 
 pub(super) fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
@@ -173,6 +175,7 @@ pub fn load(
         log,
         guard: Guard::running(false),
         breaker: Breaker::default(),
+        windows: Default::default(),
         discovery,
     })
 }
@@ -279,7 +282,7 @@ impl Probes {
             }
             // Closing the links detaches the probes (on the closer's thread: the kernel waits
             // for a grace period per link, which would stall the loop).
-            super::multi::close_later(links.remove(i));
+            super::multi::close_later(links.remove(i).into_fds());
             self.slots.release(&key);
             gone.push(self.libraries.remove(i));
         }
@@ -375,7 +378,10 @@ impl Probes {
             };
             match programs.attach(&probe_path, path, &resolution.found, pid) {
                 Ok(new) => {
-                    links.push(new);
+                    let found = &resolution.found;
+                    links.push(super::windows::links(
+                        programs, new, file, path, found, pid,
+                    )?);
                     self.libraries
                         .push(LibraryProbes::new(path, resolution, key, sites));
                     return Ok(self.libraries.last());

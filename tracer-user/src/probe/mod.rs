@@ -29,3 +29,4 @@ pub mod session;
 pub mod sites;
 pub mod slots;
 pub mod symbols;
+pub mod windows;

@@ -392,6 +392,11 @@ impl MultiPrograms {
         })
     }
 
+    /// The loaded program `name` (one of the programs loaded above).
+    pub fn program(&self, name: &'static str) -> &OwnedFd {
+        &self.by_name[name]
+    }
+
     /// Why launches are probed by the classic uprobe and uretprobe pair (`None`: by uprobe
     /// sessions, the return only for the launches sampled).
     pub fn pair_because(&self) -> Option<&str> {
@@ -441,7 +446,8 @@ impl MultiPrograms {
                 (PROG_LAUNCH, Some(Layout::Launch), Mode::Entry),
                 (PROG_LAUNCH_EX, Some(Layout::LaunchEx), Mode::Entry),
                 (PROG_REGS, Some(Layout::Regs), Mode::Entry),
-                (PROG_RETURN, None, Mode::Return),
+                // The launches' returns: `super::windows`.
+                (PROG_RETURN, Some(Layout::Regs), Mode::Return),
             ]
         };
         for (program, layout, mode) in groups {

@@ -141,7 +141,8 @@ impl Exporter {
         kernel: Option<&str>,
         gpu: impl FnOnce() -> Option<(u32, String)>,
     ) {
-        if ev.duration_ns < self.min_ns && ev.result == 0 {
+        // A launch written at its entry outside a window of the pair has no duration to show.
+        if (ev.duration_ns < self.min_ns && ev.result == 0) || ev.untimed {
             return;
         }
         let mut span = span::of_call(
