@@ -25,12 +25,14 @@ pub struct Symbol {
 }
 
 /// cuLaunchKernel (the stand-in's starts with `push`, emulated) and cuMemcpyHtoD_v2 (`mov`,
-/// single-stepped out of line: about 25 times the cost, so fewer calls).
+/// single-stepped out of line: about 25 times the cost, so fewer calls). Launch rounds last a
+/// few seconds, so that the pair's windows (open a quarter of the time once launches come fast,
+/// `tracer-user`'s `probe::windows`) are measured as they run, not only their first.
 pub const SYMBOLS: [Symbol; 2] = [
     Symbol {
         name: "cuLaunchKernel",
         scenario: "calls",
-        calls: 300_000,
+        calls: 2_000_000,
     },
     Symbol {
         name: "cuMemcpyHtoD_v2",
