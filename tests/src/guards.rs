@@ -59,6 +59,15 @@ impl Drop for TempDir {
     }
 }
 
+/// The cgroup v2 tree's root: the hybrid hosts' `unified`, else `/sys/fs/cgroup`.
+fn v2_base() -> PathBuf {
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("cgroup.procs").exists())
+        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup/unified"))
+}
+
 /// A cgroup v2 directory tree made for a test, removed (innermost first) on drop. Processes
 /// still in it keep it alive; the tests wait for theirs first.
 pub struct Cgroup {
@@ -69,17 +78,25 @@ pub struct Cgroup {
 impl Cgroup {
     /// Creates `relative` (nested folders) under a test root in the cgroup v2 hierarchy.
     pub fn new(relative: &str) -> Cgroup {
-        let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|p| p.join("cgroup.procs").exists())
-            .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup/unified"));
-        let root = base.join(format!("cudatrace-test-{}", std::process::id()));
+        let root = v2_base().join(format!("cudatrace-test-{}", std::process::id()));
         let leaf = root.join(relative);
         if let Err(e) = fs::create_dir_all(&leaf) {
             panic!("cannot create cgroup v2 directory {}: {e}", leaf.display());
         }
         Cgroup { root, leaf }
+    }
+
+    /// Creates a top-level cgroup of its own (`cudatrace-NAME-PID` at the v2 root): another
+    /// tenant than every other top-level cgroup, as the probe-harm breaker counts them.
+    pub fn top(name: &str) -> Cgroup {
+        let root = v2_base().join(format!("cudatrace-{name}-{}", std::process::id()));
+        if let Err(e) = fs::create_dir_all(&root) {
+            panic!("cannot create cgroup v2 directory {}: {e}", root.display());
+        }
+        Cgroup {
+            leaf: root.clone(),
+            root,
+        }
     }
 
     /// The innermost cgroup.

@@ -9,12 +9,16 @@
  *     fault-in-call     with CUDA_STANDIN_FAULT=1 in the environment, cuCtxSynchronize faults a
  *                       few instructions past its entry (SIGILL): a probe's harm, as seen.
  *     fault-own         a few probed calls, then a SIGSEGV in the workload's own code.
+ *     fault-self-HOW    a probed call, then a fault the process makes itself where a probe's harm
+ *                       would show: noexec (the entry's page made non-executable, then called),
+ *                       raise (SIGILL sent to itself), null (a call below mmap_min_addr).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 
@@ -323,6 +327,35 @@ int run_harm_scenarios(const char *scenario, int threads, int argc, char **argv)
         sleep_ms(1500); /* a tracer that discovers the process has attached by now */
         ((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))();
         return 1;
+    }
+    if (!strncmp(scenario, "fault-self-", 11) && argc == 0) {
+        const char *how = scenario + 11;
+        /* A fault the process makes itself right after a probed call, where a probe's harm
+         * would show: `noexec` makes the library's page of cuCtxSynchronize non-executable and
+         * calls it (SEGV_ACCERR at the probed entry); `raise` sends itself SIGILL; `null` calls
+         * a function pointer below mmap_min_addr. */
+        setup(4096);
+        printf("{\"pid\":%d}\n", getpid());
+        fflush(stdout);
+        sleep_ms(1500);
+        PFN_cuCtxSynchronize sync = (PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1);
+        CHECK(sync());
+        if (!strcmp(how, "noexec")) {
+            long page = sysconf(_SC_PAGESIZE);
+            void *at = (void *)((uintptr_t)sync & ~(uintptr_t)(page - 1));
+            if (mprotect(at, (size_t)page, PROT_READ) != 0) {
+                perror("cuda-workload: mprotect");
+                return 1;
+            }
+            sync();
+        } else if (!strcmp(how, "raise")) {
+            raise(SIGILL);
+        } else if (!strcmp(how, "null")) {
+            const char *at = getenv("WORKLOAD_FAULT_ADDRESS");
+            void (*tiny)(void) = (void (*)(void))(uintptr_t)strtoull(at ? at : "16", NULL, 0);
+            tiny();
+        }
+        exit(2);
     }
     if (!strcmp(scenario, "fault-own") && argc == 0) {
         setup(4096);

@@ -26,6 +26,9 @@ pub enum EventTag {
     LongLookup = 6,
 }
 
+/// `FaultEvent::code` when the siginfo could not be read.
+pub const SI_CODE_UNKNOWN: i32 = i32::MAX;
+
 /// A synchronous fault signal (SIGSEGV, SIGILL, SIGBUS, SIGTRAP) generated for a thread that
 /// has hit a probe: where it faulted, and the thread's last probe hit, for the harm check.
 #[repr(C)]
@@ -39,7 +42,8 @@ pub struct FaultEvent {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// `si_code` (SEGV_MAPERR, ILL_ILLOPC, ...).
+    /// `si_code` (SEGV_MAPERR, ILL_ILLOPC, ...; SI_USER and below: sent from user space;
+    /// [`SI_CODE_UNKNOWN`]: could not be read).
     pub code: i32,
     /// 1 while the thread was inside a probed call (between entry and return).
     pub in_call: u32,

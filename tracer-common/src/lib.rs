@@ -17,7 +17,7 @@ pub use api::{Api, Kind, Layout};
 pub use entry::Entry;
 pub use event::{
     CallEvent, EventTag, ExitEvent, FaultEvent, LongLookupEvent, LookupEvent, NameEvent,
-    EXIT_STATUS_KNOWN, LONG_NAME_MAX, NAME_MAX,
+    EXIT_STATUS_KNOWN, LONG_NAME_MAX, NAME_MAX, SI_CODE_UNKNOWN,
 };
 
 /// Index of the dropped-events slot in the `STATS` per-CPU array.

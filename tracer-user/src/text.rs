@@ -2,16 +2,35 @@
 //! print, and wall-clock times as RFC 3339.
 use std::{borrow::Cow, time::SystemTime};
 
-/// `s` with control characters (terminal escapes included) written as `\u{..}`: names and
-/// paths come from tenants, and are shown on terminals.
+/// Whether `c` would change or hide what a reader sees: control characters (terminal escapes
+/// included), bidirectional overrides and isolates (a comm that reads backwards), and
+/// zero-width or invisible formatting characters (two names that look the same).
+pub fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{202A}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
+/// `s` with every [`hidden`] character (terminal escapes, bidi overrides, zero-width ones)
+/// written as `\u{..}`: names and paths come from tenants, and are shown on terminals, pages
+/// and chat tools.
 pub fn printable(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(hidden) {
         return Cow::Borrowed(s);
     }
     Cow::Owned(
         s.chars()
             .map(|c| {
-                if c.is_control() {
+                if hidden(c) {
                     c.escape_unicode().to_string()
                 } else {
                     c.to_string()
@@ -76,6 +95,19 @@ pub(crate) fn fake_env<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bidi_overrides_and_zero_width_characters_are_escaped() {
+        // "llm-srv" written backwards behind a right-to-left override, and a zero-width space
+        // that makes a second "trainer" look like the first.
+        assert_eq!(printable("x\u{202E}vrs-mll"), "x\\u{202e}vrs-mll");
+        assert_eq!(printable("tra\u{200B}iner"), "tra\\u{200b}iner");
+        assert_eq!(printable("\u{2066}a\u{2069}"), "\\u{2066}a\\u{2069}");
+        assert_eq!(printable("\u{FEFF}bom"), "\\u{feff}bom");
+        // Letters of other scripts stay as they are.
+        assert_eq!(printable("модель-東京"), "модель-東京");
+        assert!(matches!(printable("модель"), Cow::Borrowed(_)));
+    }
 
     #[test]
     fn control_characters_are_escaped() {

@@ -55,3 +55,12 @@ pub const CUDA_ERROR_ILLEGAL_STATE: i32 = 401;
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
 /// Mask of the api id inside a cookie.
 pub const COOKIE_API_MASK: u64 = 0xffff;
+/// Where the attached library's tag sits in a cookie (bits 48 to 63): set per library file by
+/// user space when it attaches, so that a fault record names the library whose probe the thread
+/// hit last even when the process is gone before its maps can be read. 0: no tag.
+pub const COOKIE_LIBRARY_SHIFT: u32 = 48;
+
+/// The library tag of a cookie (0: none).
+pub const fn library_tag(cookie: u64) -> u16 {
+    (cookie >> COOKIE_LIBRARY_SHIFT) as u16
+}

@@ -9,7 +9,7 @@ use aya_ebpf::{
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
-use tracer_common::{EventTag, FaultEvent};
+use tracer_common::{EventTag, FaultEvent, SI_CODE_UNKNOWN};
 
 use crate::{
     arch::PT_REGS_PC,
@@ -20,6 +20,10 @@ const SIGILL: u64 = 4;
 const SIGTRAP: u64 = 5;
 const SIGBUS: u64 = 7;
 const SIGSEGV: u64 = 11;
+/// `si_code` of a signal from `kill()`.
+const SI_USER: i32 = 0;
+/// `si_code` of a signal the kernel sends itself.
+const SI_KERNEL: i32 = 0x80;
 
 #[raw_tracepoint(tracepoint = "signal_generate")]
 pub fn cuda_fault(ctx: RawTracePointContext) -> u32 {
@@ -54,12 +58,22 @@ fn try_cuda_fault(ctx: &RawTracePointContext) {
         (0, entry.ended_ns)
     };
     // kernel_siginfo: si_signo, si_errno, si_code (i32 each), then the union at offset 16,
-    // whose first field for these signals is si_addr.
-    let info = info as *const u8;
-    // SAFETY: reads through the helper, which fails rather than faults.
-    let code = unsafe { bpf_probe_read_kernel(info.add(8).cast::<i32>()) }.unwrap_or(0);
-    // SAFETY: as above.
-    let addr = unsafe { bpf_probe_read_kernel(info.add(16).cast::<u64>()) }.unwrap_or(0);
+    // whose first field for these signals is si_addr. The kernel passes SEND_SIG_NOINFO (0) for
+    // a signal from user space and SEND_SIG_PRIV (1) for its own, instead of a siginfo.
+    let (code, addr) = match info {
+        0 => (SI_USER, 0),
+        1 => (SI_KERNEL, 0),
+        _ => {
+            let info = info as *const u8;
+            // SAFETY: reads through the helper, which fails rather than faults. Unread: not
+            // known, which user space never takes for a signal sent from user space.
+            let code = unsafe { bpf_probe_read_kernel(info.add(8).cast::<i32>()) }
+                .unwrap_or(SI_CODE_UNKNOWN);
+            // SAFETY: as above.
+            let addr = unsafe { bpf_probe_read_kernel(info.add(16).cast::<u64>()) }.unwrap_or(0);
+            (code, addr)
+        }
+    };
     // SAFETY: the current task as a BTF pointer, and its user registers: both helpers check
     // their argument; the read goes through the helper.
     let pc = unsafe {

@@ -3,7 +3,7 @@ use super::Cause;
 
 impl Cause {
     /// Every cause.
-    pub const ALL: [Cause; 15] = [
+    pub const ALL: [Cause; 16] = [
         Cause::Starvation,
         Cause::MemoryLeak,
         Cause::RestartLoop,
@@ -19,6 +19,7 @@ impl Cause {
         Cause::CpuOrDriverContention,
         Cause::Unexplained,
         Cause::ProbeHarm,
+        Cause::ProbeHarmSuspected,
     ];
 
     /// The cause of this JSON name, if any.
@@ -44,6 +45,7 @@ impl Cause {
             Cause::CpuOrDriverContention => "CudatraceLaunchLatencyHigh",
             Cause::Unexplained => "CudatraceSlowdown",
             Cause::ProbeHarm => "CudatraceProbeHarm",
+            Cause::ProbeHarmSuspected => "CudatraceProbeHarmSuspected",
         }
     }
 
@@ -65,6 +67,7 @@ impl Cause {
             Cause::CpuOrDriverContention => "launches are slower with an idle GPU and no CPU wait: look at the driver (persistence mode, MPS server) and the host",
             Cause::Unexplained => "nothing traced explains it: compare the process's own request sizes and look at what else runs on the host",
             Cause::ProbeHarm => "cudatrace's probe harmed this process, not its own code: the library's probes are detached on this node (breaker open); send the evidence to the cudatrace maintainers, check the kernel against docs/security.md, and `cudatrace breaker --clear LIBRARY` only once it is fixed",
+            Cause::ProbeHarmSuspected => "one tenant's process faulted where cudatrace's probe could have harmed it, but nothing corroborates it and other tenants use the library, so its probes stay: look at that tenant's code first (a fault it made on purpose names nobody else); a second tenant faulting the same way, or the kernel's uprobe log, opens the breaker",
         }
     }
 
@@ -86,6 +89,7 @@ impl Cause {
             Cause::CpuOrDriverContention => "cpu_or_driver_contention",
             Cause::Unexplained => "unexplained",
             Cause::ProbeHarm => "probe_harm",
+            Cause::ProbeHarmSuspected => "probe_harm_suspected",
         }
     }
 }

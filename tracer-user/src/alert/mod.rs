@@ -111,6 +111,9 @@ pub enum Cause {
     /// cudatrace's own probe harmed the process (a fault at or just past a probed entry, in the
     /// XOL page, or at a corrupted return, right after a probe hit): cudatrace is the culprit.
     ProbeHarm,
+    /// A fault that looks like cudatrace's probe's harm, from one tenant while others use the
+    /// library and nothing corroborates it: the probes stay; that tenant is named.
+    ProbeHarmSuspected,
 }
 
 /// A process named in an alert.
@@ -357,6 +360,13 @@ impl AlertChange {
                 self.evidence.now,
                 self.gpu,
                 self.evidence.time_to_full_s.unwrap_or(f64::NAN)
+            );
+        }
+        if self.cause == Cause::ProbeHarmSuspected {
+            return format!(
+                "suspected (not corroborated) probe harm in {}: {}",
+                who(&self.victim),
+                self.chain_text()
             );
         }
         if self.cause == Cause::ProbeHarm {

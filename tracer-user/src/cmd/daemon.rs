@@ -191,6 +191,11 @@ impl Daemon {
                 .iter()
                 .map(|((l, s, g), n)| (l.clone(), *s, *g, *n))
                 .collect(),
+            harms_suspected: session
+                .harms_suspected()
+                .iter()
+                .map(|((l, s, g), n)| (l.clone(), *s, *g, *n))
+                .collect(),
             breakers: session.breakers(),
             nvml_up: self.nvml_up,
             gpus: &self.gpus,

@@ -41,6 +41,18 @@ fn change(p: &Value) -> String {
     }
 }
 
+/// A `[before, now]` pair of an archive or an `/alerts` answer, each made printable; `None`
+/// when it is not an array of at least two (a damaged archive line must not stop explain).
+fn pair(v: &Value) -> Option<(String, String)> {
+    match v.as_array()?.as_slice() {
+        [a, b, ..] => Some((
+            printable(&a.to_string()).into_owned(),
+            printable(&b.to_string()).into_owned(),
+        )),
+        _ => None,
+    }
+}
+
 /// The advice of a cause by its JSON name.
 fn advice(cause: &str) -> &'static str {
     crate::alert::Cause::from_name(cause).map_or("", |c| c.advice())
@@ -82,22 +94,14 @@ pub fn screen(v: &Value) -> String {
         .unwrap_or_default();
     let work = &e["victim_work"];
     let mut facts = chain;
-    if let Some(t) = work["threads_per_launch"].as_array() {
-        facts.push(format!(
-            "the victim's threads per launch {} → {}",
-            t[0], t[1]
-        ));
+    if let Some((a, b)) = pair(&work["threads_per_launch"]) {
+        facts.push(format!("the victim's threads per launch {a} → {b}"));
     }
-    if let (Some(k), Some(g)) = (work["kernel"].as_str(), work["grid"].as_array()) {
-        facts.push(format!(
-            "its kernel {}: grid {} → {}",
-            printable(k),
-            g[0],
-            g[1]
-        ));
+    if let (Some(k), Some((a, b))) = (work["kernel"].as_str(), pair(&work["grid"])) {
+        facts.push(format!("its kernel {}: grid {a} → {b}", printable(k)));
     }
-    if let Some(r) = e["run_delay_s_per_s"].as_array() {
-        facts.push(format!("its run-queue delay {} → {} s/s", r[0], r[1]));
+    if let Some((a, b)) = pair(&e["run_delay_s_per_s"]) {
+        facts.push(format!("its run-queue delay {a} → {b} s/s"));
     }
     for (i, f) in facts.iter().enumerate() {
         out.push(format!("    {}. {f}", i + 1));
@@ -237,5 +241,25 @@ mod tests {
         );
         assert!(s.contains("who: nobody else changed"), "{s}");
         assert!(s.contains("look at the request sizes"), "{s}");
+    }
+
+    #[test]
+    fn a_damaged_incident_is_shown_without_its_broken_pairs() {
+        // Arrays shorter than a pair (an archive line edited by hand, or cut short) once
+        // panicked explain; a bidi override in a kernel name is escaped.
+        let v = json!({"alert": "CudatraceWorkloadChange", "cause": "workload_change",
+            "victim": {"pid": 1, "comm": "s"}, "evidence": {"run_delay_s_per_s": [0.5],
+            "victim_work": {"threads_per_launch": [], "kernel": "g\u{202E}mm", "grid": [[64, 1, 1]]}}});
+        let s = screen(&v);
+        assert!(!s.contains("threads per launch"), "{s}");
+        assert!(!s.contains("grid"), "{s}");
+        assert!(!s.contains("run-queue delay"), "{s}");
+        let v = json!({"victim": {"pid": 1, "comm": "s"}, "evidence": {"victim_work":
+            {"kernel": "g\u{202E}mm", "grid": [["\u{202E}x"], [2]]}}});
+        assert!(
+            screen(&v).contains("its kernel g\\u{202e}mm: grid [\"\\u{202e}x\"] → [2]"),
+            "{}",
+            screen(&v)
+        );
     }
 }

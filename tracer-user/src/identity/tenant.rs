@@ -28,10 +28,36 @@ impl Tenant {
         Tenant(if path.is_empty() { "/".into() } else { path })
     }
 
+    /// The tenant as the probe-harm breaker counts them (`probe::scope`): a pod, a user's
+    /// delegated tree, else the first unit below the slices (`/system.slice/docker-ID.scope`,
+    /// a top-level cgroup): what a process cannot leave or make more of without privilege.
+    /// Namespaces do not count, since any process may make new ones unprivileged.
+    pub fn unit(cgroup: Option<&str>) -> Tenant {
+        let t = Tenant::of(cgroup);
+        if t.0.starts_with("pod:") || t.0.contains("/user@") {
+            return t;
+        }
+        let mut path = String::new();
+        for part in t.0.split('/').filter(|p| !p.is_empty()) {
+            path.push('/');
+            path.push_str(part);
+            if !part.ends_with(".slice") {
+                break;
+            }
+        }
+        Tenant(if path.is_empty() { "/".into() } else { path })
+    }
+
     /// The tenant of process `pid`, from its /proc cgroup file.
     pub fn of_pid(pid: u32) -> Tenant {
         let text = super::proc::read_text(&format!("/proc/{pid}/cgroup"));
         Tenant::of(text.as_deref().and_then(super::parse_cgroup).as_deref())
+    }
+
+    /// [`Tenant::unit`] of process `pid`, from its /proc cgroup file.
+    pub fn unit_of_pid(pid: u32) -> Tenant {
+        let text = super::proc::read_text(&format!("/proc/{pid}/cgroup"));
+        Tenant::unit(text.as_deref().and_then(super::parse_cgroup).as_deref())
     }
 
     /// As written in messages.
@@ -76,5 +102,25 @@ mod tests {
             "/system.slice/triton.service"
         );
         assert_eq!(Tenant::of(None).as_str(), "/");
+    }
+
+    #[test]
+    fn units_for_the_breaker_are_what_a_process_cannot_leave() {
+        let unit = |c| Tenant::unit(Some(c)).0;
+        // A container's own sub-cgroups are the container's.
+        assert_eq!(
+            unit("/system.slice/docker-abc.scope/inner/deeper"),
+            "/system.slice/docker-abc.scope"
+        );
+        assert_eq!(unit("/tenant-a/job-1"), "/tenant-a");
+        assert_ne!(unit("/tenant-a/job-1"), unit("/tenant-b/job-1"));
+        assert_eq!(
+            unit("/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope"),
+            "/user.slice/user-1000.slice/user@1000.service"
+        );
+        let pod = "/kubepods.slice/kubepods-podab12cd34_0000_1111_2222_333344445555.slice/cri-containerd-ab.scope";
+        assert_eq!(unit(pod), "pod:ab12cd34-0000-1111-2222-333344445555");
+        assert_eq!(Tenant::unit(None).0, "/");
+        assert_eq!(unit("/"), "/");
     }
 }

@@ -115,12 +115,8 @@ pub struct Session {
     /// How long one read of the ring buffer may go on while recording (`None` once stopped: the
     /// last drain reads all); else a flood would keep a slow consumer (and a signal) waiting.
     read_budget: Option<std::time::Duration>,
-    /// Probe harms by (library, symbol, signal).
-    harms: harm::HarmCounts,
-    /// Faults judged so far per process (bounded: see `harm`).
-    faults_judged: std::collections::HashMap<u32, u32>,
-    /// The kernel log, where readable (its uprobe-path lines open the breaker too).
-    kmsg: Option<crate::probe::kmsg::Kmsg>,
+    /// The harm check's counts, suspicions and kernel log.
+    harm: harm::HarmState,
     rescan: Interval,
     deadline: Pin<Box<Sleep>>,
     sigint: Signal,

@@ -84,6 +84,8 @@ impl Session {
         probes.set_allow(allow);
         probes.set_guard(Guard::running(opts.allow_stepped_probes));
         probes.breaker = Breaker::load(opts.state_dir.as_deref());
+        let release = probes.kernel_release().to_owned();
+        probes.breaker.on_kernel(&release);
         // The libraries named with --lib, or the host's own in the loader's directories: the
         // operator's files, not a tenant's. With one library its error is the run's error,
         // printed once below (before leaving uid 0, so that a command can still undo what it
@@ -114,6 +116,9 @@ impl Session {
         } else {
             None
         };
+        // Opened while still privileged: reading it needs CAP_SYSLOG at open only (where
+        // `kernel.dmesg_restrict` is set), which uid 65534 does not have.
+        let kmsg = crate::probe::kmsg::Kmsg::open();
         // Leave uid 0 before anything a tenant controls is read (other processes' /proc and
         // libraries, a pod list).
         if let Some(to) = opts.run_as {
@@ -214,10 +219,7 @@ impl Session {
             full_at: std::time::Instant::now(),
             pace: Pace::new(opts.ringbuf_bytes / 8),
             read_budget: Some(std::time::Duration::from_millis(100)),
-            harms: Default::default(),
-            faults_judged: Default::default(),
-            // Opened while still privileged: reading it needs CAP_SYSLOG at open only.
-            kmsg: crate::probe::kmsg::Kmsg::open(),
+            harm: super::harm::HarmState::new(kmsg),
             rescan,
             deadline: Box::pin(tokio::time::sleep(opts.duration.unwrap_or(forever))),
             sigint: signal(SignalKind::interrupt())?,

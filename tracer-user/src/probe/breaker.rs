@@ -1,6 +1,9 @@
-//! The probe-harm breaker: a library whose probe harmed a process is detached on this node and
-//! stays so, across restarts (`[state] dir`/baselines/probe-breaker.json, the daemon's own
-//! folder), until an operator clears it (`cudatrace breaker --clear`).
+//! The probe-harm breaker: a library whose probe harmed a process (corroborated: `probe::scope`)
+//! is detached on this node and stays so, across restarts (`[state] dir`/baselines/
+//! probe-breaker.json, the daemon's own folder), until an operator clears it (`cudatrace breaker
+//! --clear`). It half-opens by itself in one case only: the node now runs another kernel than the
+//! one it opened on (a kernel update is the usual fix); the library is then attached again, and
+//! its next harm that is not the process's own opens it at once, whoever made it.
 use std::{
     io::Write as _,
     path::{Path, PathBuf},
@@ -33,6 +36,9 @@ pub struct Open {
     pub opened_at: String,
     /// The harm that opened it, in a line.
     pub evidence: String,
+    /// The kernel release it opened on (empty in files written before it was kept: held).
+    #[serde(default)]
+    pub kernel: String,
 }
 
 /// The open breakers, with the file that keeps them (none: in memory only).
@@ -41,6 +47,9 @@ pub struct Breaker {
     file: Option<PathBuf>,
     /// Open breakers.
     pub open: Vec<Open>,
+    /// Breakers opened on another kernel than the running one: attached again, and tripped at
+    /// the library's next harm.
+    pub half_open: Vec<Open>,
 }
 
 impl Breaker {
@@ -58,7 +67,52 @@ impl Breaker {
             }),
             None => Vec::new(),
         };
-        Breaker { file, open }
+        Breaker {
+            file,
+            open,
+            half_open: Vec::new(),
+        }
+    }
+
+    /// Half-opens the breakers that opened on another kernel than `release`, saying each once.
+    pub fn on_kernel(&mut self, release: &str) {
+        let (other, same): (Vec<Open>, Vec<Open>) = std::mem::take(&mut self.open)
+            .into_iter()
+            .partition(|o| !o.kernel.is_empty() && o.kernel != release);
+        self.open = same;
+        for o in other {
+            log::warn!(
+                target: "cudatrace::breaker_half_open",
+                library = o.library.as_str();
+                "cudatrace: the probe-harm breaker of {} opened on kernel {} ({}); this is kernel {release}: half-open, attached again, and its next harm opens it at once",
+                crate::text::printable(&o.library),
+                crate::text::printable(&o.kernel),
+                crate::text::printable(&o.evidence)
+            );
+            self.half_open.push(o);
+        }
+    }
+
+    /// What the file keeps: the open breakers and the half-open ones (held again on their kernel).
+    fn kept(&self) -> Vec<Open> {
+        self.open.iter().chain(&self.half_open).cloned().collect()
+    }
+
+    /// Whether the breaker of `key` is half-open (its next harm trips it).
+    pub fn is_half_open(&self, key: FileKey) -> bool {
+        self.half_open.iter().any(|o| (o.dev, o.ino) == key)
+    }
+
+    /// Refuses to attach `path` (`key`) while its breaker is open.
+    pub fn refuse(&self, path: &Path, key: FileKey) -> Result<(), super::error::AttachError> {
+        match self.of(key) {
+            Some(open) => Err(super::error::AttachError::BreakerOpen {
+                path: path.display().to_string(),
+                since: open.opened_at.clone(),
+                evidence: open.evidence.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The open breaker of this file (device and inode), if any.
@@ -66,11 +120,13 @@ impl Breaker {
         self.open.iter().find(|o| (o.dev, o.ino) == key)
     }
 
-    /// Opens the breaker of `library` (`key`), saving it; `false` when it was open already.
-    pub fn trip(&mut self, library: &str, key: FileKey, evidence: String) -> bool {
+    /// Opens the breaker of `library` (`key`) on kernel `kernel`, saving it; `false` when it
+    /// was open already.
+    pub fn trip(&mut self, library: &str, key: FileKey, evidence: String, kernel: &str) -> bool {
         if self.of(key).is_some() {
             return false;
         }
+        self.half_open.retain(|o| (o.dev, o.ino) != key);
         if self.open.len() >= MAX_OPEN {
             self.open.remove(0);
         }
@@ -80,9 +136,10 @@ impl Breaker {
             ino: key.1,
             opened_at: crate::text::rfc3339(std::time::SystemTime::now()),
             evidence,
+            kernel: kernel.to_owned(),
         });
         if let Some(f) = &self.file {
-            if let Err(e) = write(f, &self.open) {
+            if let Err(e) = write(f, &self.kept()) {
                 log::warn!(
                     "cudatrace: cannot keep the probe-harm breaker in {}: {e} (it holds until this process stops)",
                     f.display()
@@ -97,9 +154,11 @@ impl Breaker {
         let before = self.open.len();
         self.open
             .retain(|o| library.is_some_and(|l| o.library != l));
+        self.half_open
+            .retain(|o| library.is_some_and(|l| o.library != l));
         let cleared = before - self.open.len();
         if let Some(f) = &self.file {
-            write(f, &self.open)?;
+            write(f, &self.kept())?;
         }
         Ok(cleared)
     }
@@ -146,9 +205,15 @@ mod tests {
         assert!(b.trip(
             "/usr/lib/libcuda.so.1",
             (2049, 77),
-            "SIGILL 12 bytes past cuCtxSynchronize".into()
+            "SIGILL 12 bytes past cuCtxSynchronize".into(),
+            "6.18.0"
         ));
-        assert!(!b.trip("/usr/lib/libcuda.so.1", (2049, 77), "again".into()));
+        assert!(!b.trip(
+            "/usr/lib/libcuda.so.1",
+            (2049, 77),
+            "again".into(),
+            "6.18.0"
+        ));
         let again = Breaker::load(Some(&dir));
         assert_eq!(again.open.len(), 1);
         assert_eq!(
@@ -160,6 +225,32 @@ mod tests {
         assert_eq!(again.clear(Some("/other")).unwrap(), 0);
         assert_eq!(again.clear(Some("/usr/lib/libcuda.so.1")).unwrap(), 1);
         assert!(Breaker::load(Some(&dir)).open.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_breaker_half_opens_on_another_kernel_and_trips_at_the_next_harm() {
+        let dir = std::env::temp_dir().join(format!("cudatrace-breaker-k-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut b = Breaker::load(Some(&dir));
+        b.trip("/lib/a.so", (1, 1), "SIGILL".into(), "6.1.0");
+        b.trip("/lib/b.so", (1, 2), "SIGILL".into(), "6.18.0");
+        let mut again = Breaker::load(Some(&dir));
+        again.on_kernel("6.18.0");
+        // Opened on 6.1: half-open, attached again; opened on this kernel: held.
+        assert!(again.refuse(Path::new("/lib/a.so"), (1, 1)).is_ok());
+        assert!(again.is_half_open((1, 1)));
+        assert!(matches!(
+            again.refuse(Path::new("/lib/b.so"), (1, 2)),
+            Err(crate::probe::error::AttachError::BreakerOpen { .. })
+        ));
+        assert!(!again.is_half_open((1, 2)));
+        // Its next harm trips it on this kernel, and it is held from then on.
+        assert!(again.trip("/lib/a.so", (1, 1), "SIGILL".into(), "6.18.0"));
+        assert!(!again.is_half_open((1, 1)));
+        let mut third = Breaker::load(Some(&dir));
+        third.on_kernel("6.18.0");
+        assert!(third.refuse(Path::new("/lib/a.so"), (1, 1)).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -189,6 +189,7 @@ mod tests {
                 .map(|(i, a)| Resolved {
                     api: *a,
                     offset: 0x100 * (i as u64 + 1),
+                    tag: 0,
                 })
                 .collect(),
             ..Resolution::default()

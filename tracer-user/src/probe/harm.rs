@@ -2,7 +2,9 @@
 //! within [`WINDOW_NS`] of its last probe hit, whose PC is at the probed address, within
 //! [`PAST_ENTRY`] bytes past it, in the uprobe XOL page, or outside any executable mapping (a
 //! corrupted return), is the probe's harm, not the workload's crash. A fault anywhere else is the
-//! workload's own.
+//! workload's own, and so is one the process made itself ([`self_made`]: a signal sent from user
+//! space, a jump below `mmap_min_addr`, an instruction fetched from a page it made
+//! non-executable), wherever its PC.
 use tracer_common::{api::COOKIE_API_MASK, Api, FaultEvent};
 
 /// How soon after a probe hit a fault counts against the probe.
@@ -37,19 +39,61 @@ pub struct Harm {
     pub kernel: String,
     /// Microseconds from the probe hit to the fault.
     pub after_us: u64,
+    /// The faulting process's tenant (`identity::Tenant::unit`).
+    pub tenant: String,
+    /// Why the breaker opened; `None`: suspected only (`CudatraceProbeHarmSuspected`), the
+    /// probes kept.
+    pub basis: Option<Basis>,
+}
+
+/// What corroborated a harm enough to open the node's breaker (`probe::scope`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// No other tenant uses the library.
+    OnlyTenant,
+    /// Another tenant faulted the same way at this library before.
+    SecondTenant {
+        /// That tenant.
+        first: String,
+        /// Its fault, in a line.
+        evidence: String,
+    },
+    /// The kernel's own uprobe log line names the process.
+    KernelLog,
+    /// The breaker was half-open (opened on another kernel).
+    HalfOpen,
+}
+
+impl Basis {
+    /// In words, for the evidence.
+    pub fn describe(&self) -> String {
+        match self {
+            Basis::OnlyTenant => "no other tenant uses this library".into(),
+            Basis::SecondTenant { first, evidence } => {
+                format!("a second tenant faulted the same way (first tenant {first}: {evidence})")
+            }
+            Basis::KernelLog => "the kernel's uprobe log names the process".into(),
+            Basis::HalfOpen => "the breaker was half-open after a kernel change".into(),
+        }
+    }
 }
 
 impl Harm {
     /// The evidence in a line.
     pub fn line(&self) -> String {
+        let tenant = if self.tenant.is_empty() {
+            String::new()
+        } else {
+            format!(", tenant {}", self.tenant)
+        };
         if self.place == Place::KernelLog {
             return format!(
-                "the kernel logged for pid {} (library {}): {:?}, kernel {}",
+                "the kernel logged for pid {} (library {}): {:?}, kernel {}{tenant}",
                 self.pid, self.library, self.instruction, self.kernel
             );
         }
         format!(
-            "{} in pid {} (tid {}) {} of {} in {} (pc {:#x}, site {:#x}: {}), {} µs after the probe hit, kernel {}",
+            "{} in pid {} (tid {}) {} of {} in {} (pc {:#x}, site {:#x}: {}), {} µs after the probe hit, kernel {}{tenant}",
             self.signal,
             self.pid,
             self.tid,
@@ -132,6 +176,37 @@ pub fn regions(pid: u32) -> Option<Vec<Region>> {
             })
             .collect(),
     )
+}
+
+/// `SIGSEGV`.
+const SIGSEGV: u32 = 11;
+/// `si_code` of a SIGSEGV on a mapped page without the access asked for.
+const SEGV_ACCERR: i32 = 2;
+/// `si_code` of `kill()`; what user space sends is this or below (`SI_QUEUE`, `SI_TKILL`...).
+const SI_USER: i32 = 0;
+
+/// Why a fault is the process's own doing even where it looks like a probe's harm; `None` when
+/// nothing says so. `mmap_min_addr` is the lowest address a process may map.
+pub fn self_made(f: &FaultEvent, mmap_min_addr: u64) -> Option<&'static str> {
+    if f.code <= SI_USER {
+        return Some("a signal sent from user space (kill, tgkill, raise), not a fault");
+    }
+    if f.pc < mmap_min_addr {
+        return Some("a jump below mmap_min_addr (a null or tiny function pointer)");
+    }
+    if f.sig == SIGSEGV && f.code == SEGV_ACCERR && f.addr == f.pc {
+        return Some("an instruction fetched from a page the process made non-executable (SEGV_ACCERR at the PC); a probe changes no page's protection");
+    }
+    None
+}
+
+/// The lowest address a process may map (`vm.mmap_min_addr`; 4096 when unreadable).
+pub fn mmap_min_addr() -> u64 {
+    std::fs::read_to_string("/proc/sys/vm/mmap_min_addr")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(4096)
+        .max(4096)
 }
 
 /// The api of the thread's last probed call.
@@ -247,6 +322,40 @@ mod tests {
             Some(Place::Outside)
         );
         assert_eq!(judge(&fault(0x1234, 5_000), Some(&m)), Some(Place::Outside));
+    }
+
+    use tracer_common::SI_CODE_UNKNOWN;
+
+    #[test]
+    fn faults_the_process_made_itself_are_its_own_wherever_the_pc() {
+        let at_site = 0x7f00_0000_3a00;
+        let mut f = fault(at_site, 1_000);
+        assert_eq!(
+            self_made(&f, 65536),
+            None,
+            "ILL_ILLOPN at the site: not its own"
+        );
+        // raise(SIGILL) right after a call: SI_TKILL.
+        f.code = -6;
+        assert!(self_made(&f, 65536).unwrap().contains("user space"));
+        f.code = 0;
+        assert!(self_made(&f, 65536).unwrap().contains("user space"));
+        // The library's page made non-executable, then called: SEGV_ACCERR at the PC.
+        let mut f = fault(at_site, 1_000);
+        (f.sig, f.code, f.addr) = (11, 2, at_site);
+        assert!(self_made(&f, 65536).unwrap().contains("non-executable"));
+        // The same si_code on a data access (the address is not the PC): not said to be its own.
+        f.addr = 0x1000_0000;
+        assert_eq!(self_made(&f, 65536), None);
+        // A tiny function pointer.
+        let mut f = fault(0x10, 1_000);
+        (f.sig, f.code, f.addr) = (11, 1, 0x10);
+        assert!(self_made(&f, 65536).unwrap().contains("mmap_min_addr"));
+        // An unreadable siginfo is never taken for a signal from user space.
+        let mut f = fault(at_site, 1_000);
+        f.code = SI_CODE_UNKNOWN;
+        assert_eq!(self_made(&f, 65536), None);
+        assert!(mmap_min_addr() >= 4096);
     }
 
     #[test]

@@ -73,7 +73,9 @@ pub fn parse(record: &str) -> Option<KernelHarm> {
         if !rest.contains(" failed to ") {
             return None;
         }
-        let who = rest.split(" failed to ").next()?;
+        // "%s:%d failed to %s": the comm is the tenant's and may hold " failed to " and ':'
+        // itself, the kernel's message holds neither; so the pid is read from the right.
+        let who = rest.rsplit_once(" failed to ")?.0;
         let pid = who.rsplit_once(':')?.1.parse().ok()?;
         return Some(KernelHarm {
             pid,
@@ -116,6 +118,12 @@ mod tests {
         // A comm with a colon in it.
         let r = "4,1894,81234568,-;uprobe: vllm:worker:77 failed to execute the probed insn, sending SIGILL.";
         assert_eq!(parse(r).map(|h| h.pid), Some(77));
+        // A comm made to look like the start of the line (15 bytes: "xx:1 failed to ").
+        let r = "4,1895,81234569,-;uprobe: xx:1 failed to :4242 failed to execute the probed insn, sending SIGILL.";
+        assert_eq!(parse(r).map(|h| h.pid), Some(4242));
+        let r =
+            "4,1896,81234570,-;uprobe: a failed to x:9 failed to handle uprobe, sending SIGILL.";
+        assert_eq!(parse(r).map(|h| h.pid), Some(9));
     }
 
     #[test]

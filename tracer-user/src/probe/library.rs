@@ -9,6 +9,20 @@ use tracer_common::Api;
 
 use super::{discovery::FileKey, loader::Probes, sites::SiteCounts, symbols::Resolution};
 
+/// The file's (device, inode).
+pub fn file_key(file: &std::fs::File) -> std::io::Result<FileKey> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = file.metadata()?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// The library's tag in its probes' cookies, from its file: never 0 (no tag). Two files may
+/// share one (16 bits); a fault whose tag names two attached libraries is told by its maps.
+pub fn tag_of(key: FileKey) -> u16 {
+    let h = (key.0 ^ key.1.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    ((h >> 48) as u16).max(1)
+}
+
 /// What was attached in one library.
 #[derive(Debug, Clone)]
 pub struct LibraryProbes {

@@ -319,17 +319,9 @@ impl Probes {
                 path: path.display().to_string(),
             });
         }
-        {
-            use std::os::unix::fs::MetadataExt as _;
-            let meta = file.metadata().map_err(|e| AttachError::Kernel(e.into()))?;
-            if let Some(open) = self.breaker.of((meta.dev(), meta.ino())) {
-                return Err(AttachError::BreakerOpen {
-                    path: path.display().to_string(),
-                    since: open.opened_at.clone(),
-                    evidence: open.evidence.clone(),
-                });
-            }
-        }
+        let key = super::library::file_key(file).map_err(|e| AttachError::Kernel(e.into()))?;
+        self.breaker.refuse(path, key)?;
+        resolution.set_tag(super::library::tag_of(key));
         let sites = self.guard.apply(path, file, &mut resolution);
         if resolution.found.is_empty() {
             return Err(AttachError::AllRefused {
@@ -407,7 +399,7 @@ impl Probes {
                     .try_into()?;
                 let point = UProbeAttachPoint {
                     location: UProbeAttachLocation::AbsoluteOffset(r.offset),
-                    cookie: Some(r.api.cookie()),
+                    cookie: Some(r.cookie()),
                 };
                 prog.attach(point, &probe_path, self.scope)
                     .with_context(|| {

@@ -25,6 +25,7 @@ pub mod opens;
 pub mod proc_maps;
 pub mod run_as;
 pub mod sandbox;
+pub mod scope;
 pub mod session;
 pub mod sites;
 pub mod slots;

@@ -459,7 +459,7 @@ impl MultiPrograms {
                 continue;
             }
             let offsets: Vec<u64> = chosen.iter().map(|r| r.offset).collect();
-            let cookies: Vec<u64> = chosen.iter().map(|r| r.api.cookie()).collect();
+            let cookies: Vec<u64> = chosen.iter().map(|r| r.cookie()).collect();
             links.push(link(
                 &self.by_name[program],
                 program,

@@ -94,6 +94,15 @@ pub struct Resolved {
     pub api: Api,
     /// File offset of the function's first instruction (what uprobes attach to).
     pub offset: u64,
+    /// The attached library's tag (`tracer_common::api::COOKIE_LIBRARY_SHIFT`; 0 until attached).
+    pub tag: u16,
+}
+
+impl Resolved {
+    /// The attach cookie: the api's, with the library's tag.
+    pub fn cookie(&self) -> u64 {
+        self.api.cookie() | (u64::from(self.tag) << tracer_common::api::COOKIE_LIBRARY_SHIFT)
+    }
 }
 
 /// The outcome of resolving every [`Api`] in one library.
@@ -107,6 +116,13 @@ pub struct Resolution {
     pub aliases: Vec<(Api, Api)>,
     /// Apis exported but not attached: their site was refused (`guard`).
     pub refused: Vec<Api>,
+}
+
+impl Resolution {
+    /// Tags every entry point found with the library's tag (its cookies carry it).
+    pub fn set_tag(&mut self, tag: u16) {
+        self.found.iter_mut().for_each(|r| r.tag = tag);
+    }
 }
 
 /// Opens a library to read and probe it: without blocking (a FIFO put at a library's path
@@ -216,7 +232,11 @@ fn resolve_object<'d, R: ReadRef<'d>>(
                 Some(first) => res.aliases.push((*api, *first)),
                 None => {
                     by_offset.insert(offset, *api);
-                    res.found.push(Resolved { api: *api, offset });
+                    res.found.push(Resolved {
+                        api: *api,
+                        offset,
+                        tag: 0,
+                    });
                 }
             },
         }

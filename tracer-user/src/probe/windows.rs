@@ -111,7 +111,7 @@ impl LaunchReturns {
             file,
             shown: shown.to_path_buf(),
             offsets: launches.iter().map(|r| r.offset).collect(),
-            cookies: launches.iter().map(|r| r.api.cookie()).collect(),
+            cookies: launches.iter().map(|r| r.cookie()).collect(),
             pid,
             link: None,
             said: false,

@@ -155,25 +155,17 @@ impl Collector for ProbesCollector {
             "Probe sites attached, by how the kernel runs their instruction: emulated (no single step) or stepped (single-stepped out of line, the path a kernel bug can harm).",
             &sites,
         )?;
-        let harms: Vec<(Labels, f64)> = snap
-            .harms
-            .iter()
-            .map(|(library, symbol, signal, n)| {
-                (
-                    vec![
-                        ("library", library.clone()),
-                        ("symbol", (*symbol).to_owned()),
-                        ("signal", (*signal).to_owned()),
-                    ],
-                    *n as f64,
-                )
-            })
-            .collect();
         counter(
             &mut enc,
             "cudatrace_probe_harm",
-            "Faults of traced threads judged cudatrace's own probe's harm (at or just past a probed entry, in the XOL page, or at a corrupted return, right after a probe hit).",
-            &harms,
+            "Faults of traced threads judged cudatrace's own probe's harm (at or just past a probed entry, in the XOL page, or at a corrupted return, right after a probe hit) and corroborated: the library's breaker opened.",
+            &harm_rows(&snap.harms),
+        )?;
+        counter(
+            &mut enc,
+            "cudatrace_probe_harm_suspected",
+            "Faults judged as a probe's harm would be, from one tenant while others use the library and nothing corroborated them: no probe detached.",
+            &harm_rows(&snap.harms_suspected),
         )?;
         let breakers: Vec<(Labels, f64)> = snap
             .breakers
@@ -193,4 +185,21 @@ impl Collector for ProbesCollector {
             &[(vec![], f64::from(u8::from(snap.nvml_up)))],
         )
     }
+}
+
+/// Harm counts as labelled rows.
+fn harm_rows(harms: &[(String, &'static str, &'static str, u64)]) -> Vec<(Labels, f64)> {
+    harms
+        .iter()
+        .map(|(library, symbol, signal, n)| {
+            (
+                vec![
+                    ("library", library.clone()),
+                    ("symbol", (*symbol).to_owned()),
+                    ("signal", (*signal).to_owned()),
+                ],
+                *n as f64,
+            )
+        })
+        .collect()
 }

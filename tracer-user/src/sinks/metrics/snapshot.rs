@@ -206,6 +206,8 @@ pub struct Snapshot {
     pub sites: SiteCounts,
     /// Probe harms by (library, symbol, signal).
     pub harms: Vec<(String, &'static str, &'static str, u64)>,
+    /// Suspected probe harms, likewise.
+    pub harms_suspected: Vec<(String, &'static str, &'static str, u64)>,
     /// Libraries whose probe-harm breaker is open.
     pub breakers: Vec<String>,
     /// Pending and firing alerts.
@@ -261,6 +263,8 @@ pub struct Sources<'a> {
     pub sites: SiteCounts,
     /// Probe harms by (library, symbol, signal).
     pub harms: Vec<(String, &'static str, &'static str, u64)>,
+    /// Suspected probe harms, likewise.
+    pub harms_suspected: Vec<(String, &'static str, &'static str, u64)>,
     /// Libraries whose probe-harm breaker is open.
     pub breakers: Vec<String>,
     /// Whether NVML answers.
@@ -373,6 +377,7 @@ impl Snapshot {
             probes: s.probes.to_vec(),
             sites: s.sites,
             harms: s.harms.clone(),
+            harms_suspected: s.harms_suspected.clone(),
             breakers: s.breakers.clone(),
             alerts: s.detector.active(s.registry).cloned().collect(),
             signals,
