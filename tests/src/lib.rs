@@ -3,6 +3,7 @@
 //! guards that clean up after a failed test ([`guards`]), the real servers the tests talk to
 //! ([`servers`]), plain HTTP ([`http`]) and the one exposition-format parser ([`exposition`]).
 pub mod alerting;
+pub mod breaker;
 pub mod chart;
 pub mod container;
 pub mod cpucap;

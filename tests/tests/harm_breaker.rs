@@ -4,23 +4,21 @@
 //! state dir across a restart until `cudatrace breaker --clear`) and fires a critical
 //! `CudatraceProbeHarm` naming the process; a workload's own crash, away from any probe, trips
 //! nothing and stays its own.
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
-use integration_tests::{env, exposition, guards::TempDir, http, Cudatrace, Scenario, Workload};
+use integration_tests::{
+    breaker::{breaker, refused_restart, state_config},
+    env, exposition,
+    guards::TempDir,
+    http, Cudatrace, Scenario, Workload,
+};
 
 #[test]
 fn a_fault_past_a_probed_entry_opens_the_breaker_and_the_workloads_own_does_not() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("breaker");
-    let state = dir.join("state");
-    std::fs::create_dir(&state).unwrap();
-    let config = dir.join("cudatrace.toml");
-    std::fs::write(
-        &config,
-        format!("[state]\ndir = {:?}\n", state.display().to_string()),
-    )
-    .unwrap();
-    let cfg = config.to_str().unwrap();
+    let config = state_config(&dir);
+    let cfg = config.as_str();
     let lib = std::fs::canonicalize(env.libcuda()).unwrap();
     let library = lib.to_str().unwrap();
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", cfg], &[]);
@@ -138,43 +136,16 @@ fn a_fault_past_a_probed_entry_opens_the_breaker_and_the_workloads_own_does_not(
         .all(|e| e["alert"] != "CudatraceRestartLoop"));
 
     // A restart keeps the breaker: the one library is refused, and nothing can be traced.
-    let refused = Cudatrace::try_start_command(
-        &env,
-        "run",
-        &["--config", cfg, "--lib", library, "--listen", "127.0.0.1:0"],
-        &[],
-    );
-    let refused = match refused {
-        Ok(c) => panic!("attached with the breaker open: {:?}", c.stop().stderr),
-        Err(t) => t,
-    };
-    assert_ne!(refused.code, Some(0));
-    assert!(
-        refused
-            .stderr
-            .iter()
-            .any(|l| l.contains("probe-harm breaker is open")
-                && l.contains("cudatrace breaker --clear")),
-        "{:?}",
-        refused.stderr
-    );
+    refused_restart(&env, cfg, library);
     // The operator lists and clears it; then the library is attached again.
-    let out = |args: &[&str]| {
-        let o = Command::new(&env.bin)
-            .arg("breaker")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8(o.stdout).unwrap()
-    };
-    let listed = out(&["--config", cfg]);
+    let out = |args: &[&str]| breaker(&env, cfg, args);
+    let listed = out(&[]);
     assert!(
         listed.contains(library) && listed.contains("SIGILL"),
         "{listed}"
     );
-    assert!(out(&["--config", cfg, "--clear", library]).contains("cleared 1"));
-    assert!(out(&["--config", cfg]).contains("no probe-harm breaker is open"));
+    assert!(out(&["--clear", library]).contains("cleared 1"));
+    assert!(out(&[]).contains("no probe-harm breaker is open"));
     let (again, _) = Cudatrace::start_daemon_on_loopback(&env, &["--config", cfg], &[]);
     let traced = again.stop();
     assert_eq!(

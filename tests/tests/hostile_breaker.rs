@@ -6,25 +6,15 @@
 //! tenant A); nothing is detached, B's next job is counted in full, and a daemon restarted on
 //! the same state dir attaches. Then B faults the same way: a second tenant corroborates it and
 //! the breaker opens (`CudatraceProbeHarm`, naming A as the first), held across a restart.
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use integration_tests::{
+    breaker::{breaker, refused_restart, state_config},
     device_file, env, exposition,
     guards::{Cgroup, TempDir},
     http, Cudatrace, Env, Scenario, Workload,
 };
 use serde_json::Value;
-
-/// `cudatrace breaker --config CFG ARGS`'s stdout (it must succeed).
-fn breaker(env: &Env, cfg: &str, args: &[&str]) -> String {
-    let o = Command::new(&env.bin)
-        .args(["breaker", "--config", cfg])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).unwrap()
-}
 
 /// A process of tenant `cg` that faults `how` after a probed call (`in-call`: the stand-in's
 /// own SIGILL 16 bytes past cuCtxSynchronize's entry, as a probe's harm looks); its pid and
@@ -43,6 +33,15 @@ fn fault(env: &Env, cg: &Cgroup, how: &str) -> (u64, Option<i32>) {
     (pid, std::os::unix::process::ExitStatusExt::signal(&status))
 }
 
+/// The daemon's line of `event` about `pid` (within 10 s, else the test fails with its stderr).
+fn said(daemon: &Cudatrace, event: &str, pid: u64) -> Value {
+    daemon
+        .wait_event(Duration::from_secs(10), event, |r| {
+            r["pid"].as_u64() == Some(pid)
+        })
+        .unwrap_or_else(|| panic!("no {event} for pid {pid}: {:?}", daemon.stderr_now()))
+}
+
 /// Alerts of `name` in what a daemon printed.
 fn alerts<'a>(events: &'a [Value], name: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["alert"] == name).collect()
@@ -57,15 +56,8 @@ fn metric(listen: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 fn one_tenants_faults_never_switch_tracing_off_for_the_others() {
     let Some(env) = env() else { return };
     let dir = TempDir::new("hostile-breaker");
-    let state = dir.join("state");
-    std::fs::create_dir(&state).unwrap();
-    let config = dir.join("cudatrace.toml");
-    std::fs::write(
-        &config,
-        format!("[state]\ndir = {:?}\n", state.display().to_string()),
-    )
-    .unwrap();
-    let cfg = config.to_str().unwrap();
+    let config = state_config(&dir);
+    let cfg = config.as_str();
     let lib = std::fs::canonicalize(env.libcuda()).unwrap();
     let library = lib.to_str().unwrap();
     let (a, b) = (Cgroup::top("tenant-a"), Cgroup::top("tenant-b"));
@@ -96,10 +88,7 @@ fn one_tenants_faults_never_switch_tracing_off_for_the_others() {
     ] {
         let (pid, died) = fault(&env, &a, how);
         assert_eq!(died, Some(signal), "{how}");
-        let seen = daemon.wait_event(Duration::from_secs(10), "own_fault", |r| {
-            r["pid"].as_u64() == Some(pid)
-        });
-        let seen = seen.unwrap_or_else(|| panic!("{how}: {:?}", daemon.stderr_now()));
+        let seen = said(&daemon, "own_fault", pid);
         let msg = seen["msg"].as_str().unwrap();
         // `raise` faults in libc's code, and `null` may be judged before its maps are read:
         // either is away from the probe, its own either way.
@@ -112,11 +101,7 @@ fn one_tenants_faults_never_switch_tracing_off_for_the_others() {
     // A fault that looks like the probe's harm, from tenant A alone: suspected only.
     let (suspect, died) = fault(&env, &a, "in-call");
     assert_eq!(died, Some(libc::SIGILL));
-    let line = daemon
-        .wait_event(Duration::from_secs(10), "probe_harm_suspected", |r| {
-            r["pid"].as_u64() == Some(suspect)
-        })
-        .unwrap_or_else(|| panic!("no probe_harm_suspected: {:?}", daemon.stderr_now()));
+    let line = said(&daemon, "probe_harm_suspected", suspect);
     assert_eq!(line["tenant"].as_str(), Some(unit_a.as_str()));
     assert_eq!(
         metric(&listen, "cudatrace_probe_attached", &[("library", library)]),
@@ -203,18 +188,13 @@ fn one_tenants_faults_never_switch_tracing_off_for_the_others() {
         .spawn();
     std::thread::sleep(Duration::from_secs(2));
     let (again, _) = fault(&env, &a, "in-call");
-    assert!(daemon
-        .wait_event(Duration::from_secs(10), "probe_harm_suspected", |r| {
-            r["pid"].as_u64() == Some(again)
-        })
-        .is_some());
+    assert_eq!(
+        said(&daemon, "probe_harm_suspected", again)["tenant"].as_str(),
+        Some(unit_a.as_str())
+    );
     let (second, died) = fault(&env, &b, "in-call");
     assert_eq!(died, Some(libc::SIGILL));
-    let line = daemon
-        .wait_event(Duration::from_secs(10), "probe_harm", |r| {
-            r["pid"].as_u64() == Some(second)
-        })
-        .unwrap_or_else(|| panic!("no probe_harm: {:?}", daemon.stderr_now()));
+    let line = said(&daemon, "probe_harm", second);
     let msg = line["msg"].as_str().unwrap();
     assert!(
         msg.contains("a second tenant faulted the same way") && msg.contains(&unit_a),
@@ -248,20 +228,7 @@ fn one_tenants_faults_never_switch_tracing_off_for_the_others() {
         listed.contains(library) && listed.contains("second tenant"),
         "{listed}"
     );
-    let refused = Cudatrace::try_start_command(
-        &env,
-        "run",
-        &["--config", cfg, "--lib", library, "--listen", "127.0.0.1:0"],
-        &[],
-    );
-    let refused = match refused {
-        Ok(c) => panic!("attached with the breaker open: {:?}", c.stop().stderr),
-        Err(t) => t,
-    };
-    assert!(refused
-        .stderr
-        .iter()
-        .any(|l| l.contains("probe-harm breaker is open")));
+    refused_restart(&env, cfg, library);
     assert!(breaker(&env, cfg, &["--clear", library]).contains("cleared 1"));
     let _ = std::fs::remove_file(&dev);
 }
