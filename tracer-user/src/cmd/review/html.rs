@@ -44,7 +44,7 @@ fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if c.is_control() => out.push('?'),
+            c if crate::text::hidden(c) => out.push('?'),
             c => out.push(c),
         }
     }

@@ -94,3 +94,9 @@ fn a_history_from_prometheus_is_one_thinned_line() {
     // The spike survives the thinning: the axis' top is 1.1 times it.
     assert!(page.contains(">9.90</text>"), "{page}");
 }
+
+#[test]
+fn bidi_overrides_and_zero_width_characters_never_reach_the_page() {
+    assert_eq!(esc("a\u{202E}b\u{200B}c<"), "a?b?c&lt;");
+    assert_eq!(esc("модель"), "модель");
+}
