@@ -50,20 +50,24 @@ impl Tenant {
 
     /// The tenant of process `pid`, from its /proc cgroup file.
     pub fn of_pid(pid: u32) -> Tenant {
-        let text = super::proc::read_text(&format!("/proc/{pid}/cgroup"));
-        Tenant::of(text.as_deref().and_then(super::parse_cgroup).as_deref())
+        Tenant::of(cgroup_of(pid).as_deref())
     }
 
     /// [`Tenant::unit`] of process `pid`, from its /proc cgroup file.
     pub fn unit_of_pid(pid: u32) -> Tenant {
-        let text = super::proc::read_text(&format!("/proc/{pid}/cgroup"));
-        Tenant::unit(text.as_deref().and_then(super::parse_cgroup).as_deref())
+        Tenant::unit(cgroup_of(pid).as_deref())
     }
 
     /// As written in messages.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The cgroup path of process `pid` (`None`: gone, or in no cgroup but the root).
+fn cgroup_of(pid: u32) -> Option<String> {
+    let text = super::proc::read_text(&format!("/proc/{pid}/cgroup"))?;
+    super::parse_cgroup(&text)
 }
 
 impl fmt::Display for Tenant {

@@ -243,26 +243,28 @@ impl Session {
 
     /// A judged harm: corroborated (the breaker opens) or suspected (the probes stay).
     fn decide_on_harm(&mut self, mut h: Harm, key: Option<FileKey>, consumer: &mut impl Consumer) {
+        let way = match h.place {
+            harm::Place::AtSite | harm::Place::PastEntry(_) => "entry",
+            harm::Place::Xol => "xol",
+            harm::Place::Outside => "outside",
+            harm::Place::KernelLog => "kernel_log",
+        };
+        let line = h.line();
+        let fault = |key| Fault {
+            key,
+            tenant: &h.tenant,
+            way,
+            evidence: &line,
+        };
         let decision = match key {
-            // Which library is not known: nothing to open; suspected.
-            None => Decision::Suspect,
+            // Which library is not known: nothing to open; suspected (kept under no file).
+            None => Decision::Suspect {
+                first: self.harm.scope.note(&fault((0, 0))),
+            },
             Some(key) => {
                 let users = self.users_of(key, h.pid);
-                let way = match h.place {
-                    harm::Place::AtSite | harm::Place::PastEntry(_) => "entry",
-                    harm::Place::Xol => "xol",
-                    harm::Place::Outside => "outside",
-                    harm::Place::KernelLog => "kernel_log",
-                };
-                let line = h.line();
-                let fault = Fault {
-                    key,
-                    tenant: &h.tenant,
-                    way,
-                    evidence: &line,
-                };
                 let half_open = self.probes.breaker.is_half_open(key);
-                self.harm.scope.decide(&fault, &users, half_open)
+                self.harm.scope.decide(&fault(key), &users, half_open)
             }
         };
         match decision {
@@ -270,12 +272,13 @@ impl Session {
                 h.basis = Some(basis);
                 self.act_on_harm(h, key, consumer);
             }
-            Decision::Suspect => self.suspect(h, consumer),
+            Decision::Suspect { first } => self.suspect(h, key.is_some(), first, consumer),
         }
     }
 
-    /// A suspected harm: counted, said, and the consumer told; no probe is detached.
-    fn suspect(&mut self, h: Harm, consumer: &mut impl Consumer) {
+    /// A suspected harm: counted and said; the consumer told of the `first` of its tenant, way
+    /// and library only; no probe is detached. `known`: whether its library is known.
+    fn suspect(&mut self, h: Harm, known: bool, first: bool, consumer: &mut impl Consumer) {
         count(
             &mut self.harm.suspected,
             (h.library.clone(), h.symbol, h.signal),
@@ -283,12 +286,19 @@ impl Session {
         log::warn!(
             target: "cudatrace::probe_harm_suspected",
             pid = h.pid, symbol = h.symbol, signal = h.signal, library = h.library.as_str(), tenant = h.tenant.as_str();
-            "cudatrace: probe harm suspected, not corroborated: {}; other tenants use {}, so its probes stay attached (a second tenant faulting the same way, or the kernel's uprobe log, opens its breaker)",
+            "cudatrace: probe harm suspected, not corroborated: {}; {}, so no probe is detached (a second tenant faulting the same way, or the kernel's uprobe log, opens its breaker){}",
             crate::text::printable(&h.line()),
-            crate::text::printable(&h.library)
+            if known {
+                format!("other tenants use {}", crate::text::printable(&h.library))
+            } else {
+                "which library it was is not known".to_owned()
+            },
+            if first { "" } else { "; counted only, its tenant was alerted on already" }
         );
-        let process = self.registry.live_mut(h.pid);
-        consumer.harm(&h, process);
+        if first {
+            let process = self.registry.live_mut(h.pid);
+            consumer.harm(&h, process);
+        }
     }
 
     /// Lines of the kernel log that name a process the uprobe path failed in: harm too.

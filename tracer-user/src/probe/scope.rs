@@ -25,8 +25,13 @@ struct Suspicion {
 pub enum Decision {
     /// The breaker opens, on this basis.
     Trip(Basis),
-    /// Suspected only: the probes stay.
-    Suspect,
+    /// Suspected only: the probes stay. `first`: the first suspicion of this tenant, way and
+    /// library since start (the one alerted on; later ones are counted only, so a tenant
+    /// faulting from many processes raises one alert, not one per process).
+    Suspect {
+        /// Whether it is new.
+        first: bool,
+    },
 }
 
 /// The suspicions seen since start (in memory only: a restart forgets them).
@@ -68,6 +73,14 @@ impl Scope {
         if users.iter().all(|u| u == f.tenant) {
             return Decision::Trip(Basis::OnlyTenant);
         }
+        Decision::Suspect {
+            first: self.note(f),
+        }
+    }
+
+    /// Keeps `f` as a suspicion (also where its library is not known and nothing can be
+    /// decided); `true` when it is the first of its tenant, way and library.
+    pub fn note(&mut self, f: &Fault<'_>) -> bool {
         let seen = self
             .suspicions
             .iter()
@@ -83,7 +96,7 @@ impl Scope {
                 evidence: f.evidence.to_owned(),
             });
         }
-        Decision::Suspect
+        !seen
     }
 
     /// Suspicions held now.
@@ -128,22 +141,26 @@ mod tests {
     fn one_tenant_among_others_is_suspected_however_often_it_faults() {
         let mut s = Scope::default();
         let users = vec!["/a".to_owned(), "/b".to_owned()];
+        assert_eq!(
+            s.decide(&fault("/a", "entry"), &users, false),
+            Decision::Suspect { first: true }
+        );
         for _ in 0..1000 {
             assert_eq!(
                 s.decide(&fault("/a", "entry"), &users, false),
-                Decision::Suspect
+                Decision::Suspect { first: false }
             );
         }
         assert_eq!(s.len(), 1, "one suspicion per tenant and way");
         // Another way of the same tenant is one more suspicion, still no trip.
         assert_eq!(
             s.decide(&fault("/a", "xol"), &users, false),
-            Decision::Suspect
+            Decision::Suspect { first: true }
         );
         // A second tenant faulting another way: suspected too.
         assert_eq!(
             s.decide(&fault("/b", "outside"), &users, false),
-            Decision::Suspect
+            Decision::Suspect { first: true }
         );
         // The second tenant faulting the same way as the first: open, naming the first.
         assert_eq!(
@@ -161,7 +178,7 @@ mod tests {
         let both = vec!["/a".to_owned(), "/b".to_owned()];
         assert_eq!(
             s.decide(&fault("/a", "entry"), &both, false),
-            Decision::Suspect
+            Decision::Suspect { first: true }
         );
         // A's process is gone: B alone uses the library now; the basis still names A.
         let only_b = vec!["/b".to_owned()];
@@ -177,13 +194,16 @@ mod tests {
         let users = vec!["/a".to_owned(), "/b".to_owned()];
         assert_eq!(
             s.decide(&fault("/a", "entry"), &users, false),
-            Decision::Suspect
+            Decision::Suspect { first: true }
         );
         let other = Fault {
             key: (1, 3),
             ..fault("/b", "entry")
         };
-        assert_eq!(s.decide(&other, &users, false), Decision::Suspect);
+        assert_eq!(
+            s.decide(&other, &users, false),
+            Decision::Suspect { first: true }
+        );
         assert_eq!(
             s.decide(&fault("/a", "entry"), &users, true),
             Decision::Trip(Basis::HalfOpen)
@@ -200,7 +220,10 @@ mod tests {
                 key: (9, i as u64),
                 ..fault(t, "entry")
             };
-            assert_eq!(s.decide(&f, &users, false), Decision::Suspect);
+            assert_eq!(
+                s.decide(&f, &users, false),
+                Decision::Suspect { first: true }
+            );
         }
         assert_eq!(s.len(), MAX_SUSPICIONS);
         assert!(!s.is_empty());
