@@ -5,7 +5,8 @@
 //! looks like the probe's harm is only suspected (`CudatraceProbeHarmSuspected`, a warning naming
 //! tenant A); nothing is detached, B's next job is counted in full, and a daemon restarted on
 //! the same state dir attaches. Then B faults the same way: a second tenant corroborates it and
-//! the breaker opens (`CudatraceProbeHarm`, naming A as the first), held across a restart.
+//! the breaker opens (`CudatraceProbeHarm`, naming A as the first), held across a restart; and
+//! half-open once the kernel it opened on is not the running one.
 use std::time::Duration;
 
 use integration_tests::{
@@ -248,6 +249,39 @@ fn one_tenants_faults_never_switch_tracing_off_for_the_others() {
         listed.contains(library) && listed.contains("second tenant"),
         "{listed}"
     );
+    refused_restart(&env, cfg, library);
+
+    // Opened on another kernel (as after a kernel update): half-open, so a restart attaches the
+    // library again, and its next harm opens it at once, whoever made it.
+    let file = dir.join("state/baselines/probe-breaker.json");
+    let mut kept: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    kept[0]["kernel"] = "5.10.0-before-the-update".into();
+    std::fs::write(&file, kept.to_string()).unwrap();
+    let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &["--config", cfg], &[]);
+    assert!(
+        daemon
+            .stderr_now()
+            .iter()
+            .any(|l| l.contains("5.10.0-before-the-update") && l.contains("half-open")),
+        "{:?}",
+        daemon.stderr_now()
+    );
+    assert_eq!(
+        metric(&listen, "cudatrace_probe_attached", &[("library", library)]),
+        probes
+    );
+    let (tripped, _) = fault(&env, &a, "in-call");
+    let msg = said(&daemon, "probe_harm", tripped)["msg"].to_string();
+    assert!(msg.contains("half-open"), "{msg}");
+    assert_eq!(
+        metric(
+            &listen,
+            "cudatrace_probe_breaker_open",
+            &[("library", library)]
+        ),
+        1.0
+    );
+    drop(daemon.stop());
     refused_restart(&env, cfg, library);
     assert!(breaker(&env, cfg, &["--clear", library]).contains("cleared 1"));
     let _ = std::fs::remove_file(&dev);

@@ -20,8 +20,13 @@ pub fn run(args: BreakerArgs) -> Result<()> {
             println!("no probe-harm breaker is open");
         }
         for o in &breaker.open {
+            let kernel = if o.kernel.is_empty() {
+                String::new()
+            } else {
+                format!(" on kernel {}", printable(&o.kernel))
+            };
             println!(
-                "open since {}: {} ({})",
+                "open since {}{kernel}: {} ({})",
                 o.opened_at,
                 printable(&o.library),
                 printable(&o.evidence)
