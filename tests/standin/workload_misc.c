@@ -1,6 +1,11 @@
 /* cuda-workload's odd scenarios: a process dying inside a call, a headless process, refused
- * copies, tenant-chosen names, a rename, and launch configurations not yet paged in (see
+ * copies, tenant-chosen names, a rename, short processes by the thousand, and launch
+ * configurations not yet paged in (see
  * workload.c for what each does). */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
 #include "workload.h"
 
 /* ---- die-in-call ------------------------------------------------------------------------------ */
@@ -37,6 +42,15 @@ static void *parked(void *p) {
     return NULL;
 }
 
+static void *parked_launcher(void *p) {
+    long n = *(long *)p;
+    thread_ctx();
+    CUstream s = new_stream();
+    PFN_cuLaunchKernel launch = (PFN_cuLaunchKernel)sym("cuLaunchKernel", 1);
+    for (long i = 0; i < n; i++) CHECK(launch(function, 1, 1, 1, 1, 1, 1, 0, s, kernel_params, NULL));
+    return NULL;
+}
+
 /* One kernel of GRID blocks, then THREADS threads (64 KiB stacks) each parked in cuCtxSynchronize
  * until it is done: a tenant holding thousands of threads inside a probed call at once. */
 static void run_park(long threads, unsigned grid) {
@@ -50,8 +64,19 @@ static void run_park(long threads, unsigned grid) {
     long made = 0;
     for (long i = 0; i < threads; i++)
         if (pthread_create(&t[made], &attr, parked, NULL) == 0) made++;
+    /* WORKLOAD_PARKED_LAUNCHES=N: once they are parked, a new thread (past the process's share
+     * of slots) makes N launches: a process hiding its work behind the threads it parks. */
+    const char *n = getenv("WORKLOAD_PARKED_LAUNCHES");
+    long launches = n ? atol(n) : 0;
+    if (launches > 0) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        pthread_t l;
+        pthread_create(&l, NULL, parked_launcher, &launches);
+        pthread_join(l, NULL);
+    }
     for (long i = 0; i < made; i++) pthread_join(t[i], NULL);
-    printf("{\"pid\":%d,\"threads\":%ld}\n", getpid(), made);
+    printf("{\"pid\":%d,\"threads\":%ld,\"parked_launches\":%ld}\n", getpid(), made, launches);
     free(t);
 }
 
@@ -160,7 +185,63 @@ CUresult alloc_by_kind(size_t bytes) {
 }
 
 /* Runs one of these scenarios; 0 when `scenario` is none of them. */
+/* ---- churn ------------------------------------------------------------------------------------ */
+
+static void *churn_thread(void *p) {
+    (void)p;
+    thread_ctx();
+    CHECK(((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))());
+    return NULL;
+}
+
+/* N short processes, one after another, each making one probed call and exiting: `cgroups`,
+ * each in a cgroup of its own made under $WORKLOAD_CGROUP_BASE (removed after); `leader-first`,
+ * whose leader leaves (pthread_exit) before its one other thread makes the call. Weeks of
+ * ordinary uptime for the entry slots' share counters, in seconds. Prints how many ran. */
+static void run_churn(long n, const char *mode) {
+    setup(4096);
+    const char *base = getenv("WORKLOAD_CGROUP_BASE");
+    int cgroups = !strcmp(mode, "cgroups");
+    if (cgroups && !base) {
+        fprintf(stderr, "cuda-workload: churn cgroups needs WORKLOAD_CGROUP_BASE\n");
+        exit(2);
+    }
+    long ok = 0;
+    char dir[4096], procs[4200];
+    for (long i = 0; i < n; i++) {
+        if (cgroups) {
+            snprintf(dir, sizeof dir, "%s/c%ld", base, i);
+            snprintf(procs, sizeof procs, "%s/cgroup.procs", dir);
+            if (mkdir(dir, 0755) != 0) {
+                perror("cuda-workload: churn: mkdir");
+                exit(2);
+            }
+        }
+        pid_t c = fork();
+        if (c == 0) {
+            if (cgroups) {
+                int fd = open(procs, O_WRONLY);
+                if (fd < 0 || write(fd, "0", 1) != 1) _exit(3);
+                close(fd);
+                CHECK(((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))());
+                _exit(0);
+            }
+            pthread_t t;
+            pthread_create(&t, NULL, churn_thread, NULL);
+            pthread_exit(NULL);
+        }
+        int status = 0;
+        if (c > 0 && waitpid(c, &status, 0) == c && WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
+        if (cgroups) rmdir(dir);
+    }
+    printf("{\"pid\":%d,\"processes\":%ld,\"ok\":%ld}\n", getpid(), n, ok);
+}
+
 int run_misc(const char *scenario, int argc, char **argv) {
+    if (!strncmp(scenario, "churn-", 6) && argc == 1) {
+        run_churn(atol(argv[0]), scenario + 6);
+        return 1;
+    }
     if (!strcmp(scenario, "die-in-call") && argc == 0) run_die_in_call();
     else if (!strcmp(scenario, "unpaged-config") && argc == 1) run_unpaged_config(atol(argv[0]));
     else if (!strcmp(scenario, "huge-copies") && argc == 1) run_huge_copies(atol(argv[0]));

@@ -40,8 +40,11 @@ pub const STAT_CELLS_MADE: u32 = 6;
 /// Index in `STATS` of the launches counted after the fact, untimed: their return was cut off
 /// by the end of a window of the pair, or their thread exited inside them.
 pub const STAT_COUNTED_LATE: u32 = 7;
+/// Index in `STATS` of the launches of threads without an entry slot (their process's or
+/// cgroup's share used, or the map full), counted untimed at entry all the same.
+pub const STAT_COUNTED_UNSLOTTED: u32 = 8;
 /// Number of slots in the `STATS` per-CPU array.
-pub const STAT_COUNT: u32 = 8;
+pub const STAT_COUNT: u32 = 9;
 
 /// Index of the on/off switch in the `CONFIG` array: calls are recorded while it holds 1.
 pub const CONFIG_ENABLED: u32 = 0;

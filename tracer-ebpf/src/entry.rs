@@ -58,6 +58,23 @@ pub fn counted_late(id: u64, stale: &Entry) -> bool {
     true
 }
 
+/// A launch of a thread that has no slot (its process's or cgroup's share is used, or the map
+/// is full): counted all the same, untimed, in its kernel's cell when aggregating, so that a
+/// process's launches are never hidden by the slots it holds (a launch while its process
+/// captures a graph runs nothing, and is not counted).
+#[inline(always)]
+fn count_unslotted(pid: u32, entry: &Entry) {
+    if entry.cookie & COOKIE_LAUNCH == 0 || crate::maps::config(CONFIG_AGGREGATE) != 1 {
+        return;
+    }
+    if crate::aggregate::capturing(crate::aggregate::window(pid)) {
+        return;
+    }
+    if crate::aggregate::count_untimed(pid, entry) {
+        crate::maps::bump(tracer_common::STAT_COUNTED_UNSLOTTED);
+    }
+}
+
 /// Saves the entry state of the calling thread in its slot, made on its first call and reused
 /// after (an in-place write: no map insert or delete per call); the timestamp is taken last so
 /// that the work of the probe itself is not counted in the call's duration. The thread's slot
@@ -110,16 +127,6 @@ pub fn save_with(ctx: &ProbeContext, cookie: u64, args: [u64; 6]) -> Option<*mut
             let pid = (id >> 32) as u32;
             // SAFETY: bpf_get_current_cgroup_id has no preconditions.
             let cgroup = unsafe { bpf_get_current_cgroup_id() };
-            if !slots::take(pid, cgroup) {
-                return None;
-            }
-            // Its name, once (records carry none).
-            emit_name(
-                (id >> 32) as u32,
-                id as u32,
-                false,
-                bpf_get_current_comm().unwrap_or([0; 16]),
-            );
             let mut entry = Entry {
                 start_ns: 0,
                 cookie,
@@ -132,12 +139,24 @@ pub fn save_with(ctx: &ProbeContext, cookie: u64, args: [u64; 6]) -> Option<*mut
                 ended_ns: 0,
                 session: 0,
             };
+            if !slots::take(pid, cgroup) {
+                count_unslotted(pid, &entry);
+                return None;
+            }
+            // Its name, once (records carry none).
+            emit_name(
+                (id >> 32) as u32,
+                id as u32,
+                false,
+                bpf_get_current_comm().unwrap_or([0; 16]),
+            );
             // SAFETY: bpf_ktime_get_ns has no preconditions.
             entry.start_ns = unsafe { bpf_ktime_get_ns() };
             // BPF_NOEXIST; a full map (every slot a live thread's) refuses it: given back.
             if ENTRIES.insert(&id, &entry, 1).is_err() {
                 slots::give_back(pid, cgroup);
                 crate::maps::count_for(&crate::maps::UNSLOTTED, pid);
+                count_unslotted(pid, &entry);
                 return None;
             }
             // The thread's first call only: its slot looked up once more.

@@ -446,10 +446,12 @@ impl Session {
             (dropped.ring_full, dropped.rate_limited, c.decode_errors);
         let (probes, exits, live) = (self.probes.probe_count(), c.exits, live.len());
         let launch_probes = self.probes.launch_probes().name();
-        let (windows, late) = (
+        let (windows, late, unslotted) = (
             self.probes.windows_closed(),
             self.probes.maps.counted_late(),
+            self.probes.maps.counted_unslotted(),
         );
+        let (slot_pids, slot_cgroups) = self.probes.maps.slot_holders();
         log::info!(
             target: "cudatrace::summary",
             events = events,
@@ -464,6 +466,9 @@ impl Session {
             launch_probes = launch_probes,
             windows_closed = windows,
             counted_late = late,
+            counted_unslotted = unslotted,
+            slot_processes = slot_pids,
+            slot_cgroups = slot_cgroups,
             exits = exits,
             live_processes = live,
             inflight_entries = inflight,
@@ -471,8 +476,9 @@ impl Session {
             "summary: events={events} launches_counted={counted} launch_samples={samples} \
              dropped={ring_full} rate_limited={rate_limited} orphan_returns={orphans} \
              polls_not_ready={polls} undecodable={undecodable} probes={probes} \
-             launch_probes={launch_probes} windows_closed={windows} counted_late={late} exits={exits} live_processes={live} \
-             inflight_entries={inflight} tracked_processes={tracked}"
+             launch_probes={launch_probes} windows_closed={windows} counted_late={late} \
+             counted_unslotted={unslotted} slot_processes={slot_pids} slot_cgroups={slot_cgroups} \
+             exits={exits} live_processes={live} inflight_entries={inflight} tracked_processes={tracked}"
         );
         Ok(())
     }

@@ -81,6 +81,10 @@ pub struct Maps {
     /// Records left out per process for the rate limit, per CPU.
     limited: PerCpuHashMap<MapData, u32, u64>,
     unslotted: PerCpuHashMap<MapData, u32, u64>,
+    /// Entry slots held per process.
+    slots: BpfHashMap<MapData, u32, u64>,
+    /// Entry slots held per cgroup.
+    slots_cg: BpfHashMap<MapData, u64, u64>,
     /// Launches counted in-kernel.
     launches: BpfHashMap<MapData, LaunchKey, LaunchCell>,
     /// Cells of `launches` made per process (the quota's count).
@@ -114,6 +118,8 @@ impl Maps {
             drops: take(ebpf, MAP_DROPS)?,
             limited: take(ebpf, MAP_LIMITED)?,
             unslotted: take(ebpf, MAP_UNSLOTTED)?,
+            slots: take(ebpf, tracer_common::names::MAP_SLOTS)?,
+            slots_cg: take(ebpf, tracer_common::names::MAP_SLOTS_CGROUP)?,
             launches_fd: ebpf.map(MAP_LAUNCHES).and_then(|m| match m {
                 aya::maps::Map::HashMap(data) => std::os::fd::AsFd::as_fd(data.fd())
                     .try_clone_to_owned()
@@ -216,6 +222,17 @@ impl Maps {
     /// cell changed.
     pub fn launches_counted(&self) -> u64 {
         self.stat(STAT_COUNTED)
+    }
+
+    /// Launches of threads without a slot, counted untimed (see `STAT_COUNTED_UNSLOTTED`).
+    pub fn counted_unslotted(&self) -> u64 {
+        self.stat(tracer_common::STAT_COUNTED_UNSLOTTED)
+    }
+
+    /// Processes and cgroups that hold entry slots now (each map's entries: they drain as
+    /// threads exit).
+    pub fn slot_holders(&self) -> (usize, usize) {
+        (self.slots.keys().count(), self.slots_cg.keys().count())
     }
 
     /// Launches counted after the fact (see `STAT_COUNTED_LATE`).
