@@ -50,7 +50,16 @@ fn a_cap_is_journalled_and_undone_when_asked_when_its_client_goes_at_its_limit_a
         .unwrap();
     let pid = sleeper.id();
     std::thread::sleep(Duration::from_millis(200));
-    let cap = |key: &str, comm: &str, hold: u64| json!({"op": "cap", "key": key, "pid": pid, "comm": comm, "cpu_max": "1000 100000", "hold_s": hold});
+    // Its start time as a verdict reads it (/proc/PID/stat field 22, after the comm).
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let cap_of = |key: &str, comm: &str, hold: u64, start: u64| json!({"op": "cap", "key": key, "pid": pid, "comm": comm, "start_time": start, "cpu_max": "1000 100000", "hold_s": hold});
+    let cap = |key: &str, comm: &str, hold: u64| cap_of(key, comm, hold, start);
     let actuator = start_actuator(&env, &dir, true);
     let mut c = ActuatorClient::connect(&dir);
     // Asked, and undone when asked.
@@ -63,6 +72,17 @@ fn a_cap_is_journalled_and_undone_when_asked_when_its_client_goes_at_its_limit_a
         r["detail"].as_str().unwrap().contains("is not trainer now"),
         "{r}"
     );
+    // The same name, another start time (a pid reused by a process of the same name): refused;
+    // and a request without the start time is no request.
+    let r = c.ask(&cap_of("k2", "sleep", 600, start + 1));
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(
+        r["detail"].as_str().unwrap().contains("its pid was reused"),
+        "{r}"
+    );
+    let r = c.ask(&json!({"op": "cap", "key": "k2", "pid": pid, "comm": "sleep", "cpu_max": "1000 100000", "hold_s": 600}));
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(cg.cap(), "1000 100000", "only k1's cap");
     assert_eq!(
         c.ask(&json!({"op": "undo", "key": "k1"}))["detail"],
         "1 cap(s) undone"
@@ -126,7 +146,7 @@ fn a_cap_is_journalled_and_undone_when_asked_when_its_client_goes_at_its_limit_a
         .filter(|l| l.contains("left by a previous run:"))
         .collect();
     eprintln!(
-        "e2e actuator: capped, refused a reused pid, undone by request, at the client's end, at its 2 s limit after {held:.2} s, and after a SIGKILL at the next start; first run said {} lines",
+        "e2e actuator: capped, refused a reused pid (by name and by start time), undone by request, at the client's end, at its 2 s limit after {held:.2} s, and after a SIGKILL at the next start; first run said {} lines",
         killed.stderr.len()
     );
     assert_eq!(left.len(), 1, "{:?}", traced.stderr);
@@ -144,14 +164,14 @@ fn a_page_caps_the_preemptible_aggressor_the_victim_recovers_the_cap_is_undone_a
     let cg = CpuCgroup::new("trainer");
     let free = cg.cap();
     let actuator = start_actuator(&env, &dir, false);
-    // Only cudatrace may ask: this test's own process is refused.
+    // Only cudatrace's own uid may ask by default: this test's own process (root) is refused.
     let r = ActuatorClient::connect(&dir).ask(&json!({"op": "undo", "key": "k"}));
     assert_eq!(r["ok"], false, "{r}");
     assert!(
         r["detail"]
             .as_str()
             .unwrap()
-            .contains("does not run cudatrace"),
+            .contains("uid 0 is not allowed"),
         "{r}"
     );
     let hook = Webhook::start();

@@ -93,8 +93,9 @@ pub struct ActuatorArgs {
         default_value = "/var/lib/cudatrace/actuator.json"
     )]
     pub journal: PathBuf,
-    /// A uid whose connections are served (repeatable; default 0 and 65534, cudatrace's own
-    /// uid after it drops root); the peer must also run this cudatrace executable.
+    /// A uid whose connections are served (repeatable; default only 65534, cudatrace's own uid
+    /// after it drops root: give the daemon's `run_as` if it is another, and 0 only for a
+    /// daemon run with --keep-uid); the peer must also run this cudatrace executable.
     #[arg(long = "allow-uid", value_name = "UID")]
     pub allow_uid: Vec<u32>,
     /// Another executable whose processes are served (repeatable; default only this one).

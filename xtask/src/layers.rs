@@ -10,9 +10,10 @@ mod tests {
     const LAYERS: &[&[&str]] = &[
         // Plain data and helpers: no imports from the stages.
         &["config", "text", "bounded"],
-        // How stderr lines are written; who a process is; what one decoded call is.
-        &["logging", "identity", "actuator"],
-        &["event"],
+        // How stderr lines are written; who a process is; what one decoded call is; the
+        // actuator, which checks who a process is.
+        &["logging", "identity"],
+        &["event", "actuator"],
         // The source (probes, discovery) and the per-process tables enrichment keeps.
         &["probe", "enrich", "nvml", "hostcpu"],
         // Stages over calls: aggregation, alert records, alert policies, detection.

@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod client;
 pub mod journal;
 pub mod server;
+pub mod target;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +32,9 @@ pub enum Request {
         pid: u32,
         /// Its command name as the verdict read it (a reused pid with another name is refused).
         comm: String,
+        /// Its start time as the verdict read it (`/proc/PID/stat` field 22, clock ticks since
+        /// boot): a pid reused since, whatever its name, is refused.
+        start_time: u64,
         /// `QUOTA PERIOD`, microseconds.
         cpu_max: String,
         /// Seconds to hold it at most.

@@ -94,6 +94,7 @@ impl State {
             key,
             pid,
             comm,
+            start_time,
             cpu_max,
             hold_s,
         } = r
@@ -115,10 +116,19 @@ impl State {
                 printable(now_comm.trim_end())
             ));
         }
+        // The process itself, not its pid: a pidfd, then its start time, then its cgroup, then
+        // the pidfd again (a process that ended meanwhile, its pid taken by another, fails).
+        let pidfd = match super::target::Pidfd::open(pid, start_time) {
+            Ok(fd) => fd,
+            Err(e) => return refuse(e),
+        };
         let t = match cgroup::proc_cgroup(pid).and_then(|text| cgroup::target(&self.roots, &text)) {
             Ok(t) => t,
             Err(e) => return refuse(format!("pid {pid}: {e}")),
         };
+        if let Err(e) = pidfd.still_there() {
+            return refuse(e);
+        }
         let protected: Vec<Target> = self.own.iter().chain(peer).cloned().collect();
         if let Err(e) = cgroup::check_protected(&t, &protected) {
             return refuse(e);

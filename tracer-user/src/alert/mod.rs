@@ -143,6 +143,10 @@ pub struct Party {
     /// For a CPU preemptor: its cgroup.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// Its start time (`/proc/PID/stat` field 22; 0: unknown), what the actuator tells a reused
+    /// pid by; not written out.
+    #[serde(skip)]
+    pub start_time: u64,
 }
 
 impl Party {
@@ -158,6 +162,7 @@ impl Party {
             workload: Some(name.to_owned()),
             change: None,
             cgroup: None,
+            start_time: 0,
         }
     }
 
@@ -175,6 +180,7 @@ impl Party {
             workload,
             change: None,
             cgroup: None,
+            start_time: p.identity.start_time,
         }
     }
 }

@@ -18,6 +18,7 @@ pub(crate) fn record(state: AlertState) -> AlertChange {
         share,
         change: None,
         cgroup: None,
+        start_time: 0,
     };
     AlertChange {
         alert: Cause::ComputeContention.alert_name(),
@@ -100,6 +101,7 @@ fn the_incident_names_the_aggressors_holding_half_the_share() {
         share: Some(share),
         change: None,
         cgroup: None,
+        start_time: 0,
     };
     // Two victims of one trainer: each sees the other as a small aggressor.
     let a = Incident::of(

@@ -31,7 +31,7 @@ pub async fn run(args: ActuatorArgs) -> Result<()> {
         );
     }
     let allow_uid = if args.allow_uid.is_empty() {
-        vec![0, crate::probe::run_as::DEFAULT_RUN_AS]
+        vec![crate::probe::run_as::DEFAULT_RUN_AS]
     } else {
         args.allow_uid
     };

@@ -19,6 +19,7 @@ fn party(pid: u32, change: Change, rel: f64) -> (Party, f64) {
         workload: None,
         change: Some(change),
         cgroup: None,
+        start_time: identity::start_time(pid).unwrap_or(0),
     };
     (p, rel)
 }

@@ -126,6 +126,7 @@ mod tests {
             share: None,
             change: None,
             cgroup: None,
+            start_time: 0,
         }
     }
 

@@ -167,15 +167,12 @@ fn work(
             if let (Some(client), false) = (actuator.as_mut(), dry_run) {
                 let key = format!("{}/{}/{}", c.victim.pid, c.evidence.signal, c.alert);
                 let request = if event == "act" {
+                    let named = c.aggressors.iter().find(|p| p.pid == a.pid);
                     Request::Cap {
                         key,
                         pid: a.pid,
-                        comm: c
-                            .aggressors
-                            .iter()
-                            .find(|p| p.pid == a.pid)
-                            .map(|p| p.comm.clone())
-                            .unwrap_or_default(),
+                        comm: named.map(|p| p.comm.clone()).unwrap_or_default(),
+                        start_time: named.map_or(0, |p| p.start_time),
                         cpu_max: a.cpu_max.clone(),
                         hold_s: a.max_hold_s,
                     }
