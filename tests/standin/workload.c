@@ -420,7 +420,7 @@ static void run_syscalls(long n) {
 
 static void usage(void) {
     fprintf(stderr, "usage: cuda-workload [--lib PATH] [--real] [--threads T] [--settle MS] [--hold] [--exit CODE] "
-                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS [OPEN_MS] | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US | harm SECONDS | fault-in-call | fault-own | fault-self-noexec|raise|null | park THREADS GRID | churn-cgroups|churn-leader-first N\n");
+                    "basic LAUNCHES COPIES | each N | loop SECONDS GRID SYNC_EVERY [LIMIT] | wait-for-lib N | die-in-call | calls N [SECS] | copy-calls N [SECS] | kernels K | copies SECS BYTES GAP_US | unpaged-config N | huge-copies N | handles N HOLD | lookups N HOLD | crowd MAPPINGS SECS [OPEN_MS] | syscalls N | lookup NAME | rename NAME N | headless SECONDS | allocs BYTES N HOLD | grow BYTES EVERY_MS SECONDS | graph K REPLAYS DIRECT | evented ITERS LAUNCHES GRID BYTES | polled ITERS LAUNCHES GRID event|stream | join ITERS LAUNCHES | copysync SECONDS BYTES GAP_US | harm SECONDS | fault-in-call | fault-own | fault-self-noexec|raise|null | park THREADS GRID | churn-cgroups|churn-migrate|churn-leader-first N\n");
     exit(64);
 }
 

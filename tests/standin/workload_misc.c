@@ -195,24 +195,28 @@ static void *churn_thread(void *p) {
 }
 
 /* N short processes, one after another, each making one probed call and exiting: `cgroups`,
- * each in a cgroup of its own made under $WORKLOAD_CGROUP_BASE (removed after); `leader-first`,
+ * each in a cgroup of its own made under $WORKLOAD_CGROUP_BASE (removed after); `migrate`, the
+ * same, each moving itself to a second cgroup of its own after its call; `leader-first`,
  * whose leader leaves (pthread_exit) before its one other thread makes the call. Weeks of
  * ordinary uptime for the entry slots' share counters, in seconds. Prints how many ran. */
 static void run_churn(long n, const char *mode) {
     setup(4096);
     const char *base = getenv("WORKLOAD_CGROUP_BASE");
-    int cgroups = !strcmp(mode, "cgroups");
+    int migrate = !strcmp(mode, "migrate");
+    int cgroups = migrate || !strcmp(mode, "cgroups");
     if (cgroups && !base) {
         fprintf(stderr, "cuda-workload: churn cgroups needs WORKLOAD_CGROUP_BASE\n");
         exit(2);
     }
     long ok = 0;
-    char dir[4096], procs[4200];
+    char dir[4096], procs[4200], moved[4096], moved_procs[4200];
     for (long i = 0; i < n; i++) {
         if (cgroups) {
             snprintf(dir, sizeof dir, "%s/c%ld", base, i);
             snprintf(procs, sizeof procs, "%s/cgroup.procs", dir);
-            if (mkdir(dir, 0755) != 0) {
+            snprintf(moved, sizeof moved, "%s/m%ld", base, i);
+            snprintf(moved_procs, sizeof moved_procs, "%s/cgroup.procs", moved);
+            if (mkdir(dir, 0755) != 0 || (migrate && mkdir(moved, 0755) != 0)) {
                 perror("cuda-workload: churn: mkdir");
                 exit(2);
             }
@@ -224,6 +228,12 @@ static void run_churn(long n, const char *mode) {
                 if (fd < 0 || write(fd, "0", 1) != 1) _exit(3);
                 close(fd);
                 CHECK(((PFN_cuCtxSynchronize)sym("cuCtxSynchronize", 1))());
+                /* `migrate`: its slot taken in one cgroup, it exits in another. */
+                if (migrate) {
+                    fd = open(moved_procs, O_WRONLY);
+                    if (fd < 0 || write(fd, "0", 1) != 1) _exit(3);
+                    close(fd);
+                }
                 _exit(0);
             }
             pthread_t t;
@@ -233,6 +243,7 @@ static void run_churn(long n, const char *mode) {
         int status = 0;
         if (c > 0 && waitpid(c, &status, 0) == c && WIFEXITED(status) && WEXITSTATUS(status) == 0) ok++;
         if (cgroups) rmdir(dir);
+        if (migrate) rmdir(moved);
     }
     printf("{\"pid\":%d,\"processes\":%ld,\"ok\":%ld}\n", getpid(), n, ok);
 }

@@ -1,7 +1,8 @@
 //! End-to-end (issue 56, items 2 and 3): the entry slots' share counters drain as fast as they
 //! fill, and no share hides a process's launches. Measured before: after 16,400 short-lived
 //! cgroups each made one driver call, a job in a new cgroup was counted 0 of 5,000, silently
-//! (the per-cgroup counters were never deleted, and the map filled); a process that parked
+//! (the per-cgroup counters were never deleted, and the map filled; a thread that moved to
+//! another cgroup gave its slot back to that one); a process that parked
 //! 2,100 threads in driver calls (its 2,048-slot share) launched uncounted from a new thread.
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ fn calls(listen: &str, pid: &str, api: &str, want: f64) -> f64 {
 fn sixteen_thousand_cgroups_and_leader_first_processes_leave_every_slot_drained() {
     let Some(env) = env() else { return };
     const N: u64 = 16_400;
+    const MIGRATED: u64 = 2_000;
     let (daemon, listen) = Cudatrace::start_daemon_on_loopback(&env, &[], &[]);
     let dev = device_file("slot-churn");
     let base = Cgroup::top("churn");
@@ -39,9 +41,15 @@ fn sixteen_thousand_cgroups_and_leader_first_processes_leave_every_slot_drained(
     let leader_first = Workload::new(&env, Scenario::Named("churn-leader-first", vec![N]))
         .device(&dev)
         .run();
+    // Slots taken in one cgroup, given back from another (the thread moved itself).
+    let migrated = Workload::new(&env, Scenario::Named("churn-migrate", vec![MIGRATED]))
+        .device(&dev)
+        .var("WORKLOAD_CGROUP_BASE", base.path().to_str().unwrap())
+        .run();
     let churn_s = started.elapsed().as_secs_f64();
     assert_eq!(cgroups["ok"].as_u64(), Some(N), "{cgroups}");
     assert_eq!(leader_first["ok"].as_u64(), Some(N), "{leader_first}");
+    assert_eq!(migrated["ok"].as_u64(), Some(MIGRATED), "{migrated}");
     // A job in a cgroup never seen: every one of its copies timed (one record each, which
     // needs a slot), and its launches counted.
     let job_cg = Cgroup::top("churn-job");
@@ -67,7 +75,7 @@ fn sixteen_thousand_cgroups_and_leader_first_processes_leave_every_slot_drained(
     let _ = std::fs::remove_file(&dev);
     let summary = traced.summary();
     eprintln!(
-        "e2e slot churn: {N} processes in cgroups of their own and {N} leader-first processes in {churn_s:.1} s; \
+        "e2e slot churn: {N} processes in cgroups of their own, {N} leader-first processes and {MIGRATED} that moved to another cgroup after their call, in {churn_s:.1} s; \
          then a job in a new cgroup: copies in=2000 timed={timed}, launches in=5000 counted={counted}; \
          at stop: slot_processes={} slot_cgroups={} inflight_entries={}",
         summary["slot_processes"], summary["slot_cgroups"], summary["inflight_entries"]

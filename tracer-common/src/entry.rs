@@ -32,11 +32,15 @@ pub struct Entry {
     /// stream batch, or could not be counted at entry): the return counts and writes it without
     /// sampling it again. 0 for every other call.
     pub session: u64,
+    /// The cgroup whose share the slot was taken from (`bpf_get_current_cgroup_id` then): it is
+    /// given back there, also when the thread has moved to another cgroup since.
+    pub cgroup: u64,
 }
 
 const _: () = {
     use core::mem::{offset_of, size_of};
-    assert!(size_of::<Entry>() == 120 && offset_of!(Entry, last_stream) == 64);
+    assert!(size_of::<Entry>() == 128 && offset_of!(Entry, last_stream) == 64);
+    assert!(offset_of!(Entry, cgroup) == 120);
     assert!(offset_of!(Entry, entry_ip) == 96 && offset_of!(Entry, ended_ns) == 104);
     assert!(offset_of!(Entry, session) == 112);
     assert!(offset_of!(Entry, polls) == 80 && offset_of!(Entry, last_launch_ns) == 88);

@@ -138,6 +138,7 @@ pub fn save_with(ctx: &ProbeContext, cookie: u64, args: [u64; 6]) -> Option<*mut
                 entry_ip: entry_ip(ctx),
                 ended_ns: 0,
                 session: 0,
+                cgroup,
             };
             if !slots::take(pid, cgroup) {
                 count_unslotted(pid, &entry);

@@ -76,7 +76,7 @@ pub fn give_back(pid: u32, cgroup: u64) {
 }
 
 /// Subtracts one, atomically, from a count above 0: a count already 0 (made anew after a
-/// leader's exit, or the thread moved to another cgroup) is left alone, so a count errs low,
+/// leader's exit) is left alone, so a count errs low,
 /// never high. Whether the count is 0 now (its entry is then deleted; a take racing on another
 /// CPU may lose its count with it: low again, never high). The count is read again after the
 /// add (the programs are built for the generic BPF CPU, where an atomic add returns nothing).

@@ -2,10 +2,7 @@
 //! launch it was in is counted, untimed), and
 //! tells user space when a process it tracks exits, so that its tables die with it.
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
-        generated::bpf_get_current_cgroup_id,
-    },
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
     macros::raw_tracepoint,
     programs::RawTracePointContext,
 };
@@ -28,15 +25,16 @@ fn try_cuda_exit(ctx: &RawTracePointContext) {
     let id = bpf_get_current_pid_tgid();
     let (pid, tid) = ((id >> 32) as u32, id as u32);
     // SAFETY: the thread's own slot, read while this program runs; a launch it was in is
-    // counted (untimed: its return will never come).
+    // counted (untimed: its return will never come). The slot goes back to the cgroup it was
+    // taken from, wherever the thread is now.
     if let Some(entry) = unsafe { ENTRIES.get(&id) } {
         if entry.start_ns != 0 {
             crate::entry::counted_late(id, entry);
         }
-    }
-    if ENTRIES.remove(&id).is_ok() {
-        // SAFETY: bpf_get_current_cgroup_id has no preconditions.
-        slots::give_back(pid, unsafe { bpf_get_current_cgroup_id() });
+        let cgroup = entry.cgroup;
+        if ENTRIES.remove(&id).is_ok() {
+            slots::give_back(pid, cgroup);
+        }
     }
     if pid == tid {
         slots::forget(pid);
