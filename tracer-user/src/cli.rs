@@ -203,6 +203,16 @@ pub struct ExplainArgs {
     /// (default, when no archive is named: http://127.0.0.1:9464).
     #[arg(long, value_name = "URL")]
     pub daemon: Option<String>,
+    /// A CA certificate (PEM) to trust for an https --daemon (the chart's metrics server with a
+    /// web config), instead of the public roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// The user of the daemon's basic auth (its web config's `basic_auth_users`).
+    #[arg(long, value_name = "NAME", requires = "password_file")]
+    pub user: Option<String>,
+    /// A file holding that user's password (never on the command line, which `ps` shows).
+    #[arg(long, value_name = "FILE", requires = "user")]
+    pub password_file: Option<PathBuf>,
     /// The archive, the time range and the output, as `incidents` takes them.
     #[command(flatten)]
     pub from: IncidentsArgs,

@@ -129,22 +129,48 @@ pub fn screen(v: &Value) -> String {
     out.join("\n")
 }
 
-/// The live daemon's pending and firing alerts.
-fn live(base: &str) -> Result<Vec<Value>> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+/// The live daemon's pending and firing alerts, over TLS with `--ca-file` and with basic auth
+/// when `--user` and `--password-file` are given.
+fn live(base: &str, args: &ExplainArgs) -> Result<Vec<Value>> {
+    use ureq::tls::{RootCerts, TlsConfig};
+    let mut config = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into();
+        .http_status_as_error(false);
+    if let Some(ca) = &args.ca_file {
+        let certs = crate::bounded::pem_certificates(ca).map_err(anyhow::Error::msg)?;
+        config = config.tls_config(
+            TlsConfig::builder()
+                .root_certs(RootCerts::new_with_certs(&certs))
+                .build(),
+        );
+    }
+    let agent: ureq::Agent = config.build().into();
     let url = format!("{}/alerts", base.trim_end_matches('/'));
-    let body = agent
-        .get(&url)
+    let mut request = agent.get(&url);
+    if let (Some(user), Some(file)) = (&args.user, &args.password_file) {
+        use base64::Engine as _;
+        let password = std::fs::read_to_string(file).with_context(|| {
+            format!(
+                "cannot read the password file {}",
+                printable(&file.display().to_string())
+            )
+        })?;
+        let pair = format!("{user}:{}", password.trim_end_matches(['\n', '\r']));
+        let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+        request = request.header("Authorization", format!("Basic {encoded}"));
+    }
+    let mut answer = request
         .call()
-        .with_context(|| format!("cannot read {url}: is `cudatrace run` listening there?"))?
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY)
-        .read_to_vec()
-        .with_context(|| format!("reading {url}"))?;
+        .with_context(|| format!("cannot read {url}: is `cudatrace run` listening there (https with a web config: give --ca-file)?"))?;
+    match answer.status().as_u16() {
+        401 => bail!(
+            "{url} answered 401: give --user and --password-file for the daemon's basic_auth_users"
+        ),
+        s if !(200..300).contains(&s) => bail!("{url} answered {s}"),
+        _ => {}
+    }
+    let body = crate::bounded::body(&mut answer, MAX_BODY, &url, "the alerts")
+        .map_err(anyhow::Error::msg)?;
     let v: Vec<Value> = serde_json::from_slice(&body)
         .with_context(|| format!("{url} did not answer a list of alerts"))?;
     Ok(v)
@@ -164,7 +190,7 @@ pub fn run(args: ExplainArgs) -> Result<()> {
     let since = args.from.since.map(|d| SystemTime::now() - d);
     let mut incidents: Vec<Value> = Vec::new();
     if let Some(base) = &daemon {
-        incidents.extend(live(base)?);
+        incidents.extend(live(base, &args)?);
     }
     if let Some(path) = &archive_path {
         let shown = printable(&path.display().to_string()).into_owned();

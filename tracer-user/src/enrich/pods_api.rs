@@ -166,24 +166,10 @@ fn refresher(target: &Target, index: &Mutex<Arc<PodIndex>>, woken: &mpsc::Receiv
 
 /// One fetch: the token and CA read anew (tokens are rotated), one bounded GET, the list parsed.
 fn fetch(t: &Target) -> Result<(PodIndex, usize), String> {
-    use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+    use ureq::tls::{RootCerts, TlsConfig};
     let token = std::fs::read_to_string(&t.token_file)
         .map_err(|e| format!("cannot read the service account token {} ({e}): mount it, or set kubernetes.pod_names = false", t.token_file.display()))?;
-    let ca = std::fs::read(&t.ca_file).map_err(|e| {
-        format!(
-            "cannot read the CA certificate {} ({e})",
-            t.ca_file.display()
-        )
-    })?;
-    let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&ca)
-        .filter_map(|item| match item {
-            Ok(PemItem::Certificate(c)) => Some(c),
-            _ => None,
-        })
-        .collect();
-    if certs.is_empty() {
-        return Err(format!("no PEM certificate in {}", t.ca_file.display()));
-    }
+    let certs = crate::bounded::pem_certificates(&t.ca_file)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(TIMEOUT))
         .http_status_as_error(false)
